@@ -1,0 +1,1 @@
+"""Compose-time code: schemas, the conf/ locator and validation. Never imports torch."""

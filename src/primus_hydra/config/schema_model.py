@@ -1,0 +1,102 @@
+"""The canonical model schema: one preset per model, every backend adapter translates from these names.
+
+Names follow Megatron/Primus where they exist (hidden_size, ffn_hidden_size, num_attention_heads, ...).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Optional
+
+from omegaconf import MISSING
+
+
+class RopeScalingType(str, Enum):
+    none = "none"
+    linear = "linear"
+    llama3 = "llama3"
+    yarn = "yarn"
+
+
+@dataclass
+class RopeScalingConfig:
+    type: RopeScalingType = RopeScalingType.none
+    factor: float = 1.0
+    # llama3 (Llama 3.1+) frequency-band scaling
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
+    # YaRN (DeepSeek V2/V3)
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    mscale: float = 1.0
+    mscale_all_dim: float = 0.0
+
+
+class RouterScoreFunction(str, Enum):
+    softmax = "softmax"
+    sigmoid = "sigmoid"
+
+
+class LoadBalancingType(str, Enum):
+    aux_loss = "aux_loss"          # Switch/GShard auxiliary loss over the batch
+    seq_aux_loss = "seq_aux_loss"  # DeepSeek-V3's per-sequence auxiliary loss
+    none = "none"                  # no balancing term (aux-loss-free uses router_bias_update_rate)
+
+
+@dataclass
+class MoEConfig:
+    """Mixture of experts. num_experts == 0 means a dense model."""
+
+    num_experts: int = 0
+    top_k: int = 2
+    ffn_hidden_size: int = 0  # intermediate size of one routed expert
+    shared_experts: int = 0  # number of always-on shared experts (DeepSeek)
+    shared_expert_ffn_hidden_size: Optional[int] = None  # default: shared_experts * ffn_hidden_size
+    first_dense_layers: int = 0  # leading layers with a dense FFN (DeepSeek first_k_dense_replace)
+    router_score_function: RouterScoreFunction = RouterScoreFunction.softmax
+    router_topk_scaling_factor: float = 1.0  # DeepSeek routed_scaling_factor
+    router_num_groups: int = 1  # device-limited routing: groups of experts (DeepSeek n_group)
+    router_group_topk: int = 1  # groups a token may route to (DeepSeek topk_group)
+    router_norm_topk_prob: bool = True  # renormalise the top-k weights to sum to one
+    router_enable_expert_bias: bool = False  # aux-loss-free balancing bias (DeepSeek-V3)
+    router_bias_update_rate: float = 0.0
+    load_balancing_type: LoadBalancingType = LoadBalancingType.aux_loss
+    aux_loss_coeff: float = 0.01
+    z_loss_coeff: float = 0.0
+    capacity_factor: Optional[float] = None  # null: dropless
+
+
+@dataclass
+class MLAConfig:
+    """DeepSeek multi-head latent attention. enabled=false means standard (GQA) attention."""
+
+    enabled: bool = False
+    q_lora_rank: Optional[int] = None  # null: queries are not low-rank (DeepSeek-V2-Lite)
+    kv_lora_rank: int = 512
+    qk_rope_head_dim: int = 64
+    qk_nope_head_dim: int = 128
+    v_head_dim: int = 128
+
+
+@dataclass
+class ModelConfig:
+    name: str = MISSING
+    family: str = "llama"  # llama | mixtral | qwen2 | qwen3 | deepseek (informational, used by adapters)
+    hidden_size: int = MISSING
+    num_layers: int = MISSING
+    num_attention_heads: int = MISSING
+    num_kv_heads: int = MISSING  # == num_attention_heads for MHA; Megatron's num_query_groups
+    head_dim: Optional[int] = None  # null: hidden_size // num_attention_heads
+    ffn_hidden_size: int = MISSING
+    vocab_size: int = MISSING
+    max_position_embeddings: int = MISSING
+    rope_theta: float = 10000.0
+    rope_scaling: RopeScalingConfig = field(default_factory=RopeScalingConfig)
+    norm_eps: float = 1e-5
+    tie_embeddings: bool = False
+    qkv_bias: bool = False
+    qk_norm: bool = False  # RMSNorm on per-head q and k (Qwen3)
+    init_std: float = 0.02
+    moe: MoEConfig = field(default_factory=MoEConfig)
+    mla: MLAConfig = field(default_factory=MLAConfig)

@@ -1,0 +1,92 @@
+"""The training module schema (Primus's `modules.pre_trainer` / `post_trainer`), with Megatron-style names."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Optional
+
+from omegaconf import MISSING
+
+
+class Stage(str, Enum):
+    pretrain = "pretrain"
+    sft = "sft"
+
+
+class Precision(str, Enum):
+    fp32 = "fp32"
+    bf16 = "bf16"
+
+
+class LrDecayStyle(str, Enum):
+    cosine = "cosine"
+    linear = "linear"
+    constant = "constant"
+
+
+class DataSource(str, Enum):
+    mock = "mock"  # random tokens: throughput benchmarks, no files needed
+    text = "text"  # byte-level tokens read from local text files (default: the Python stdlib's sources)
+    tokens = "tokens"  # a pre-tokenized flat token file (numpy memmap, uint16 or uint32)
+
+
+@dataclass
+class ParallelConfig:
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    dp: Any = "auto"  # "auto" = world_size / (tp * pp * cp), or an explicit integer
+    fsdp: bool = False
+    sequence_parallel: bool = False
+
+
+@dataclass
+class CheckpointConfig:
+    dir: Optional[str] = None  # null: <run_dir>/checkpoints
+    interval: int = 0  # save every N steps; 0: only at the end of training
+    save_final: bool = True
+    resume: Optional[str] = None  # null: fresh run | auto: latest in dir if any | a checkpoint path
+    load: Optional[str] = None  # initial weights only (fine-tuning), optimizer and step start fresh
+
+
+@dataclass
+class DataConfig:
+    source: DataSource = DataSource.text
+    path: Optional[str] = None  # text: a file or folder of text files (null: Python's stdlib); tokens: a file
+    token_dtype: str = "uint16"  # tokens: uint16 | uint32
+    num_workers: Any = 0  # data loader worker processes ("auto" arrives with the orchestrator)
+
+
+@dataclass
+class LogConfig:
+    interval: int = 10  # steps between log lines (metrics.jsonl gets every step)
+    tensorboard: bool = True
+    progress_bar: bool = True
+    plot: bool = True  # loss-curve PNG in the run dir at the end
+
+
+@dataclass
+class ModuleConfig:
+    name: str = MISSING  # pre_trainer | post_trainer
+    stage: Stage = Stage.pretrain
+    train_iters: int = MISSING
+    micro_batch_size: int = MISSING
+    global_batch_size: int = MISSING
+    seq_length: int = MISSING
+    lr: float = MISSING
+    min_lr: float = 0.0
+    warmup_iters: int = 0
+    lr_decay_style: LrDecayStyle = LrDecayStyle.cosine
+    lr_decay_iters: Optional[int] = None  # null: train_iters
+    weight_decay: float = 0.1
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.95
+    adam_eps: float = 1e-8
+    clip_grad: float = 1.0  # 0: no clipping
+    precision: Precision = Precision.bf16
+    seed: int = 1234
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    log: LogConfig = field(default_factory=LogConfig)

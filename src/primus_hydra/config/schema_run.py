@@ -1,0 +1,91 @@
+"""Schemas of the run-level groups: platform, backend, task, launch, patches."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from omegaconf import MISSING
+
+
+@dataclass
+class PlatformConfig:
+    name: str = MISSING
+    env: Dict[str, str] = field(default_factory=dict)  # applied with setdefault semantics before workers start
+    device: str = "auto"  # auto | cpu | cuda (ROCm builds of torch report as cuda)
+    gpus_per_node: Any = "auto"  # "auto" (detected) or an integer
+    peak_tflops_per_device: Optional[float] = None  # dense bf16 peak for MFU; null: measured on CPU, unknown on GPU
+
+
+@dataclass
+class LaunchConfig:
+    """Process layout of the job. Multi-process launch arrives with the elastic-launch work."""
+
+    nnodes: int = 1
+    nproc_per_node: Any = 1
+
+
+@dataclass
+class TaskConfig:
+    _target_: str = MISSING
+    name: str = MISSING
+    dry_run: bool = False  # stop after build_args and write the backend's final arguments to the run dir
+
+
+@dataclass
+class PatchesConfig:
+    enabled: str = "all"  # all | none | comma-separated patch ids (PRIMUS_PATCHES overrides when set)
+    modules: List[str] = field(default_factory=list)  # extra modules that register patches (imported by the callback)
+
+
+@dataclass
+class BackendConfig:
+    """Fields every backend option has; each backend extends it with its own typed knobs."""
+
+    _target_: str = MISSING  # the BackendAdapter class
+    name: str = MISSING
+    path: Optional[str] = None  # source tree to put on sys.path (then $BACKEND_PATH, third_party/<dir>, cache)
+    trainer: Optional[str] = None  # trainer class override; null: the adapter picks one by module.stage
+    extra_args: Dict[str, Any] = field(default_factory=dict)  # native arguments passed through as they are
+
+
+@dataclass
+class TorchBackendConfig(BackendConfig):
+    compile: bool = False  # torch.compile the model
+    num_threads: Optional[int] = None  # torch intra-op threads; null: leave torch's default
+    deterministic: bool = True  # torch.use_deterministic_algorithms on CPU
+
+
+@dataclass
+class MegatronBackendConfig(BackendConfig):
+    transformer_impl: str = "transformer_engine"  # transformer_engine | local
+    use_distributed_optimizer: bool = True
+    recompute_granularity: Optional[str] = None  # null | full | selective
+    tokenizer_type: str = "HuggingFaceTokenizer"
+    tokenizer_model: Optional[str] = None
+
+
+@dataclass
+class TorchTitanBackendConfig(BackendConfig):
+    flavor: Optional[str] = None  # torchtitan model flavor name; null: derived from the model preset
+    compile: bool = False
+    activation_checkpoint: str = "selective"  # none | selective | full
+    tokenizer_path: Optional[str] = None
+
+
+@dataclass
+class MaxTextBackendConfig(BackendConfig):
+    model_name: Optional[str] = None  # MaxText model name; null: derived from the model preset
+    attention: str = "dot_product"
+    remat_policy: str = "full"
+
+
+@dataclass
+class MegatronBridgeBackendConfig(BackendConfig):
+    recipe: Optional[str] = None  # Megatron-Bridge recipe name; null: derived from the model preset
+    hf_model_id: Optional[str] = None
+    peft: Optional[str] = None  # null | lora | dora
+
+
+@dataclass
+class HummingbirdXTBackendConfig(BackendConfig):
+    model_name_or_path: Optional[str] = None

@@ -1,0 +1,32 @@
+"""User-facing errors: each one is a single line saying what was wrong, what is allowed and how to fix it."""
+from __future__ import annotations
+
+
+class PrimusError(Exception):
+    """An error the user can fix; the CLI prints it as `error: <line>` and exits with code 2."""
+
+    exit_code = 2
+
+
+class ConfigValidationError(PrimusError):
+    """One or more cross-field rules failed; each failure is one line."""
+
+    def __init__(self, failures: list[str]):
+        self.failures = list(failures)
+        super().__init__("\n".join(self.failures))
+
+
+class BackendUnavailableError(PrimusError):
+    """The selected backend's library cannot be imported."""
+
+
+class DataError(PrimusError):
+    """A data path is missing, empty or corrupt."""
+
+
+class CheckpointError(PrimusError):
+    """A checkpoint to resume or load is missing or corrupt, or saving would overwrite one."""
+
+
+class PatchError(PrimusError):
+    """A patch failed to register or to run, and it was not declared optional."""
