@@ -1,0 +1,1 @@
+"""Backend adapters (one package per backend). Importing an adapter module never imports its library."""

@@ -1,0 +1,265 @@
+"""Cross-field validation, run on the composed config before anything expensive starts.
+
+Every rule adds one line naming the keys and values involved and what would be allowed; all failures are
+reported together. Pure Python: reads the config, touches no files except to check that data paths exist.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, List
+
+from omegaconf import DictConfig, OmegaConf
+
+from primus_hydra.errors import ConfigValidationError
+
+Rule = Callable[[DictConfig, List[str]], None]
+_RULES: list[Rule] = []
+
+
+def rule(fn: Rule) -> Rule:
+    _RULES.append(fn)
+    return fn
+
+
+def validate_config(cfg: DictConfig, world_size: int | None = None) -> None:
+    """Raise ConfigValidationError listing every failed rule. world_size: the job's, if already known."""
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    failures = [f"{key}: mandatory value is missing (???); set it on the command line, e.g. {key}=..." for key in missing]
+    if failures:  # the other rules need complete values
+        raise ConfigValidationError(failures)
+    _check_unknown_keys(cfg, "", failures)
+    if failures:
+        raise ConfigValidationError(failures)
+    for check in _RULES:
+        check(cfg, failures)
+    dp_failure = _check_world_layout(cfg, world_size)
+    if dp_failure:
+        failures.append(dp_failure)
+    if failures:
+        raise ConfigValidationError(failures)
+
+
+def _check_unknown_keys(node: DictConfig, prefix: str, failures: list[str]) -> None:
+    """`+key=value` bypasses struct mode; a key that its schema does not declare is still an error here."""
+    schema = OmegaConf.get_type(node)
+    if dataclasses.is_dataclass(schema):
+        declared = {f.name for f in dataclasses.fields(schema)}
+        for key in node.keys():
+            if key not in declared:
+                failures.append(
+                    f"{prefix}{key}: unknown key (not in {schema.__name__}); allowed: {', '.join(sorted(declared))}"
+                )
+    for key in node.keys():
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and dataclasses.is_dataclass(OmegaConf.get_type(child)):
+            _check_unknown_keys(child, f"{prefix}{key}.", failures)
+
+
+def resolve_dp(cfg: DictConfig, world_size: int) -> int:
+    """module.parallel.dp: an explicit integer, or auto = world_size / (tp * pp * cp)."""
+    p = cfg.module.parallel
+    if str(p.dp) == "auto":
+        return world_size // (p.tp * p.pp * p.cp)
+    return int(p.dp)
+
+
+def configured_world_size(cfg: DictConfig) -> int:
+    nproc = cfg.launch.nproc_per_node
+    return int(cfg.launch.nnodes) * (int(nproc) if str(nproc).isdigit() else 1)
+
+
+def _check_world_layout(cfg: DictConfig, world_size: int | None) -> str | None:
+    p = cfg.module.parallel
+    world = world_size if world_size is not None else configured_world_size(cfg)
+    model_parallel = p.tp * p.pp * p.cp
+    if str(p.dp) != "auto" and not str(p.dp).isdigit():
+        return f"module.parallel.dp={p.dp}: must be 'auto' or a positive integer"
+    if world % model_parallel:
+        return (
+            f"world size {world} (launch.nnodes x launch.nproc_per_node) is not divisible by "
+            f"tp*pp*cp = {p.tp}*{p.pp}*{p.cp} = {model_parallel}"
+        )
+    dp = resolve_dp(cfg, world)
+    if dp < 1 or dp * model_parallel != world:
+        return (
+            f"world size {world} != tp*pp*cp*dp = {p.tp}*{p.pp}*{p.cp}*{dp}; "
+            f"set module.parallel.dp=auto or {world // model_parallel}"
+        )
+    m = cfg.module
+    if m.global_batch_size % (m.micro_batch_size * dp):
+        return (
+            f"module.global_batch_size={m.global_batch_size} is not divisible by "
+            f"module.micro_batch_size*dp = {m.micro_batch_size}*{dp} = {m.micro_batch_size * dp}"
+        )
+    if p.ep > 1 and (world // p.pp) % p.ep:
+        return f"module.parallel.ep={p.ep} must divide the ranks of one pipeline stage (world/pp = {world // p.pp})"
+    return None
+
+
+@rule
+def _positive_sizes(cfg: DictConfig, failures: list[str]) -> None:
+    positive = {
+        "model.hidden_size": cfg.model.hidden_size,
+        "model.num_layers": cfg.model.num_layers,
+        "model.num_attention_heads": cfg.model.num_attention_heads,
+        "model.num_kv_heads": cfg.model.num_kv_heads,
+        "model.ffn_hidden_size": cfg.model.ffn_hidden_size,
+        "model.vocab_size": cfg.model.vocab_size,
+        "model.max_position_embeddings": cfg.model.max_position_embeddings,
+        "module.train_iters": cfg.module.train_iters,
+        "module.micro_batch_size": cfg.module.micro_batch_size,
+        "module.global_batch_size": cfg.module.global_batch_size,
+        "module.seq_length": cfg.module.seq_length,
+        "module.parallel.tp": cfg.module.parallel.tp,
+        "module.parallel.pp": cfg.module.parallel.pp,
+        "module.parallel.cp": cfg.module.parallel.cp,
+        "module.parallel.ep": cfg.module.parallel.ep,
+        "module.log.interval": cfg.module.log.interval,
+        "launch.nnodes": cfg.launch.nnodes,
+    }
+    for key, value in positive.items():
+        if value < 1:
+            failures.append(f"{key}={value}: must be >= 1")
+    non_negative = {
+        "module.warmup_iters": cfg.module.warmup_iters,
+        "module.checkpoint.interval": cfg.module.checkpoint.interval,
+        "module.weight_decay": cfg.module.weight_decay,
+        "module.clip_grad": cfg.module.clip_grad,
+        "module.min_lr": cfg.module.min_lr,
+    }
+    for key, value in non_negative.items():
+        if value < 0:
+            failures.append(f"{key}={value}: must be >= 0")
+    nproc = cfg.launch.nproc_per_node
+    if not (str(nproc) == "auto" or (str(nproc).isdigit() and int(nproc) >= 1)):
+        failures.append(f"launch.nproc_per_node={nproc}: must be 'auto' or an integer >= 1")
+
+
+@rule
+def _attention_heads(cfg: DictConfig, failures: list[str]) -> None:
+    model, tp = cfg.model, cfg.module.parallel.tp
+    heads, kv_heads = model.num_attention_heads, model.num_kv_heads
+    if heads < 1 or kv_heads < 1:
+        return
+    if model.head_dim is None and not model.mla.enabled and model.hidden_size % heads:
+        failures.append(
+            f"model.hidden_size={model.hidden_size} is not divisible by model.num_attention_heads={heads} "
+            f"(or set model.head_dim explicitly)"
+        )
+    if heads % kv_heads:
+        failures.append(
+            f"model.num_attention_heads={heads} is not divisible by model.num_kv_heads={kv_heads} (GQA groups must be equal)"
+        )
+    if tp >= 1 and heads % tp:
+        failures.append(f"module.parallel.tp={tp} does not divide model.num_attention_heads={heads}")
+    if tp >= 1 and kv_heads % tp and not model.mla.enabled:
+        failures.append(
+            f"module.parallel.tp={tp} does not divide model.num_kv_heads={kv_heads} (each TP rank needs whole KV heads)"
+        )
+
+
+@rule
+def _mixture_of_experts(cfg: DictConfig, failures: list[str]) -> None:
+    moe, ep = cfg.model.moe, cfg.module.parallel.ep
+    if moe.num_experts < 0:
+        failures.append(f"model.moe.num_experts={moe.num_experts}: must be >= 0 (0 = dense model)")
+        return
+    if moe.num_experts == 0:
+        if ep > 1:
+            failures.append(f"module.parallel.ep={ep} needs a MoE model, but model.moe.num_experts=0 ({cfg.model.name} is dense)")
+        return
+    if not 1 <= moe.top_k <= moe.num_experts:
+        failures.append(f"model.moe.top_k={moe.top_k}: must be between 1 and model.moe.num_experts={moe.num_experts}")
+    if moe.ffn_hidden_size < 1:
+        failures.append(f"model.moe.ffn_hidden_size={moe.ffn_hidden_size}: must be >= 1 for a MoE model")
+    if ep >= 1 and moe.num_experts % ep:
+        failures.append(f"module.parallel.ep={ep} does not divide model.moe.num_experts={moe.num_experts}")
+    if not 0 <= moe.first_dense_layers <= cfg.model.num_layers:
+        failures.append(
+            f"model.moe.first_dense_layers={moe.first_dense_layers}: must be between 0 and model.num_layers={cfg.model.num_layers}"
+        )
+    if moe.router_num_groups < 1 or moe.num_experts % moe.router_num_groups:
+        failures.append(
+            f"model.moe.router_num_groups={moe.router_num_groups} must divide model.moe.num_experts={moe.num_experts}"
+        )
+    elif not 1 <= moe.router_group_topk <= moe.router_num_groups:
+        failures.append(
+            f"model.moe.router_group_topk={moe.router_group_topk}: must be between 1 and router_num_groups={moe.router_num_groups}"
+        )
+
+
+@rule
+def _pipeline_layers(cfg: DictConfig, failures: list[str]) -> None:
+    layers, pp = cfg.model.num_layers, cfg.module.parallel.pp
+    if pp >= 1 and layers >= 1 and layers % pp:
+        failures.append(f"module.parallel.pp={pp} does not divide model.num_layers={layers} (each stage needs equal layers)")
+
+
+@rule
+def _sequence(cfg: DictConfig, failures: list[str]) -> None:
+    m, cp = cfg.module, cfg.module.parallel.cp
+    if m.seq_length > cfg.model.max_position_embeddings:
+        failures.append(
+            f"module.seq_length={m.seq_length} exceeds model.max_position_embeddings={cfg.model.max_position_embeddings}"
+        )
+    if cp > 1 and m.seq_length % (2 * cp):
+        failures.append(
+            f"module.seq_length={m.seq_length} must be divisible by 2*cp = {2 * cp} (context-parallel load balancing)"
+        )
+
+
+@rule
+def _learning_rate(cfg: DictConfig, failures: list[str]) -> None:
+    m = cfg.module
+    if m.lr <= 0:
+        failures.append(f"module.lr={m.lr}: must be > 0")
+    elif m.lr < m.min_lr:
+        failures.append(f"module.lr={m.lr} is below module.min_lr={m.min_lr}; lr must be >= min_lr")
+    if m.warmup_iters > m.train_iters:
+        failures.append(f"module.warmup_iters={m.warmup_iters} exceeds module.train_iters={m.train_iters}")
+    if m.lr_decay_iters is not None and m.lr_decay_iters < m.warmup_iters:
+        failures.append(f"module.lr_decay_iters={m.lr_decay_iters} is below module.warmup_iters={m.warmup_iters}")
+    for key in ("adam_beta1", "adam_beta2"):
+        if not 0.0 <= m[key] < 1.0:
+            failures.append(f"module.{key}={m[key]}: must be in [0, 1)")
+    if m.adam_eps <= 0:
+        failures.append(f"module.adam_eps={m.adam_eps}: must be > 0")
+
+
+@rule
+def _data(cfg: DictConfig, failures: list[str]) -> None:
+    data = cfg.module.data
+    source = str(getattr(data.source, "value", data.source))
+    if source == "text" and cfg.model.vocab_size < 256:
+        failures.append(f"model.vocab_size={cfg.model.vocab_size}: module.data.source=text uses byte tokens and needs >= 256")
+    if source == "tokens" and not data.path:
+        failures.append("module.data.path is required with module.data.source=tokens (a pre-tokenized token file)")
+    if data.token_dtype not in ("uint16", "uint32"):
+        failures.append(f"module.data.token_dtype={data.token_dtype}: allowed: uint16, uint32")
+    if source == "tokens" and data.token_dtype == "uint16" and cfg.model.vocab_size > 65536:
+        failures.append(
+            f"module.data.token_dtype=uint16 cannot hold ids of model.vocab_size={cfg.model.vocab_size}; use uint32"
+        )
+    num_workers = data.num_workers
+    if not (str(num_workers) == "auto" or (isinstance(num_workers, int) and num_workers >= 0)):
+        failures.append(f"module.data.num_workers={num_workers}: must be 'auto' or an integer >= 0")
+
+
+@rule
+def _platform(cfg: DictConfig, failures: list[str]) -> None:
+    platform = cfg.platform
+    if platform.device not in ("auto", "cpu", "cuda"):
+        failures.append(f"platform.device={platform.device}: allowed: auto, cpu, cuda")
+    peak = platform.peak_tflops_per_device
+    if peak is not None and not (isinstance(peak, (int, float)) and peak > 0):
+        failures.append(f"platform.peak_tflops_per_device={peak}: must be a positive number of TFLOP/s or null")
+    gpus = platform.gpus_per_node
+    if not (str(gpus) == "auto" or (isinstance(gpus, int) and gpus >= 0)):
+        failures.append(f"platform.gpus_per_node={gpus}: must be 'auto' or an integer >= 0")
+
+
+@rule
+def _patches(cfg: DictConfig, failures: list[str]) -> None:
+    enabled = str(cfg.patches.enabled).strip()
+    if not enabled:
+        failures.append("patches.enabled is empty; allowed: all, none, or a comma-separated list of patch ids")

@@ -1,0 +1,39 @@
+"""Imports the modules that register patches: the selected backend's built-in `patches` module, then the
+user's `patches.modules`. Import failures are recorded (the Hydra callback may not raise) and re-raised by
+the runtime before any phase runs."""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+from omegaconf import DictConfig
+
+from primus_hydra.errors import PatchError
+from primus_hydra.patches.registry import REGISTRY, PatchRegistry
+
+
+def patch_modules_for(cfg: DictConfig) -> list[str]:
+    modules = []
+    builtin = f"primus_hydra.backends.{cfg.backend.name}.patches"
+    if importlib.util.find_spec(f"primus_hydra.backends.{cfg.backend.name}") and importlib.util.find_spec(builtin):
+        modules.append(builtin)
+    modules.extend(str(name) for name in cfg.patches.modules)
+    return modules
+
+
+def load_patch_modules(cfg: DictConfig, registry: PatchRegistry = REGISTRY) -> None:
+    """Import every patch module once; record failures in registry.load_errors instead of raising."""
+    for module in patch_modules_for(cfg):
+        if module in registry.loaded_modules:
+            continue
+        try:
+            importlib.import_module(module)
+        except Exception as error:  # noqa: BLE001 - reported as one line by raise_load_errors
+            registry.load_errors.append(f"patches.modules: cannot import {module!r}: {type(error).__name__}: {error}")
+            continue
+        registry.loaded_modules.add(module)
+
+
+def raise_load_errors(registry: PatchRegistry = REGISTRY) -> None:
+    if registry.load_errors:
+        raise PatchError("\n".join(registry.load_errors))

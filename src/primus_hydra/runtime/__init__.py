@@ -1,0 +1,1 @@
+"""The worker-side runtime: who am I in the job, logging, and the PrimusRuntime lifecycle."""

@@ -1,0 +1,65 @@
+"""Who am I in the job: a torchrun/elastic worker, a Slurm task (srun), or a single process.
+
+Read from the environment only; nothing here imports torch or initializes a device.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class DistributedEnv:
+    launcher: str  # "single" | "torchrun" | "slurm"
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int = 29500
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def is_distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def _int(environ: Mapping[str, str], key: str, default: int) -> int:
+    value = environ.get(key)
+    return int(value) if value not in (None, "") else default
+
+
+def detect_distributed_env(environ: Mapping[str, str] = os.environ) -> DistributedEnv:
+    if "RANK" in environ and "WORLD_SIZE" in environ and "LOCAL_RANK" in environ:
+        # torchrun / torch elastic agent (also our own launcher later): the standard variables are complete
+        return DistributedEnv(
+            launcher="torchrun",
+            rank=_int(environ, "RANK", 0),
+            world_size=_int(environ, "WORLD_SIZE", 1),
+            local_rank=_int(environ, "LOCAL_RANK", 0),
+            local_world_size=_int(environ, "LOCAL_WORLD_SIZE", 1),
+            node_rank=_int(environ, "GROUP_RANK", 0),
+            master_addr=environ.get("MASTER_ADDR", "127.0.0.1"),
+            master_port=_int(environ, "MASTER_PORT", 29500),
+        )
+    if "SLURM_STEP_ID" in environ and "SLURM_PROCID" in environ:
+        # a task of an srun step (a bare sbatch script has no step id and is a single process)
+        world = _int(environ, "SLURM_STEP_NUM_TASKS", _int(environ, "SLURM_NTASKS", 1))
+        nodes = max(_int(environ, "SLURM_STEP_NUM_NODES", _int(environ, "SLURM_NNODES", 1)), 1)
+        job_id = _int(environ, "SLURM_JOB_ID", 0)
+        return DistributedEnv(
+            launcher="slurm",
+            rank=_int(environ, "SLURM_PROCID", 0),
+            world_size=world,
+            local_rank=_int(environ, "SLURM_LOCALID", 0),
+            local_world_size=max(world // nodes, 1),
+            node_rank=_int(environ, "SLURM_NODEID", 0),
+            master_addr=environ.get("MASTER_ADDR", ""),  # resolved from the nodelist by the Slurm launcher
+            master_port=_int(environ, "MASTER_PORT", 20000 + job_id % 40000),
+        )
+    return DistributedEnv(launcher="single")

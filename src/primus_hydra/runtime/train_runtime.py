@@ -1,0 +1,174 @@
+"""PrimusRuntime: the lifecycle of one training job in a worker process, top to bottom.
+
+validate -> env block -> distributed context -> rank logging -> adapter (backend._target_) -> patches loaded ->
+backend path -> prepare_backend -> convert_config -> patches(build_args) -> [dry run stops here] ->
+trainer (by _target_) -> patches(setup) -> setup -> init -> patches(before_train) -> train ->
+patches(after_train) -> cleanup. Any error: cleanup(on_error=True), logged to the run dir, re-raised.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+from hydra.utils import get_class
+from omegaconf import DictConfig
+
+from primus_hydra.backends.base import BackendAdapter, BaseTrainer
+from primus_hydra.config.validate import validate_config
+from primus_hydra.errors import ConfigValidationError, PatchError
+from primus_hydra.patches.loader import load_patch_modules, raise_load_errors
+from primus_hydra.patches.registry import REGISTRY, PatchContext, resolve_enabled_ids
+from primus_hydra.patches.runner import run_patches
+from primus_hydra.runtime.distributed_env import DistributedEnv, detect_distributed_env
+from primus_hydra.runtime.logging_setup import setup_rank_logging, teardown_rank_logging
+
+log = logging.getLogger(__name__)
+
+DRY_RUN_FILE = "backend_args.yaml"
+
+
+def apply_env_block(env: dict[str, str]) -> dict[str, str]:
+    """setdefault semantics: a variable already in the environment (the user's) wins. Returns what was set."""
+    applied = {}
+    for key, value in env.items():
+        if key not in os.environ:
+            os.environ[key] = str(value)
+            applied[key] = str(value)
+    return applied
+
+
+class PrimusRuntime:
+    def __init__(self, cfg: DictConfig, run_dir: Path, dist: Optional[DistributedEnv] = None):
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.dist = dist or detect_distributed_env()
+        self.phases: list[str] = []  # what ran, in order (logged, and read by tests)
+        self.adapter: Optional[BackendAdapter] = None
+        self.trainer: Optional[BaseTrainer] = None
+        self.backend_args: dict = {}
+
+    def run(self) -> Any:
+        validate_config(self.cfg, world_size=self.dist.world_size if self.dist.is_distributed else None)
+        log_handler = setup_rank_logging(self.dist, self.run_dir)
+        try:
+            return self._run_phases()
+        except BaseException as error:
+            log.error("run failed: %s: %s", type(error).__name__, error, exc_info=not isinstance(error, KeyboardInterrupt))
+            self._safe_cleanup()
+            raise
+        finally:
+            teardown_rank_logging(log_handler)
+
+    def _mark(self, phase: str) -> None:
+        self.phases.append(phase)
+        log.debug("runtime phase: %s", phase)
+
+    def _run_phases(self) -> Any:
+        cfg = self.cfg
+        self._mark("env")
+        applied = apply_env_block(dict(cfg.platform.env))
+        log.info(
+            "job: launcher=%s rank=%d world_size=%d run_dir=%s", self.dist.launcher, self.dist.rank,
+            self.dist.world_size, self.run_dir,
+        )
+        self._mark("adapter")
+        adapter_class = get_class(cfg.backend._target_)
+        self.adapter = adapter = adapter_class(cfg=cfg, run_dir=self.run_dir, dist=self.dist)
+        applied.update(apply_env_block(adapter.env_defaults()))
+        if applied:
+            log.info("env set: %s", ", ".join(f"{k}={v}" for k, v in sorted(applied.items())))
+        backend_failures = adapter.validate()
+        if backend_failures:
+            raise ConfigValidationError(backend_failures)
+        enabled_ids = self._load_patches()
+
+        self._mark("backend_path")
+        path = adapter.setup_backend_path()
+        if path:
+            log.info("backend %s: using source tree %s", adapter.name, path)
+        dry_run = bool(cfg.task.dry_run)
+        if not dry_run:  # a dry run only translates arguments: the library need not be installed
+            self._mark("prepare_backend")
+            adapter.prepare_backend()
+        self._mark("convert_config")
+        self.backend_args = adapter.convert_config()
+        version = adapter.detect_backend_version()
+        ctx = PatchContext(
+            backend=adapter.name, phase="build_args", backend_version=version, cfg=cfg,
+            run_dir=self.run_dir, backend_args=self.backend_args,
+        )
+        self._patch_phase(ctx, "build_args", enabled_ids)
+        if dry_run:
+            return self._write_dry_run()
+
+        self._mark("trainer")
+        trainer_class = get_class(cfg.backend.trainer) if cfg.backend.trainer else adapter.load_trainer_class(
+            str(getattr(cfg.module.stage, "value", cfg.module.stage))
+        )
+        self.trainer = trainer = trainer_class(self.backend_args, cfg, self.run_dir, self.dist)
+        ctx.trainer = trainer
+        self._patch_phase(ctx, "setup", enabled_ids)
+        self._mark("setup")
+        trainer.setup()
+        self._mark("init")
+        trainer.init()
+        self._patch_phase(ctx, "before_train", enabled_ids)
+        self._mark("train")
+        result = trainer.train()
+        self._patch_phase(ctx, "after_train", enabled_ids)
+        self._mark("cleanup")
+        self.trainer = None  # cleaned up normally: no second cleanup on a later error
+        trainer.cleanup(on_error=False)
+        return result
+
+    def _load_patches(self) -> Optional[set[str]]:
+        load_patch_modules(self.cfg)
+        raise_load_errors()
+        enabled_ids = resolve_enabled_ids(str(self.cfg.patches.enabled))
+        if enabled_ids:
+            unknown = sorted(enabled_ids - REGISTRY.ids())
+            if unknown:
+                raise PatchError(
+                    f"PRIMUS_PATCHES / patches.enabled name unknown patch ids: {', '.join(unknown)}; "
+                    f"known: {', '.join(sorted(REGISTRY.ids())) or 'none'}"
+                )
+        return enabled_ids
+
+    def _patch_phase(self, ctx: PatchContext, phase: str, enabled_ids: Optional[set[str]]) -> None:
+        ctx.phase = phase
+        self._mark(f"patches:{phase}")
+        run_patches(ctx, enabled_ids)
+
+    def _write_dry_run(self) -> Path:
+        self._mark("dry_run")
+        target = self.run_dir / DRY_RUN_FILE
+        if self.dist.is_main:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            text = yaml.safe_dump(_plain(self.backend_args), sort_keys=False, default_flow_style=False)
+            target.write_text(f"# backend={self.adapter.name}: final arguments after build_args patches\n{text}")
+            log.info("dry run: backend arguments written to %s", target)
+            print(f"dry run: {self.adapter.name} arguments written to {target}")
+        return target
+
+    def _safe_cleanup(self) -> None:
+        if self.trainer is None:
+            return
+        try:
+            self.trainer.cleanup(on_error=True)
+        except Exception:  # noqa: BLE001 - the original error matters more
+            log.exception("cleanup(on_error=True) failed as well")
+        self.trainer = None
+
+
+def _plain(value: Any) -> Any:
+    """Dicts/lists/scalars only, so that the dump is plain YAML (paths and enums become strings)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(getattr(value, "value", value))
