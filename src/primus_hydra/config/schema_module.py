@@ -71,6 +71,7 @@ class ModuleConfig:
     name: str = MISSING  # pre_trainer | post_trainer
     stage: Stage = Stage.pretrain
     train_iters: int = MISSING
+    exit_interval: Optional[int] = None  # stop early (after a checkpoint) at the first step divisible by this
     micro_batch_size: int = MISSING
     global_batch_size: int = MISSING
     seq_length: int = MISSING

@@ -1,0 +1,153 @@
+"""What the adapters of the external backends (megatron, torchtitan, maxtext, megatron_bridge, hummingbirdxt)
+share: the job's data-parallel layout, plain values out of the typed config, `backend.extra_args` merged last,
+the base adapter (trainer choice by module.stage, source sub-folders on sys.path) and the placeholder trainer
+of backends whose training loop is not integrated yet.
+
+Nothing here imports torch or a backend library: adapters are imported on the launcher side too.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from hydra.utils import get_class
+from omegaconf import DictConfig, OmegaConf
+
+from primus_hydra.backends.base import BackendAdapter, BaseTrainer
+from primus_hydra.config.validate import configured_world_size, resolve_dp
+from primus_hydra.errors import BackendUnavailableError, ConfigValidationError
+
+
+def enum_value(value: Any) -> Any:
+    """An Enum member as its value ("bf16"), anything else unchanged."""
+    return getattr(value, "value", value)
+
+
+def plain(node: Any) -> Any:
+    """A config node as plain dicts/lists/scalars (enums as strings); scalars pass through."""
+    if isinstance(node, DictConfig) or OmegaConf.is_list(node):
+        return OmegaConf.to_container(node, resolve=True, enum_to_str=True)
+    return enum_value(node)
+
+
+@dataclass(frozen=True)
+class ParallelLayout:
+    """How the job's ranks split: world = tp * pp * cp * dp; a global batch = micro * dp * grad_accum."""
+
+    world_size: int
+    dp: int
+    grad_accum: int
+
+
+def parallel_layout(cfg: DictConfig, world_size: int) -> ParallelLayout:
+    m = cfg.module
+    dp = resolve_dp(cfg, world_size)
+    return ParallelLayout(world_size, dp, m.global_batch_size // (m.micro_batch_size * dp))
+
+
+def job_world_size(cfg: DictConfig, dist) -> int:
+    """The launched world size inside a job, else the configured one (dry runs and tests run in one process)."""
+    return dist.world_size if dist.is_distributed else configured_world_size(cfg)
+
+
+def merge_extra_args(native: dict, extra: Any) -> dict:
+    """`backend.extra_args` on top of the translated arguments (the user wins); nested dicts merge key by key."""
+    merged = dict(native)
+    for key, value in (plain(extra) or {}).items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge_extra_args(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def wants_checkpoints(cfg: DictConfig) -> bool:
+    """Whether the run saves any checkpoint (periodically or at the end)."""
+    ckpt = cfg.module.checkpoint
+    return bool(ckpt.interval or ckpt.save_final)
+
+
+def checkpoint_load_path(cfg: DictConfig) -> Optional[str]:
+    """The checkpoint to start from: module.checkpoint.load (weights only) or an explicit resume path."""
+    ckpt = cfg.module.checkpoint
+    if ckpt.load:
+        return str(ckpt.load)
+    if ckpt.resume not in (None, "auto"):
+        return str(ckpt.resume)
+    return None
+
+
+def size_tag(model_name: str) -> Optional[str]:
+    """The size in a preset name, upper-cased as torchtitan/Megatron-Bridge flavors write it: llama3.1_8b -> 8B."""
+    match = re.search(r"(\d+(?:x\d+)?(?:\.\d+)?[bm](?:_a\d+(?:\.\d+)?b)?)$", model_name, re.IGNORECASE)
+    return match.group(1).upper().replace("_", "-").replace("X", "x") if match else None
+
+
+class ExternalBackendAdapter(BackendAdapter):
+    """An adapter whose trainer lives in its package's trainer.py, chosen by module.stage.
+
+    Subclasses set `trainer_classes` ({stage: "module.Class"}) and, for source checkouts whose importable
+    package sits in a sub-folder (e.g. maxtext's src/), `source_subdirs`.
+    """
+
+    trainer_classes: dict[str, str] = {}
+    source_subdirs: tuple[str, ...] = ()
+
+    @property
+    def stage(self) -> str:
+        return str(enum_value(self.cfg.module.stage))
+
+    @property
+    def world_size(self) -> int:
+        return job_world_size(self.cfg, self.dist)
+
+    def setup_backend_path(self) -> Optional[Path]:
+        path = super().setup_backend_path()
+        for subdir in self.source_subdirs if path else ():
+            candidate = path / subdir
+            if candidate.is_dir() and str(candidate) not in sys.path:
+                sys.path.insert(0, str(candidate))
+        return path
+
+    def validate(self) -> list[str]:
+        failures = []
+        if self.stage not in self.trainer_classes:
+            failures.append(
+                f"module.stage={self.stage}: backend={self.name} supports {', '.join(self.trainer_classes)}; "
+                f"choose a module preset with one of those stages"
+            )
+        data = self.cfg.module.data
+        if str(enum_value(data.source)) == "text" and not data.path:
+            # the stdlib-sources fallback is a feature of the built-in torch backend only
+            failures.append(
+                f"module.data.source=text needs module.data.path with backend={self.name} (only backend=torch "
+                f"falls back to Python's own sources); set module.data.source=mock or module.data.path=..."
+            )
+        return failures
+
+    def load_trainer_class(self, stage: str) -> type[BaseTrainer]:
+        if stage not in self.trainer_classes:
+            raise ConfigValidationError([f"module.stage={stage}: backend={self.name} supports {', '.join(self.trainer_classes)}"])
+        return get_class(self.trainer_classes[stage])
+
+
+class PendingIntegrationTrainer(BaseTrainer):
+    """The trainer of a backend whose training loop is not wired up yet: it says so at setup, in one line."""
+
+    backend = ""
+    library = ""  # what a real run would drive, e.g. "Megatron-LM"
+
+    def setup(self) -> None:
+        raise BackendUnavailableError(
+            f"backend={self.backend}: training through {self.library} is not integrated yet in this release; "
+            f"task.dry_run=true exports the translated arguments to {self.run_dir}/backend_args.yaml"
+        )
+
+    def init(self) -> None:
+        self.setup()
+
+    def train(self) -> Any:
+        self.setup()

@@ -1,0 +1,48 @@
+"""backend=megatron: the canonical config as Megatron-LM's argument namespace (args.py) and its rules."""
+from __future__ import annotations
+
+from primus_hydra.backends.common_args import ExternalBackendAdapter, enum_value
+from primus_hydra.backends.megatron.args import build_megatron_args
+
+TRANSFORMER_IMPLS = ("transformer_engine", "local")
+RECOMPUTE_GRANULARITIES = ("full", "selective")
+
+
+class MegatronAdapter(ExternalBackendAdapter):
+    name = "megatron"
+    import_name = "megatron.training"  # the megatron-core wheel ships megatron.core only
+    distribution = "megatron-core"
+    third_party_dir = "Megatron-LM"
+    install_hint = (
+        "Install megatron-core (pip install megatron-core) and provide a Megatron-LM checkout for megatron.training "
+        "via backend.path=<dir>, $BACKEND_PATH or third_party/Megatron-LM."
+    )
+    trainer_classes = {
+        "pretrain": "primus_hydra.backends.megatron.trainer.MegatronPretrainTrainer",
+        "sft": "primus_hydra.backends.megatron.trainer.MegatronSFTTrainer",
+    }
+
+    def validate(self) -> list[str]:
+        failures = super().validate()
+        cfg, backend, p = self.cfg, self.cfg.backend, self.cfg.module.parallel
+        if backend.transformer_impl not in TRANSFORMER_IMPLS:
+            failures.append(f"backend.transformer_impl={backend.transformer_impl}: allowed: {', '.join(TRANSFORMER_IMPLS)}")
+        if backend.recompute_granularity not in (None, *RECOMPUTE_GRANULARITIES):
+            failures.append(
+                f"backend.recompute_granularity={backend.recompute_granularity}: allowed: null, {', '.join(RECOMPUTE_GRANULARITIES)}"
+            )
+        if p.fsdp:  # Megatron's own asserts for --use-torch-fsdp2, reported before any GPU starts
+            if p.pp > 1 or p.ep > 1:
+                failures.append(f"module.parallel.fsdp=true: Megatron's torch FSDP2 supports pp=1 and ep=1 only (pp={p.pp}, ep={p.ep})")
+            if cfg.model.tie_embeddings:
+                failures.append("module.parallel.fsdp=true: Megatron's torch FSDP2 needs untied embeddings (model.tie_embeddings=false)")
+        mock = str(enum_value(cfg.module.data.source)) == "mock"
+        if not mock and backend.tokenizer_type == "HuggingFaceTokenizer" and not backend.tokenizer_model:
+            failures.append(
+                "backend.tokenizer_model is required with backend.tokenizer_type=HuggingFaceTokenizer and real data; "
+                "set it to a Hugging Face model id or path (or use module.data.source=mock)"
+            )
+        return failures
+
+    def convert_config(self) -> dict:
+        return build_megatron_args(self.cfg, self.world_size)

@@ -1,0 +1,207 @@
+"""The canonical config as Megatron-LM arguments: flat argparse destinations of
+megatron/training/arguments.py (`--disable-bias-linear` is the dest `add_bias_linear`, and so on), the
+namespace Megatron's own `parse_args` would produce. `backend.extra_args` is merged last (the user wins).
+
+Paths that depend on the run directory (save, load, tensorboard_dir) and the mock-data tokenizer are set by the
+build_args patches in patches.py, so that a user can see and switch them off by id.
+"""
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from primus_hydra.backends.common_args import (
+    ParallelLayout,
+    checkpoint_load_path,
+    enum_value,
+    merge_extra_args,
+    parallel_layout,
+    wants_checkpoints,
+)
+from primus_hydra.config.model_math import attention_head_dim
+
+
+def build_megatron_args(cfg: DictConfig, world_size: int) -> dict:
+    layout = parallel_layout(cfg, world_size)
+    args: dict = {}
+    args.update(model_args(cfg.model))
+    args.update(moe_args(cfg.model))
+    args.update(mla_args(cfg.model))
+    args.update(training_args(cfg.module))
+    args.update(parallel_args(cfg, layout))
+    args.update(data_args(cfg))
+    args.update(checkpoint_and_logging_args(cfg))
+    return merge_extra_args(args, cfg.backend.extra_args)
+
+
+def model_args(model: DictConfig) -> dict:
+    args = {
+        "num_layers": model.num_layers,
+        "hidden_size": model.hidden_size,
+        "ffn_hidden_size": model.ffn_hidden_size,
+        "num_attention_heads": model.num_attention_heads,
+        "group_query_attention": model.num_kv_heads < model.num_attention_heads,
+        "num_query_groups": model.num_kv_heads,
+        "max_position_embeddings": model.max_position_embeddings,
+        "position_embedding_type": "rope",
+        "rotary_base": int(model.rope_theta),  # Megatron parses --rotary-base as int
+        "rotary_percent": 1.0,
+        "normalization": "RMSNorm",
+        "norm_epsilon": model.norm_eps,
+        "swiglu": True,
+        "untie_embeddings_and_output_weights": not model.tie_embeddings,
+        "add_bias_linear": False,  # dest of --disable-bias-linear
+        "add_qkv_bias": model.qkv_bias,
+        # MLA normalises the q/kv latents (DeepSeek's q_a/kv_a layernorms) through the same switch
+        "qk_layernorm": model.qk_norm or model.mla.enabled,
+        "init_method_std": model.init_std,
+        "vocab_size": model.vocab_size,
+        "make_vocab_size_divisible_by": 128,
+        # the presets are dropout-free; Megatron's defaults are 0.1
+        "hidden_dropout": 0.0,
+        "attention_dropout": 0.0,
+    }
+    if model.head_dim is not None:
+        args["kv_channels"] = model.head_dim
+    elif model.mla.enabled:
+        args["kv_channels"] = model.mla.qk_nope_head_dim  # what Primus's deepseek presets set
+    else:
+        args["kv_channels"] = attention_head_dim(model)
+    args.update(rope_scaling_args(model))
+    return args
+
+
+def rope_scaling_args(model: DictConfig) -> dict:
+    scaling = model.rope_scaling
+    kind = str(enum_value(scaling.type))
+    if kind == "llama3":  # Megatron's llama3.x scaling hard-codes low/high freq factors 1 and 4, original length 8192
+        return {"use_rope_scaling": True, "rope_scaling_factor": scaling.factor}
+    if kind == "linear":
+        return {"rotary_seq_len_interpolation_factor": int(scaling.factor)}
+    if kind == "yarn":  # YaRN is wired to multi-latent attention in Megatron (rope_type=yarn)
+        return {
+            "rope_type": "yarn",
+            "rotary_scaling_factor": scaling.factor,
+            "mscale": scaling.mscale,
+            "mscale_all_dim": scaling.mscale_all_dim,
+        }
+    return {}
+
+
+def moe_args(model: DictConfig) -> dict:
+    moe = model.moe
+    if moe.num_experts == 0:
+        return {}
+    score_function = str(enum_value(moe.router_score_function))
+    shared_ffn = moe.shared_expert_ffn_hidden_size or moe.shared_experts * moe.ffn_hidden_size
+    dense, sparse = moe.first_dense_layers, model.num_layers - moe.first_dense_layers
+    return {
+        "num_experts": moe.num_experts,
+        "moe_router_topk": moe.top_k,
+        "moe_ffn_hidden_size": moe.ffn_hidden_size,
+        "moe_shared_expert_intermediate_size": shared_ffn or None,
+        # a leading run of dense layers is written as Megatron's layer pattern (1 = MoE layer)
+        "moe_layer_freq": f"([0]*{dense}+[1]*{sparse})" if dense else 1,
+        "moe_router_score_function": score_function,
+        # softmax over all experts without renormalising the top-k (DeepSeek-V2, Qwen2-MoE) is Megatron's
+        # pre-softmax routing; sigmoid scores are always renormalised by Megatron
+        "moe_router_pre_softmax": score_function == "softmax" and not moe.router_norm_topk_prob,
+        "moe_router_topk_scaling_factor": moe.router_topk_scaling_factor,
+        "moe_router_num_groups": moe.router_num_groups if moe.router_num_groups > 1 else None,
+        "moe_router_group_topk": moe.router_group_topk if moe.router_num_groups > 1 else None,
+        "moe_router_enable_expert_bias": moe.router_enable_expert_bias,
+        "moe_router_bias_update_rate": moe.router_bias_update_rate,
+        "moe_router_load_balancing_type": str(enum_value(moe.load_balancing_type)),
+        "moe_aux_loss_coeff": moe.aux_loss_coeff,
+        "moe_z_loss_coeff": moe.z_loss_coeff or None,
+        "moe_expert_capacity_factor": moe.capacity_factor,
+        "moe_token_dispatcher_type": "alltoall",  # the dispatcher Megatron recommends with expert parallelism
+    }
+
+
+def mla_args(model: DictConfig) -> dict:
+    mla = model.mla
+    if not mla.enabled:
+        return {}
+    return {
+        "multi_latent_attention": True,
+        "q_lora_rank": mla.q_lora_rank,
+        "kv_lora_rank": mla.kv_lora_rank,
+        "qk_head_dim": mla.qk_nope_head_dim,  # Megatron: q_head_dim = qk_head_dim + qk_pos_emb_head_dim
+        "qk_pos_emb_head_dim": mla.qk_rope_head_dim,
+        "v_head_dim": mla.v_head_dim,
+    }
+
+
+def training_args(m: DictConfig) -> dict:
+    precision = str(enum_value(m.precision))
+    return {
+        "micro_batch_size": m.micro_batch_size,
+        "global_batch_size": m.global_batch_size,
+        "seq_length": m.seq_length,
+        "train_iters": m.train_iters,
+        "exit_interval": m.get("exit_interval"),
+        "optimizer": "adam",  # Megatron's adam is AdamW (decoupled weight decay)
+        "lr": m.lr,
+        "min_lr": m.min_lr,
+        "lr_warmup_iters": m.warmup_iters,
+        "lr_decay_style": str(enum_value(m.lr_decay_style)),
+        "lr_decay_iters": m.lr_decay_iters or m.train_iters,
+        "weight_decay": m.weight_decay,
+        "adam_beta1": m.adam_beta1,
+        "adam_beta2": m.adam_beta2,
+        "adam_eps": m.adam_eps,
+        "clip_grad": m.clip_grad,
+        "bf16": precision == "bf16",
+        "fp16": False,
+        "seed": m.seed,
+    }
+
+
+def parallel_args(cfg: DictConfig, layout: ParallelLayout) -> dict:
+    p, backend = cfg.module.parallel, cfg.backend
+    args = {
+        "tensor_model_parallel_size": p.tp,
+        "pipeline_model_parallel_size": p.pp,
+        "context_parallel_size": p.cp,
+        "expert_model_parallel_size": p.ep,
+        "sequence_parallel": p.sequence_parallel,
+        "use_distributed_optimizer": backend.use_distributed_optimizer,
+        "transformer_impl": backend.transformer_impl,
+    }
+    if p.fsdp:
+        # Megatron rejects torch FSDP2 together with its distributed optimizer and gradient-accumulation fusion
+        args.update(use_torch_fsdp2=True, use_distributed_optimizer=False, gradient_accumulation_fusion=False)
+    if backend.recompute_granularity:
+        args["recompute_granularity"] = backend.recompute_granularity
+        if backend.recompute_granularity == "full":  # full recompute needs a method; one layer per unit
+            args.update(recompute_method="uniform", recompute_num_layers=1)
+    return args
+
+
+def data_args(cfg: DictConfig) -> dict:
+    data, backend = cfg.module.data, cfg.backend
+    num_workers = data.num_workers
+    args = {
+        "mock_data": str(enum_value(data.source)) == "mock",
+        # a Megatron indexed dataset prefix (<prefix>.bin / <prefix>.idx)
+        "data_path": [str(data.path)] if data.path else None,
+        "tokenizer_type": backend.tokenizer_type,
+        "tokenizer_model": backend.tokenizer_model,
+    }
+    if isinstance(num_workers, int):
+        args["num_workers"] = num_workers
+    return args
+
+
+def checkpoint_and_logging_args(cfg: DictConfig) -> dict:
+    ckpt, log = cfg.module.checkpoint, cfg.module.log
+    load = checkpoint_load_path(cfg)
+    return {
+        # default: <run_dir>/checkpoints (patch megatron.args.checkpoint_path); Megatron saves at the end when set
+        "save": str(ckpt.dir) if ckpt.dir and wants_checkpoints(cfg) else None,
+        "save_interval": ckpt.interval or None,
+        "load": load,
+        "finetune": bool(ckpt.load),  # weights only: Megatron skips optimizer/rng state and restarts at iteration 0
+        "log_interval": log.interval,
+        "tensorboard_dir": None,  # patch megatron.args.tensorboard_path
+    }

@@ -1,0 +1,1 @@
+"""The built-in PyTorch backend (backend=torch): a native Llama-style model and training loop."""

@@ -1,0 +1,88 @@
+"""Token sources for the native trainer: mock (random), text (bytes of local text files), tokens (a memmap).
+
+Batches are a pure function of (seed, step, micro-batch index): resuming at step s needs no loader state, and
+a resumed run sees exactly the batches an uninterrupted run would.
+"""
+from __future__ import annotations
+
+import sysconfig
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+from primus_hydra.errors import DataError
+
+TEXT_SUFFIXES = {".py", ".txt", ".md", ".rst", ".json", ".yaml", ".yml", ".c", ".h", ".cfg", ".toml"}
+DEFAULT_TEXT_LIMIT_BYTES = 4 * 1024 * 1024  # ~4M byte tokens: far more than the default run reads; loads in a fraction of a second
+
+
+def default_text_corpus() -> Path:
+    """The Python standard library's own sources: present on every machine that runs us, no download."""
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def _text_files(root: Path) -> list[Path]:
+    if root.is_file():
+        return [root]
+    return sorted(p for p in root.rglob("*") if p.suffix in TEXT_SUFFIXES and p.is_file() and "site-packages" not in p.parts)
+
+
+def load_text_bytes(path: Optional[str], limit_bytes: int = DEFAULT_TEXT_LIMIT_BYTES) -> np.ndarray:
+    root = Path(path).expanduser() if path else default_text_corpus()
+    if not root.exists():
+        raise DataError(f"module.data.path={root}: no such file or folder (source=text wants text files)")
+    chunks, total = [], 0
+    for file in _text_files(root):
+        data = file.read_bytes()[: limit_bytes - total]
+        chunks.append(np.frombuffer(data, dtype=np.uint8))
+        total += len(data)
+        if total >= limit_bytes:
+            break
+    if total == 0:
+        raise DataError(f"module.data.path={root}: no text found (looked for {', '.join(sorted(TEXT_SUFFIXES))} files)")
+    return np.concatenate(chunks)
+
+
+def load_token_file(path: str, dtype: str, vocab_size: int) -> np.ndarray:
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise DataError(f"module.data.path={file}: no such token file (source=tokens wants a flat {dtype} array)")
+    itemsize = np.dtype(dtype).itemsize
+    size = file.stat().st_size
+    if size == 0 or size % itemsize:
+        raise DataError(f"module.data.path={file}: {size} bytes is not a whole number of {dtype} tokens (corrupt?)")
+    tokens = np.memmap(file, dtype=dtype, mode="r")
+    probe = np.asarray(tokens[: min(len(tokens), 1 << 20)])
+    if probe.max(initial=0) >= vocab_size:
+        raise DataError(
+            f"module.data.path={file}: token id {int(probe.max())} >= model.vocab_size={vocab_size} (wrong token_dtype or tokenizer?)"
+        )
+    return tokens
+
+
+class TokenBatches:
+    """Random windows of seq_length + 1 tokens; inputs are the first seq_length, targets the last."""
+
+    def __init__(self, source: str, path: Optional[str], token_dtype: str, vocab_size: int, seq_length: int, seed: int):
+        self.source, self.vocab_size, self.seq_length, self.seed = source, vocab_size, seq_length, seed
+        self.tokens: Optional[np.ndarray] = None
+        if source == "text":
+            self.tokens = load_text_bytes(path)
+        elif source == "tokens":
+            self.tokens = load_token_file(path, token_dtype, vocab_size)
+        if self.tokens is not None and len(self.tokens) <= seq_length + 1:
+            raise DataError(
+                f"module.data.path={path}: {len(self.tokens)} tokens is too short for module.seq_length={seq_length}"
+            )
+
+    def batch(self, step: int, micro_index: int, batch_size: int, rank: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        rng = np.random.default_rng([self.seed, step, micro_index, rank])
+        if self.tokens is None:  # mock
+            window = rng.integers(0, self.vocab_size, size=(batch_size, self.seq_length + 1), dtype=np.int64)
+        else:
+            starts = rng.integers(0, len(self.tokens) - self.seq_length - 1, size=batch_size)
+            window = np.stack([np.asarray(self.tokens[s : s + self.seq_length + 1], dtype=np.int64) for s in starts])
+        window = torch.from_numpy(window)
+        return window[:, :-1], window[:, 1:]

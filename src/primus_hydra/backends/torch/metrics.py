@@ -1,0 +1,105 @@
+"""Per-step metrics on rank 0: metrics.jsonl (every step), TensorBoard, periodic log lines, and a loss-curve PNG."""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+log = logging.getLogger("primus_hydra.train")
+
+METRICS_FILE = "metrics.jsonl"
+LOSS_PLOT_FILE = "loss_curve.png"
+
+
+def measure_matmul_peak_tflops(device: torch.device, dtype: torch.dtype, seconds: float = 0.3) -> float:
+    """Achievable dense matmul TFLOP/s of this device: the MFU denominator when the platform gives no peak."""
+    size = 512
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    count, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        a @ b
+        count += 1
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return 2 * size**3 * count / (time.perf_counter() - start) / 1e12
+
+
+class MetricsLogger:
+    def __init__(self, run_dir: Path, enabled: bool, tensorboard: bool, log_interval: int, resuming: bool):
+        self.run_dir, self.enabled, self.log_interval = Path(run_dir), enabled, log_interval
+        self.path = self.run_dir / METRICS_FILE
+        self._file = None
+        self._tb = None
+        if not enabled:
+            return
+        # a fresh run never appends to (or truncates) another run's metrics; a resumed one continues them
+        self._file = open(self.path, "a" if resuming else "x", buffering=1)
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
+
+    def log_step(self, record: dict, total_steps: int) -> None:
+        if not self.enabled:
+            return
+        self._file.write(json.dumps(record) + "\n")
+        if self._tb is not None:
+            for key, value in record.items():
+                if key != "step" and isinstance(value, (int, float)):
+                    self._tb.add_scalar(f"train/{key}", value, record["step"])
+        step = record["step"]
+        if step % self.log_interval == 0 or step == total_steps or step == 1:
+            mfu = f" | MFU {record['mfu'] * 100:.1f}%" if record.get("mfu") is not None else ""
+            log.info(
+                "step %d/%d | loss %.4f | lr %.3e | grad_norm %.3f | %s tok/s | %.3f TFLOP/s%s",
+                step, total_steps, record["loss"], record["lr"], record["grad_norm"],
+                f"{record['tokens_per_s']:,.0f}", record["tflops"], mfu,
+            )
+
+    def close(self, plot: bool) -> Optional[Path]:
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+            if plot:
+                return plot_loss_curve(self.path, self.run_dir / LOSS_PLOT_FILE)
+        return None
+
+
+def read_metrics(path: Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def plot_loss_curve(metrics_path: Path, png_path: Path) -> Optional[Path]:
+    records = read_metrics(metrics_path)
+    if not records:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [r["step"] for r in records]
+    fig, (loss_ax, lr_ax) = plt.subplots(2, 1, figsize=(8, 6), sharex=True, height_ratios=[3, 1])
+    loss_ax.plot(steps, [r["loss"] for r in records], lw=1, color="tab:blue", label="train loss")
+    loss_ax.set_ylabel("loss")
+    loss_ax.grid(alpha=0.3)
+    loss_ax.legend()
+    lr_ax.plot(steps, [r["lr"] for r in records], lw=1, color="tab:orange")
+    lr_ax.set_ylabel("lr")
+    lr_ax.set_xlabel("step")
+    lr_ax.grid(alpha=0.3)
+    fig.suptitle(f"{metrics_path.parent.name}: loss {records[0]['loss']:.3f} -> {records[-1]['loss']:.3f}")
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=100)
+    plt.close(fig)
+    return png_path

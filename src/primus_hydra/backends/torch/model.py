@@ -1,0 +1,237 @@
+"""The native model: a Llama-style decoder (RMSNorm, RoPE, GQA or DeepSeek MLA, SwiGLU, optional MoE).
+
+Plain modules in the spirit of nanoGPT. Built on the meta device first, so that any zoo preset can be
+instantiated for counting without memory; `init_weights` runs after `to_empty` on the real device.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        normed = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
+        return normed.type_as(x) * self.weight
+
+
+# -- rotary position embeddings -----------------------------------------------------------------------------
+def _yarn_mscale(scale: float, mscale: float) -> float:
+    return 1.0 if scale <= 1 or mscale == 0 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def rope_inverse_frequencies(dim: int, theta: float, scaling) -> torch.Tensor:
+    inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    kind = str(scaling.type)
+    if kind == "linear":
+        return inv_freq / scaling.factor
+    if kind == "llama3":  # Llama 3.1: leave high frequencies, divide low ones, blend in between
+        old_len = scaling.original_max_position_embeddings
+        low_wavelen, high_wavelen = old_len / scaling.low_freq_factor, old_len / scaling.high_freq_factor
+        wavelen = 2 * math.pi / inv_freq
+        smooth = (old_len / wavelen - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor)
+        blended = (1 - smooth) * inv_freq / scaling.factor + smooth * inv_freq
+        scaled = torch.where(wavelen > low_wavelen, inv_freq / scaling.factor, blended)
+        return torch.where(wavelen < high_wavelen, inv_freq, scaled)
+    if kind == "yarn":  # DeepSeek V2/V3: interpolate low frequencies, extrapolate high ones, ramp between
+        def correction_dim(rotations: float) -> float:
+            return dim * math.log(scaling.original_max_position_embeddings / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+        low = max(math.floor(correction_dim(scaling.beta_fast)), 0)
+        high = min(math.ceil(correction_dim(scaling.beta_slow)), dim - 1)
+        ramp = ((torch.arange(dim // 2, dtype=torch.float64) - low) / max(high - low, 1e-3)).clamp(0, 1)
+        return inv_freq / scaling.factor * ramp + inv_freq * (1 - ramp)
+    return inv_freq
+
+
+def rope_attention_scale(scaling) -> float:
+    """YaRN scales cos/sin by mscale(factor, mscale) / mscale(factor, mscale_all_dim)."""
+    if str(scaling.type) != "yarn":
+        return 1.0
+    return _yarn_mscale(scaling.factor, scaling.mscale) / _yarn_mscale(scaling.factor, scaling.mscale_all_dim)
+
+
+class RotaryEmbedding(nn.Module):
+    def __init__(self, dim: int, theta: float, scaling):
+        super().__init__()
+        self.dim, self.theta, self.scaling = dim, theta, scaling
+        self._cache: dict = {}
+
+    def forward(self, seq_len: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        key = (seq_len, str(device))
+        if key not in self._cache:
+            inv_freq = rope_inverse_frequencies(self.dim, self.theta, self.scaling)
+            angles = torch.outer(torch.arange(seq_len, dtype=torch.float64), inv_freq)
+            angles = torch.cat([angles, angles], dim=-1)
+            scale = rope_attention_scale(self.scaling)
+            self._cache = {key: ((angles.cos() * scale).float().to(device), (angles.sin() * scale).float().to(device))}
+        return self._cache[key]
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: (batch, seq, heads, dim); rotate-half convention."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    cos, sin = cos[None, :, None, :], sin[None, :, None, :]
+    return (x.float() * cos + rotated.float() * sin).type_as(x)
+
+
+# -- attention ---------------------------------------------------------------------------------------------
+class Attention(nn.Module):
+    """Grouped-query attention (MHA when num_kv_heads == num_attention_heads)."""
+
+    def __init__(self, args):
+        super().__init__()
+        self.n_heads, self.n_kv_heads = args.num_attention_heads, args.num_kv_heads
+        self.head_dim = args.head_dim or args.hidden_size // args.num_attention_heads
+        h, hd = args.hidden_size, self.head_dim
+        self.wq = nn.Linear(h, self.n_heads * hd, bias=args.qkv_bias)
+        self.wk = nn.Linear(h, self.n_kv_heads * hd, bias=args.qkv_bias)
+        self.wv = nn.Linear(h, self.n_kv_heads * hd, bias=args.qkv_bias)
+        self.wo = nn.Linear(self.n_heads * hd, h, bias=False)
+        self.q_norm = RMSNorm(hd, args.norm_eps) if args.qk_norm else None
+        self.k_norm = RMSNorm(hd, args.norm_eps) if args.qk_norm else None
+        self.rope = RotaryEmbedding(hd, args.rope_theta, args.rope_scaling)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, seq, _ = x.shape
+        q = self.wq(x).view(batch, seq, self.n_heads, self.head_dim)
+        k = self.wk(x).view(batch, seq, self.n_kv_heads, self.head_dim)
+        v = self.wv(x).view(batch, seq, self.n_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        cos, sin = self.rope(seq, x.device)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.n_kv_heads != self.n_heads)
+        return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
+
+
+class LatentAttention(nn.Module):
+    """DeepSeek multi-head latent attention: low-rank compressed KV (and optionally Q), decoupled RoPE dims."""
+
+    def __init__(self, args):
+        super().__init__()
+        mla, h = args.mla, args.hidden_size
+        self.n_heads = args.num_attention_heads
+        self.nope_dim, self.rope_dim, self.v_dim = mla.qk_nope_head_dim, mla.qk_rope_head_dim, mla.v_head_dim
+        self.kv_lora_rank = mla.kv_lora_rank
+        qk_dim = self.nope_dim + self.rope_dim
+        if mla.q_lora_rank:
+            self.wq_a = nn.Linear(h, mla.q_lora_rank, bias=False)
+            self.q_norm = RMSNorm(mla.q_lora_rank, args.norm_eps)
+            self.wq_b = nn.Linear(mla.q_lora_rank, self.n_heads * qk_dim, bias=False)
+        else:
+            self.wq = nn.Linear(h, self.n_heads * qk_dim, bias=False)
+        self.wkv_a = nn.Linear(h, mla.kv_lora_rank + self.rope_dim, bias=False)
+        self.kv_norm = RMSNorm(mla.kv_lora_rank, args.norm_eps)
+        self.wkv_b = nn.Linear(mla.kv_lora_rank, self.n_heads * (self.nope_dim + self.v_dim), bias=False)
+        self.wo = nn.Linear(self.n_heads * self.v_dim, h, bias=False)
+        self.rope = RotaryEmbedding(self.rope_dim, args.rope_theta, args.rope_scaling)
+        mscale = _yarn_mscale(args.rope_scaling.factor, args.rope_scaling.mscale_all_dim) if str(args.rope_scaling.type) == "yarn" else 1.0
+        self.softmax_scale = qk_dim**-0.5 * mscale * mscale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, seq, _ = x.shape
+        q = self.wq_b(self.q_norm(self.wq_a(x))) if hasattr(self, "wq_a") else self.wq(x)
+        q = q.view(batch, seq, self.n_heads, self.nope_dim + self.rope_dim)
+        q_nope, q_rope = q.split([self.nope_dim, self.rope_dim], dim=-1)
+        kv_latent, k_rope = self.wkv_a(x).split([self.kv_lora_rank, self.rope_dim], dim=-1)
+        kv = self.wkv_b(self.kv_norm(kv_latent)).view(batch, seq, self.n_heads, self.nope_dim + self.v_dim)
+        k_nope, v = kv.split([self.nope_dim, self.v_dim], dim=-1)
+        cos, sin = self.rope(seq, x.device)
+        q_rope = apply_rotary(q_rope, cos, sin)
+        k_rope = apply_rotary(k_rope.unsqueeze(2), cos, sin).expand(-1, -1, self.n_heads, -1)
+        q = torch.cat([q_nope, q_rope], dim=-1).transpose(1, 2)
+        k = torch.cat([k_nope, k_rope], dim=-1).transpose(1, 2)
+        out = F.scaled_dot_product_attention(q, k, v.transpose(1, 2), is_causal=True, scale=self.softmax_scale)
+        return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
+
+
+# -- feed-forward ------------------------------------------------------------------------------------------
+class FeedForward(nn.Module):
+    """SwiGLU: w2(silu(w1 x) * w3 x)."""
+
+    def __init__(self, hidden: int, ffn_hidden: int):
+        super().__init__()
+        self.w1 = nn.Linear(hidden, ffn_hidden, bias=False)
+        self.w3 = nn.Linear(hidden, ffn_hidden, bias=False)
+        self.w2 = nn.Linear(ffn_hidden, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+# -- the decoder -------------------------------------------------------------------------------------------
+class Block(nn.Module):
+    def __init__(self, args, layer_index: int):
+        super().__init__()
+        from primus_hydra.backends.torch.moe import MoE
+
+        self.attention_norm = RMSNorm(args.hidden_size, args.norm_eps)
+        self.attention = LatentAttention(args) if args.mla.enabled else Attention(args)
+        self.ffn_norm = RMSNorm(args.hidden_size, args.norm_eps)
+        uses_moe = args.moe.num_experts > 0 and layer_index >= args.moe.first_dense_layers
+        self.feed_forward = MoE(args) if uses_moe else FeedForward(args.hidden_size, args.ffn_hidden_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attention(self.attention_norm(x))
+        return x + self.feed_forward(self.ffn_norm(x))
+
+
+class Transformer(nn.Module):
+    def __init__(self, args):
+        super().__init__()
+        self.args = args
+        self.tok_embeddings = nn.Embedding(args.vocab_size, args.hidden_size)
+        self.layers = nn.ModuleList(Block(args, i) for i in range(args.num_layers))
+        self.norm = RMSNorm(args.hidden_size, args.norm_eps)
+        self.output = None if args.tie_embeddings else nn.Linear(args.hidden_size, args.vocab_size, bias=False)
+
+    @torch.no_grad()
+    def init_weights(self) -> None:
+        """Normal(0, init_std); residual output projections scaled by 1/sqrt(2 * num_layers) (GPT-2)."""
+        std = self.args.init_std
+        residual_std = std / (2 * self.args.num_layers) ** 0.5
+        for name, param in self.named_parameters():
+            if name.endswith("norm.weight") or name.endswith("_norm.weight"):
+                param.fill_(1.0)
+            elif name.endswith("expert_bias") or name.endswith(".bias"):
+                param.zero_()
+            elif name.endswith(("wo.weight", "w2.weight")) or name.endswith(".w2"):
+                nn.init.normal_(param, 0.0, residual_std)
+            else:
+                nn.init.normal_(param, 0.0, std)
+
+    def moe_aux_loss(self) -> torch.Tensor:
+        losses = [layer.feed_forward.aux_loss for layer in self.layers if hasattr(layer.feed_forward, "aux_loss")]
+        return torch.stack(losses).sum() if losses else torch.zeros(())
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.tok_embeddings(tokens)
+        for layer in self.layers:
+            x = layer(x)
+        x = self.norm(x)
+        return self.output(x) if self.output is not None else x @ self.tok_embeddings.weight.t()
+
+
+def build_model_on_meta(args) -> Transformer:
+    """The model with no storage: count parameters, or materialize with `to_empty` + `init_weights`."""
+    with torch.device("meta"):
+        return Transformer(args)
+
+
+def materialize(model: Transformer, device: torch.device, seed: int) -> Transformer:
+    model.to_empty(device=device)
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        model.init_weights()
+    return model

@@ -1,0 +1,146 @@
+"""Closed-form parameter and FLOP counts for a model preset (conf/model/*.yaml).
+
+Pure Python, never imports torch: `model` is anything with the ModelConfig attributes (an OmegaConf DictConfig,
+the dataclass, a SimpleNamespace). The counts follow the layout of the native PyTorch model and of the Hugging
+Face checkpoints (names in comments):
+
+- embeddings V*h; output layer V*h unless tie_embeddings; final norm h; two RMSNorm weights (h each) per layer.
+- GQA attention: q h*(heads*hd), k and v h*(kv*hd) each, o (heads*hd)*h; biases on q/k/v only when qkv_bias;
+  qk_norm adds two RMSNorm weights of size hd. hd = head_dim or hidden_size // num_attention_heads.
+- MLA (DeepSeek): q_a_proj h*q_lora + q_a_layernorm q_lora + q_b_proj q_lora*(heads*(nope+rope)), or
+  q_proj h*(heads*(nope+rope)) when q_lora_rank is null; kv_a_proj_with_mqa h*(kv_lora+rope),
+  kv_a_layernorm kv_lora, kv_b_proj kv_lora*(heads*(nope+v)), o_proj (heads*v)*h. No biases.
+- dense SwiGLU FFN 3*h*ffn. MoE layers (index >= first_dense_layers): router h*E, plus E for the expert bias
+  when router_enable_expert_bias (DeepSeek-V3's e_score_correction_bias, stored in the checkpoint);
+  experts E*3*h*moe_ffn; shared experts 3*h*shared_ffn (shared_expert_ffn_hidden_size, or
+  shared_experts*moe_ffn). Multi-token-prediction modules are not part of the model.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+SWIGLU_MATRICES = 3  # gate, up and down projections
+
+
+def attention_head_dim(model: Any) -> int:
+    """The per-head width of GQA attention: head_dim if set, else hidden_size // num_attention_heads."""
+    return int(model.head_dim) if model.head_dim is not None else model.hidden_size // model.num_attention_heads
+
+
+def query_key_head_dim(model: Any) -> int:
+    """The width of one head in the q.k dot product (MLA: nope + rope part)."""
+    if model.mla.enabled:
+        return model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim
+    return attention_head_dim(model)
+
+
+def value_head_dim(model: Any) -> int:
+    return model.mla.v_head_dim if model.mla.enabled else attention_head_dim(model)
+
+
+def _attention_weights(model: Any) -> tuple[int, int]:
+    """(matmul weights, other weights: biases and norms) of one attention block."""
+    h, heads = model.hidden_size, model.num_attention_heads
+    if model.mla.enabled:
+        mla = model.mla
+        q_width = heads * (mla.qk_nope_head_dim + mla.qk_rope_head_dim)
+        if mla.q_lora_rank:
+            query, query_norm = h * mla.q_lora_rank + mla.q_lora_rank * q_width, mla.q_lora_rank
+        else:
+            query, query_norm = h * q_width, 0
+        key_value = h * (mla.kv_lora_rank + mla.qk_rope_head_dim)
+        key_value += mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim)
+        output = heads * mla.v_head_dim * h
+        return query + key_value + output, query_norm + mla.kv_lora_rank
+    hd = attention_head_dim(model)
+    q_width, kv_width = heads * hd, model.num_kv_heads * hd
+    matmul = h * q_width + 2 * h * kv_width + q_width * h
+    other = (q_width + 2 * kv_width if model.qkv_bias else 0) + (2 * hd if model.qk_norm else 0)
+    return matmul, other
+
+
+def _is_moe(model: Any) -> bool:
+    return model.moe.num_experts > 0
+
+
+def _num_moe_layers(model: Any) -> int:
+    return model.num_layers - model.moe.first_dense_layers if _is_moe(model) else 0
+
+
+def _shared_expert_ffn(model: Any) -> int:
+    moe = model.moe
+    if moe.shared_expert_ffn_hidden_size is not None:
+        return int(moe.shared_expert_ffn_hidden_size)
+    return moe.shared_experts * moe.ffn_hidden_size
+
+
+def _moe_layer_weights(model: Any, experts: int) -> tuple[int, int]:
+    """(matmul weights, other weights) of one MoE FFN block holding `experts` routed experts."""
+    h, moe = model.hidden_size, model.moe
+    matmul = h * moe.num_experts  # router
+    matmul += experts * SWIGLU_MATRICES * h * moe.ffn_hidden_size
+    matmul += SWIGLU_MATRICES * h * _shared_expert_ffn(model)
+    return matmul, moe.num_experts if moe.router_enable_expert_bias else 0
+
+
+def _transformer_weights(model: Any, active: bool) -> tuple[int, int]:
+    """(matmul weights, other weights) of all layers plus the final norm; active: top_k experts only."""
+    h = model.hidden_size
+    attn_matmul, attn_other = _attention_weights(model)
+    moe_layers = _num_moe_layers(model)
+    dense_layers = model.num_layers - moe_layers
+    matmul = model.num_layers * attn_matmul + dense_layers * SWIGLU_MATRICES * h * model.ffn_hidden_size
+    other = model.num_layers * (attn_other + 2 * h) + h
+    if moe_layers:
+        experts = model.moe.top_k if active else model.moe.num_experts
+        moe_matmul, moe_other = _moe_layer_weights(model, experts)
+        matmul, other = matmul + moe_layers * moe_matmul, other + moe_layers * moe_other
+    return matmul, other
+
+
+def count_embedding_parameters(model: Any) -> int:
+    """The input embedding table V*h (with tie_embeddings it is also the output layer)."""
+    return model.vocab_size * model.hidden_size
+
+
+def count_output_layer_parameters(model: Any) -> int:
+    """The output projection's own weights: 0 when tied to the embedding table."""
+    return 0 if model.tie_embeddings else model.vocab_size * model.hidden_size
+
+
+def count_parameters(model: Any) -> int:
+    """All parameters of the model (every expert)."""
+    matmul, other = _transformer_weights(model, active=False)
+    return count_embedding_parameters(model) + count_output_layer_parameters(model) + matmul + other
+
+
+def count_active_parameters(model: Any) -> int:
+    """Parameters one token uses: as count_parameters, but only top_k routed experts (plus shared) per MoE layer."""
+    matmul, other = _transformer_weights(model, active=True)
+    return count_embedding_parameters(model) + count_output_layer_parameters(model) + matmul + other
+
+
+def count_active_matmul_parameters(model: Any) -> int:
+    """Weights of the matrix multiplies one token goes through, output layer included (tied or not).
+
+    Excludes the input embedding (a lookup), norms, biases and the expert bias.
+    """
+    matmul, _ = _transformer_weights(model, active=True)
+    return matmul + model.vocab_size * model.hidden_size
+
+
+def training_flops_per_token(model: Any, seq_length: int) -> float:
+    """Model FLOPs of one training step (forward + backward) per token, the PaLM / Megatron MFU convention.
+
+        6 * N + 6 * L * T * heads * (qk_head_dim + v_head_dim)
+
+    N = count_active_matmul_parameters (non-embedding matmul weights a token uses, plus the output layer);
+    6 = 2 FLOPs per multiply-add x 3 (forward, and backward for inputs and weights). The second term is the
+    attention score (q.k) and context (p.v) products over T = seq_length keys; with qk = v = Q head width it is
+    PaLM's 12 * L * H * Q * T (Chowdhery et al. 2022, appendix B). No causal-mask halving is applied (as in
+    PaLM and Megatron-LM); activation recomputation is not counted. Norms, softmax and rotary are ignored.
+    """
+    attention = 6 * model.num_layers * seq_length * model.num_attention_heads * (
+        query_key_head_dim(model) + value_head_dim(model)
+    )
+    return float(6 * count_active_matmul_parameters(model) + attention)
