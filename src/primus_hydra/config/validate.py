@@ -30,6 +30,9 @@ def validate_config(cfg: DictConfig, world_size: int | None = None) -> None:
     _check_unknown_keys(cfg, "", failures)
     if failures:
         raise ConfigValidationError(failures)
+    _positive_sizes(cfg, failures)
+    if failures:  # sizes below 1 would make the divisibility rules meaningless (or divide by zero)
+        raise ConfigValidationError(failures)
     for check in _RULES:
         check(cfg, failures)
     dp_failure = _check_world_layout(cfg, world_size)
@@ -96,7 +99,6 @@ def _check_world_layout(cfg: DictConfig, world_size: int | None) -> str | None:
     return None
 
 
-@rule
 def _positive_sizes(cfg: DictConfig, failures: list[str]) -> None:
     positive = {
         "model.hidden_size": cfg.model.hidden_size,

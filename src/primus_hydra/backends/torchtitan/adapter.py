@@ -1,0 +1,37 @@
+"""backend=torchtitan: the canonical config as a torchtitan JobConfig (args.py) and its rules."""
+from __future__ import annotations
+
+from primus_hydra.backends.common_args import ExternalBackendAdapter, enum_value
+from primus_hydra.backends.torchtitan.args import build_torchtitan_job_config
+
+ACTIVATION_CHECKPOINT_MODES = ("none", "selective", "full", "memory_budget")
+
+
+class TorchTitanAdapter(ExternalBackendAdapter):
+    name = "torchtitan"
+    import_name = "torchtitan"
+    distribution = "torchtitan"
+    third_party_dir = "torchtitan"
+    install_hint = (
+        "Install torchtitan (pip install torchtitan, next to a CUDA or ROCm build of torch) or point "
+        "backend.path=<dir>, $BACKEND_PATH or third_party/torchtitan at a torchtitan checkout."
+    )
+    trainer_classes = {"pretrain": "primus_hydra.backends.torchtitan.trainer.TorchTitanPretrainTrainer"}
+
+    def validate(self) -> list[str]:
+        failures = super().validate()
+        cfg = self.cfg
+        if cfg.platform.device == "cpu":
+            failures.append("platform.device=cpu: backend=torchtitan trains on GPUs only; use backend=torch for CPU runs")
+        mode = cfg.backend.activation_checkpoint
+        if mode not in ACTIVATION_CHECKPOINT_MODES:
+            failures.append(f"backend.activation_checkpoint={mode}: allowed: {', '.join(ACTIVATION_CHECKPOINT_MODES)}")
+        if str(enum_value(cfg.module.data.source)) == "tokens":
+            failures.append(
+                "module.data.source=tokens: torchtitan reads Hugging Face datasets, not flat token files; "
+                "use module.data.source=mock or text with module.data.path=<a local copy of a dataset torchtitan knows>"
+            )
+        return failures
+
+    def convert_config(self) -> dict:
+        return build_torchtitan_job_config(self.cfg, self.run_dir, self.world_size)

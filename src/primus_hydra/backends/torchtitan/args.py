@@ -1,0 +1,195 @@
+"""The canonical config as a torchtitan JobConfig (torchtitan/config/job_config.py, 0.2-era names: checkpoint.enable,
+compile.enable, lr_scheduler.min_lr_factor, debug.seed, model.hf_assets_path), plus a `model_args` section.
+
+torchtitan picks an architecture by model.name + model.flavor from its own registry, so `model_args` spells out
+the preset's architecture in torchtitan's TransformerModelArgs / DeepSeekV3ModelArgs names; a trainer applies it
+over the flavor (Primus's torchtitan.model_override does the same) so that the preset, not the flavor, decides.
+`backend.extra_args` is merged last, section by section (the user wins).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from omegaconf import DictConfig
+
+from primus_hydra.backends.common_args import (
+    checkpoint_load_path,
+    enum_value,
+    merge_extra_args,
+    parallel_layout,
+    size_tag,
+    wants_checkpoints,
+)
+
+TORCHTITAN_MODEL_NAMES = {"llama": "llama3", "deepseek": "deepseek_v3", "qwen3": "qwen3"}  # by model.family
+KNOWN_FLAVORS = {"deepseek_v2_lite": "16B"}  # torchtitan's deepseek_v3 "16B" flavor is DeepSeek-V2-Lite's shape
+DECAY_TYPES = {"cosine": "cosine", "linear": "linear", "constant": "linear"}  # constant: see lr_scheduler_section
+MULTIPLE_OF_CANDIDATES = (1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1)
+
+
+def build_torchtitan_job_config(cfg: DictConfig, run_dir, world_size: int) -> dict:
+    m, backend = cfg.module, cfg.backend
+    job = {
+        "job": {"dump_folder": str(run_dir), "description": f"{cfg.model.name} {enum_value(m.stage)} (primus-hydra)"},
+        "model": {
+            "name": TORCHTITAN_MODEL_NAMES.get(cfg.model.family, cfg.model.family),
+            "flavor": backend.flavor or KNOWN_FLAVORS.get(cfg.model.name) or size_tag(cfg.model.name) or cfg.model.name,
+            "hf_assets_path": backend.tokenizer_path,
+        },
+        "optimizer": {
+            "name": "AdamW", "lr": m.lr, "beta1": m.adam_beta1, "beta2": m.adam_beta2,
+            "eps": m.adam_eps, "weight_decay": m.weight_decay,
+        },
+        "lr_scheduler": lr_scheduler_section(m),
+        "training": training_section(cfg),
+        "parallelism": parallelism_section(cfg, world_size),
+        "checkpoint": checkpoint_section(cfg),
+        "activation_checkpoint": {"mode": backend.activation_checkpoint},
+        "compile": {"enable": backend.compile},
+        "metrics": {"log_freq": m.log.interval, "enable_tensorboard": m.log.tensorboard, "save_tb_folder": "tensorboard"},
+        "debug": {"seed": m.seed},
+        "model_args": model_args_section(cfg.model, m.seq_length),
+    }
+    return merge_extra_args(job, backend.extra_args)
+
+
+def lr_scheduler_section(m: DictConfig) -> dict:
+    style = str(enum_value(m.lr_decay_style))
+    section = {
+        "warmup_steps": m.warmup_iters,
+        "decay_type": DECAY_TYPES[style],
+        "min_lr_factor": m.min_lr / m.lr,
+        "total_steps": m.lr_decay_iters,  # null: training.steps
+    }
+    if style == "constant":  # warmup-stable-decay with an empty decay phase is a constant schedule
+        section["decay_ratio"] = 0.0
+    return section
+
+
+def training_section(cfg: DictConfig) -> dict:
+    m, data = cfg.module, cfg.module.data
+    mock = str(enum_value(data.source)) == "mock"
+    return {
+        # torchtitan's local batch is one micro-batch; it accumulates up to global_batch_size
+        "local_batch_size": m.micro_batch_size,
+        "global_batch_size": m.global_batch_size,
+        "seq_len": m.seq_length,
+        "steps": m.train_iters,
+        "max_norm": m.clip_grad,
+        "mixed_precision_param": "bfloat16" if str(enum_value(m.precision)) == "bf16" else "float32",
+        # no random-token dataset in torchtitan: c4_test is the small sample it ships for tests
+        "dataset": "c4_test" if mock else "c4",
+        "dataset_path": None if mock else (str(data.path) if data.path else None),
+    }
+
+
+def parallelism_section(cfg: DictConfig, world_size: int) -> dict:
+    p = cfg.module.parallel
+    dp = parallel_layout(cfg, world_size).dp
+    return {
+        "data_parallel_replicate_degree": 1 if p.fsdp else dp,
+        "data_parallel_shard_degree": dp if p.fsdp else 1,
+        "tensor_parallel_degree": p.tp,
+        "pipeline_parallel_degree": p.pp,
+        "context_parallel_degree": p.cp,
+        "expert_parallel_degree": p.ep,
+    }
+
+
+def checkpoint_section(cfg: DictConfig) -> dict:
+    ckpt = cfg.module.checkpoint
+    return {
+        "enable": wants_checkpoints(cfg),
+        "folder": str(ckpt.dir) if ckpt.dir else "checkpoints",  # relative to job.dump_folder = the run dir
+        "interval": ckpt.interval or cfg.module.train_iters,
+        "initial_load_path": checkpoint_load_path(cfg),
+        # load = weights only; an explicit resume path brings optimizer and step along
+        "initial_load_model_only": bool(ckpt.load),
+        "last_save_model_only": False,  # a full last checkpoint can be resumed
+    }
+
+
+def model_args_section(model: DictConfig, seq_length: int) -> dict:
+    if model.family == "deepseek" or model.mla.enabled or model.moe.num_experts:
+        return _deepseek_v3_model_args(model, seq_length)
+    multiple_of, multiplier = llama_ffn_rounding(model.hidden_size, model.ffn_hidden_size)
+    args = {
+        "dim": model.hidden_size,
+        "n_layers": model.num_layers,
+        "n_heads": model.num_attention_heads,
+        "n_kv_heads": model.num_kv_heads,
+        "vocab_size": model.vocab_size,
+        "multiple_of": multiple_of,
+        "ffn_dim_multiplier": multiplier,
+        "norm_eps": model.norm_eps,
+        "rope_theta": model.rope_theta,
+        "max_seq_len": seq_length,
+    }
+    scaling = model.rope_scaling
+    if str(enum_value(scaling.type)) == "llama3":
+        args["rope_scaling_args"] = {
+            "scaling_factor": scaling.factor,
+            "low_freq_factor": scaling.low_freq_factor,
+            "high_freq_factor": scaling.high_freq_factor,
+            "original_max_position_embeddings": scaling.original_max_position_embeddings,
+        }
+    return args
+
+
+def _deepseek_v3_model_args(model: DictConfig, seq_length: int) -> dict:
+    moe, mla, scaling = model.moe, model.mla, model.rope_scaling
+    return {
+        "dim": model.hidden_size,
+        "inter_dim": model.ffn_hidden_size,
+        "moe_inter_dim": moe.ffn_hidden_size,
+        "n_layers": model.num_layers,
+        "n_dense_layers": moe.first_dense_layers,
+        "n_heads": model.num_attention_heads,
+        "norm_eps": model.norm_eps,
+        "vocab_size": model.vocab_size,
+        "max_seq_len": seq_length,
+        "moe_args": {
+            "num_experts": moe.num_experts,
+            "num_shared_experts": moe.shared_experts,
+            "top_k": moe.top_k,
+            "score_func": str(enum_value(moe.router_score_function)),
+            "route_norm": moe.router_norm_topk_prob,
+            "route_scale": moe.router_topk_scaling_factor,
+            "load_balance_coeff": moe.router_bias_update_rate if moe.router_enable_expert_bias else None,
+        },
+        "n_expert_groups": moe.router_num_groups,
+        "n_limited_groups": moe.router_group_topk,
+        "q_lora_rank": mla.q_lora_rank or 0,  # torchtitan: 0 = full-rank queries
+        "kv_lora_rank": mla.kv_lora_rank,
+        "qk_nope_head_dim": mla.qk_nope_head_dim,
+        "qk_rope_head_dim": mla.qk_rope_head_dim,
+        "v_head_dim": mla.v_head_dim,
+        "rope_theta": model.rope_theta,
+        "rope_factor": scaling.factor,
+        "original_seq_len": scaling.original_max_position_embeddings,
+        "beta_fast": int(scaling.beta_fast),
+        "beta_slow": int(scaling.beta_slow),
+        "mscale": scaling.mscale,
+    }
+
+
+def llama_ffn_hidden_dim(dim: int, multiple_of: int, ffn_dim_multiplier: Optional[float]) -> int:
+    """torchtitan's (and Meta's reference) Llama FeedForward width: 2/3 of 4*dim, scaled, rounded up."""
+    hidden = int(2 * 4 * dim / 3)
+    if ffn_dim_multiplier is not None:
+        hidden = int(ffn_dim_multiplier * hidden)
+    return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+
+
+def llama_ffn_rounding(dim: int, ffn_hidden_size: int) -> tuple[int, Optional[float]]:
+    """(multiple_of, ffn_dim_multiplier) that reproduce ffn_hidden_size exactly, preferring the largest multiple_of
+    and the shortest multiplier (Llama 3 8B: 1024 and 1.3)."""
+    base = int(2 * 4 * dim / 3)
+    for multiple_of in (m for m in MULTIPLE_OF_CANDIDATES if ffn_hidden_size % m == 0):
+        # the last candidate lands inside [ffn, ffn + 1) before int() truncates, whatever the float rounding
+        candidates = [None] + [round(ffn_hidden_size / base, digits) for digits in range(1, 7)]
+        candidates.append((ffn_hidden_size + 0.5) / base)
+        for multiplier in candidates:
+            if llama_ffn_hidden_dim(dim, multiple_of, multiplier) == ffn_hidden_size:
+                return multiple_of, multiplier
+    raise ValueError(f"model.ffn_hidden_size={ffn_hidden_size}: no torchtitan (multiple_of, ffn_dim_multiplier) reproduces it")

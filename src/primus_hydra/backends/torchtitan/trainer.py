@@ -1,0 +1,10 @@
+"""torchtitan trainers. Building a JobConfig from the translated dict and running torchtitan.train.Trainer is a
+later issue."""
+from __future__ import annotations
+
+from primus_hydra.backends.common_args import PendingIntegrationTrainer
+
+
+class TorchTitanPretrainTrainer(PendingIntegrationTrainer):
+    backend = "torchtitan"
+    library = "torchtitan"

@@ -1,0 +1,93 @@
+"""The runtime's lifecycle: phase order, dry run, cleanup on error, the run-dir log, env block semantics."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import yaml
+
+import recording_backend
+from primus_hydra.runtime.distributed_env import detect_distributed_env
+from primus_hydra.runtime.train_runtime import PrimusRuntime, apply_env_block
+
+RECORDING = ["backend._target_=recording_backend.RecordingAdapter", "backend.name=recording"]
+
+
+@pytest.fixture(autouse=True)
+def fresh_events():
+    recording_backend.EVENTS.clear()
+
+
+def test_phases_run_in_the_documented_order(compose_config, tmp_path):
+    runtime = PrimusRuntime(compose_config(*RECORDING), tmp_path)
+    assert runtime.run() == 1.5
+    assert recording_backend.EVENTS == [
+        "adapter.convert_config", "patch:build_args", "adapter.load_trainer_class(pretrain)", "patch:setup",
+        "trainer.setup", "trainer.init", "patch:before_train", "trainer.train", "patch:after_train",
+        "trainer.cleanup(on_error=False)",
+    ]
+    assert runtime.phases == [
+        "env", "adapter", "backend_path", "prepare_backend", "convert_config", "patches:build_args", "trainer",
+        "patches:setup", "setup", "init", "patches:before_train", "train", "patches:after_train", "cleanup",
+    ]
+
+
+def test_error_cleans_up_once_and_lands_in_the_run_dir_log(compose_config, tmp_path):
+    cfg = compose_config(*RECORDING, "+backend.extra_args.fail_in=train")
+    with pytest.raises(RuntimeError, match="training exploded"):
+        PrimusRuntime(cfg, tmp_path).run()
+    assert recording_backend.EVENTS[-2:] == ["trainer.train", "trainer.cleanup(on_error=True)"]
+    log_text = (tmp_path / "logs" / "rank_0.log").read_text()
+    assert "run failed: RuntimeError: training exploded" in log_text and "Traceback" in log_text
+
+
+def test_dry_run_stops_after_build_args_and_writes_the_arguments(compose_config, tmp_path):
+    path = PrimusRuntime(compose_config(*RECORDING, "task.dry_run=true"), tmp_path).run()
+    assert recording_backend.EVENTS == ["adapter.convert_config", "patch:build_args"]
+    assert yaml.safe_load(path.read_text()) == {"hidden_size": 256, "fail_in": None}
+
+
+def test_stage_of_post_trainer_selects_sft(compose_config, tmp_path):
+    PrimusRuntime(compose_config(*RECORDING, "module=post_trainer"), tmp_path).run()
+    assert "adapter.load_trainer_class(sft)" in recording_backend.EVENTS
+
+
+def test_trainer_override_by_target(compose_config, tmp_path):
+    PrimusRuntime(compose_config(*RECORDING, "backend.trainer=recording_backend.RecordingTrainer"), tmp_path).run()
+    assert not any(e.startswith("adapter.load_trainer_class") for e in recording_backend.EVENTS)
+
+
+def test_env_block_never_overrides_the_users_variables(monkeypatch):
+    monkeypatch.setenv("PRIMUS_TEST_USER_VAR", "mine")
+    monkeypatch.delenv("PRIMUS_TEST_NEW_VAR", raising=False)
+    applied = apply_env_block({"PRIMUS_TEST_USER_VAR": "platform", "PRIMUS_TEST_NEW_VAR": "platform"})
+    assert applied == {"PRIMUS_TEST_NEW_VAR": "platform"}
+    assert os.environ["PRIMUS_TEST_USER_VAR"] == "mine"
+    monkeypatch.delenv("PRIMUS_TEST_NEW_VAR")
+
+
+def test_platform_env_reaches_the_worker(compose_config, tmp_path, monkeypatch):
+    monkeypatch.delenv("PRIMUS_TEST_PLATFORM_VAR", raising=False)
+    PrimusRuntime(compose_config(*RECORDING, "+platform.env.PRIMUS_TEST_PLATFORM_VAR=hello"), tmp_path).run()
+    assert os.environ.pop("PRIMUS_TEST_PLATFORM_VAR") == "hello"
+
+
+@pytest.mark.parametrize(
+    "environ, expected",
+    [
+        ({}, ("single", 0, 1, 0)),
+        ({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "h1", "MASTER_PORT": "1234"},
+         ("torchrun", 3, 4, 1)),
+        ({"SLURM_STEP_ID": "0", "SLURM_PROCID": "5", "SLURM_STEP_NUM_TASKS": "8", "SLURM_LOCALID": "1", "SLURM_STEP_NUM_NODES": "2",
+          "SLURM_NODEID": "1", "SLURM_JOB_ID": "42"}, ("slurm", 5, 8, 1)),
+        ({"SLURM_JOB_ID": "42", "SLURM_PROCID": "0", "SLURM_NTASKS": "8"}, ("single", 0, 1, 0)),  # sbatch script, no srun step
+    ],
+)
+def test_who_am_i_in_the_job(environ, expected):
+    env = detect_distributed_env(environ)
+    assert (env.launcher, env.rank, env.world_size, env.local_rank) == expected
+
+
+def test_slurm_port_is_derived_from_the_job_id():
+    env = detect_distributed_env({"SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "42"})
+    assert env.master_port == 20042 and env.local_world_size == 2
