@@ -12,6 +12,11 @@ import torch.nn.functional as F
 from torch import nn
 
 
+def option(value) -> str:
+    """An enum option as its string (config nodes may hold Enum members or plain strings)."""
+    return str(getattr(value, "value", value))
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):
         super().__init__()
@@ -30,7 +35,7 @@ def _yarn_mscale(scale: float, mscale: float) -> float:
 
 def rope_inverse_frequencies(dim: int, theta: float, scaling) -> torch.Tensor:
     inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
-    kind = str(scaling.type)
+    kind = option(scaling.type)
     if kind == "linear":
         return inv_freq / scaling.factor
     if kind == "llama3":  # Llama 3.1: leave high frequencies, divide low ones, blend in between
@@ -54,7 +59,7 @@ def rope_inverse_frequencies(dim: int, theta: float, scaling) -> torch.Tensor:
 
 def rope_attention_scale(scaling) -> float:
     """YaRN scales cos/sin by mscale(factor, mscale) / mscale(factor, mscale_all_dim)."""
-    if str(scaling.type) != "yarn":
+    if option(scaling.type) != "yarn":
         return 1.0
     return _yarn_mscale(scaling.factor, scaling.mscale) / _yarn_mscale(scaling.factor, scaling.mscale_all_dim)
 
@@ -136,7 +141,7 @@ class LatentAttention(nn.Module):
         self.wkv_b = nn.Linear(mla.kv_lora_rank, self.n_heads * (self.nope_dim + self.v_dim), bias=False)
         self.wo = nn.Linear(self.n_heads * self.v_dim, h, bias=False)
         self.rope = RotaryEmbedding(self.rope_dim, args.rope_theta, args.rope_scaling)
-        mscale = _yarn_mscale(args.rope_scaling.factor, args.rope_scaling.mscale_all_dim) if str(args.rope_scaling.type) == "yarn" else 1.0
+        mscale = _yarn_mscale(args.rope_scaling.factor, args.rope_scaling.mscale_all_dim) if option(args.rope_scaling.type) == "yarn" else 1.0
         self.softmax_scale = qk_dim**-0.5 * mscale * mscale
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -34,7 +34,6 @@ def build_torchtitan_job_config(cfg: DictConfig, run_dir, world_size: int) -> di
         "model": {
             "name": TORCHTITAN_MODEL_NAMES.get(cfg.model.family, cfg.model.family),
             "flavor": backend.flavor or KNOWN_FLAVORS.get(cfg.model.name) or size_tag(cfg.model.name) or cfg.model.name,
-            "hf_assets_path": backend.tokenizer_path,
         },
         "optimizer": {
             "name": "AdamW", "lr": m.lr, "beta1": m.adam_beta1, "beta2": m.adam_beta2,
@@ -50,6 +49,8 @@ def build_torchtitan_job_config(cfg: DictConfig, run_dir, world_size: int) -> di
         "debug": {"seed": m.seed},
         "model_args": model_args_section(cfg.model, m.seq_length),
     }
+    if backend.tokenizer_path:  # else torchtitan's own default
+        job["model"]["hf_assets_path"] = backend.tokenizer_path
     return merge_extra_args(job, backend.extra_args)
 
 

@@ -1,0 +1,21 @@
+"""backend=hummingbirdxt: the canonical config as HummingbirdXT arguments (args.py). Post-training only."""
+from __future__ import annotations
+
+from primus_hydra.backends.common_args import ExternalBackendAdapter
+from primus_hydra.backends.hummingbirdxt.args import build_hummingbirdxt_args
+
+
+class HummingbirdXTAdapter(ExternalBackendAdapter):
+    name = "hummingbirdxt"
+    import_name = "hummingbirdxt"
+    distribution = "hummingbirdxt"
+    third_party_dir = "HummingbirdXT"
+    source_subdirs = ("train",)  # HummingbirdXT's trainer modules live in <checkout>/train
+    install_hint = (
+        "Provide a HummingbirdXT checkout via backend.path=<dir>, $BACKEND_PATH or third_party/HummingbirdXT "
+        "(its Python dependencies installed)."
+    )
+    trainer_classes = {"sft": "primus_hydra.backends.hummingbirdxt.trainer.HummingbirdXTPosttrainTrainer"}
+
+    def convert_config(self) -> dict:
+        return build_hummingbirdxt_args(self.cfg, self.run_dir)

@@ -1,0 +1,33 @@
+"""backend=megatron_bridge: the canonical config as Megatron-Bridge ConfigContainer sections (args.py)."""
+from __future__ import annotations
+
+from primus_hydra.backends.common_args import ExternalBackendAdapter
+from primus_hydra.backends.megatron_bridge.args import build_megatron_bridge_config
+
+PEFT_METHODS = ("lora", "dora")
+
+
+class MegatronBridgeAdapter(ExternalBackendAdapter):
+    name = "megatron_bridge"
+    import_name = "megatron.bridge"
+    distribution = "megatron-bridge"
+    third_party_dir = "Megatron-Bridge"
+    source_subdirs = ("src", "3rdparty/Megatron-LM")  # a checkout keeps megatron.bridge in src/, Megatron-LM vendored
+    install_hint = (
+        "Install Megatron-Bridge (pip install megatron-bridge) or point backend.path=<dir>, $BACKEND_PATH or "
+        "third_party/Megatron-Bridge at a Megatron-Bridge checkout (with its 3rdparty/Megatron-LM)."
+    )
+    trainer_classes = {
+        "pretrain": "primus_hydra.backends.megatron_bridge.trainer.MegatronBridgePretrainTrainer",
+        "sft": "primus_hydra.backends.megatron_bridge.trainer.MegatronBridgeSFTTrainer",
+    }
+
+    def validate(self) -> list[str]:
+        failures = super().validate()
+        peft = self.cfg.backend.peft
+        if peft is not None and peft not in PEFT_METHODS:
+            failures.append(f"backend.peft={peft}: allowed: null, {', '.join(PEFT_METHODS)}")
+        return failures
+
+    def convert_config(self) -> dict:
+        return build_megatron_bridge_config(self.cfg, self.run_dir)

@@ -1,0 +1,90 @@
+"""The canonical config as Megatron-Bridge ConfigContainer sections (best effort).
+
+Megatron-Bridge builds the model from a recipe (megatron.bridge.recipes.<family>.<model>) or a Hugging Face
+checkpoint, so the `recipe` section names one and the other sections override the recipe's training settings
+with the canonical values: train (TrainingConfig), optimizer (Megatron Core OptimizerConfig), scheduler,
+checkpoint, logger, rng, tokenizer, dataset, and the parallel layout on the model provider. Field names follow
+megatron/training/config/training_config.py and megatron/bridge/training/config.py; `backend.extra_args` is
+merged last, section by section (the user wins).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from primus_hydra.backends.common_args import enum_value, merge_extra_args, wants_checkpoints
+
+
+def default_recipe(model: DictConfig) -> str:
+    """Bridge's recipe modules drop the dot of a version: llama3.1_8b -> llama.llama31_8b."""
+    return f"{model.family}.{model.name.replace('.', '')}"
+
+
+def build_megatron_bridge_config(cfg: DictConfig, run_dir: Path) -> dict:
+    m, backend, p, ckpt = cfg.module, cfg.backend, cfg.module.parallel, cfg.module.checkpoint
+    mock = str(enum_value(m.data.source)) == "mock"
+    precision = str(enum_value(m.precision))
+    save_dir = str(ckpt.dir) if ckpt.dir else str(run_dir / "checkpoints")
+    config = {
+        "recipe": {
+            "name": backend.recipe or default_recipe(cfg.model),
+            "hf_model_id": backend.hf_model_id,
+            "stage": str(enum_value(m.stage)),
+        },
+        "model": {
+            "tensor_model_parallel_size": p.tp,
+            "pipeline_model_parallel_size": p.pp,
+            "context_parallel_size": p.cp,
+            "expert_model_parallel_size": p.ep,
+            "sequence_parallel": p.sequence_parallel and p.tp > 1,  # sequence parallelism splits along TP
+            "seq_length": m.seq_length,
+        },
+        "train": {
+            "micro_batch_size": m.micro_batch_size,
+            "global_batch_size": m.global_batch_size,
+            "train_iters": m.train_iters,
+            "exit_interval": m.get("exit_interval"),
+        },
+        "optimizer": {
+            "optimizer": "adam",
+            "lr": m.lr,
+            "min_lr": m.min_lr,
+            "weight_decay": m.weight_decay,
+            "adam_beta1": m.adam_beta1,
+            "adam_beta2": m.adam_beta2,
+            "adam_eps": m.adam_eps,
+            "clip_grad": m.clip_grad,
+            "bf16": precision == "bf16",
+            "fp16": False,
+            "use_distributed_optimizer": not p.fsdp,
+        },
+        "scheduler": {
+            "lr_decay_style": str(enum_value(m.lr_decay_style)),
+            "lr_warmup_iters": m.warmup_iters,
+            "lr_decay_iters": m.lr_decay_iters or m.train_iters,
+        },
+        "checkpoint": {
+            "save": save_dir if wants_checkpoints(cfg) else None,
+            "save_interval": ckpt.interval or m.train_iters,
+            # resume: the full state (optimizer, step); auto resumes from the run's own folder when it has one
+            "load": save_dir if ckpt.resume == "auto" else (str(ckpt.resume) if ckpt.resume else None),
+            "pretrained_checkpoint": str(ckpt.load) if ckpt.load else None,  # weights to fine-tune from
+        },
+        "logger": {
+            "log_interval": m.log.interval,
+            "tensorboard_dir": str(run_dir / "tensorboard") if m.log.tensorboard else None,
+        },
+        "rng": {"seed": m.seed},
+        "tokenizer": {
+            "tokenizer_type": "NullTokenizer" if mock else "HuggingFaceTokenizer",
+            "tokenizer_model": None if mock else backend.hf_model_id,
+            "vocab_size": cfg.model.vocab_size,
+        },
+        "dataset": {
+            "seq_length": m.seq_length,
+            "data_path": None if mock else (str(m.data.path) if m.data.path else None),
+        },
+        "peft": backend.peft,
+    }
+    return merge_extra_args(config, backend.extra_args)

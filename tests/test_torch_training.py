@@ -1,0 +1,141 @@
+"""The native trainer for real on the CPU: loss falls, checkpoints are atomic, resume is bitwise, bad data and
+bad checkpoints are one clear error before training."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from primus_hydra.backends.torch.checkpoint import CheckpointManager
+from primus_hydra.backends.torch.metrics import read_metrics
+from primus_hydra.errors import CheckpointError, DataError
+from primus_hydra.runtime.train_runtime import PrimusRuntime
+
+# small and fast: 2 micro-batches of 4 x 64 tokens per step
+FAST = [
+    "module.seq_length=64", "module.micro_batch_size=4", "module.global_batch_size=8", "module.warmup_iters=2",
+    "module.log.tensorboard=false", "module.log.plot=false", "module.log.progress_bar=false", "module.checkpoint.interval=0",
+]
+
+
+def train(compose_config, run_dir: Path, *overrides: str):
+    cfg = compose_config(*FAST, *overrides)
+    result = PrimusRuntime(cfg, run_dir).run()
+    return result, read_metrics(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").exists() else []
+
+
+def test_loss_falls_on_real_text(compose_config, tmp_path):
+    final, records = train(compose_config, tmp_path, "module.train_iters=40", "module.lr=3e-3")
+    assert len(records) == 40 and final == records[-1]["loss"]
+    assert records[0]["loss"] > 5.0  # ~ln(256) at initialisation
+    assert np.mean([r["loss"] for r in records[-5:]]) < records[0]["loss"] - 1.5
+    assert {"loss", "lr", "grad_norm", "tokens_per_s", "tflops", "mfu"} <= set(records[-1])
+
+
+def test_run_dir_holds_checkpoint_metrics_tensorboard_and_plot(compose_config, tmp_path):
+    train(compose_config, tmp_path, "module.train_iters=4", "module.log.tensorboard=true", "module.log.plot=true",
+          "module.checkpoint.interval=2")
+    checkpoints = tmp_path / "checkpoints"
+    assert (checkpoints / "latest").read_text().strip() == "step_0000004"
+    assert CheckpointManager(checkpoints).steps() == [2, 4]
+    assert not [p for p in checkpoints.iterdir() if p.name.startswith(".")]  # no temp leftovers
+    assert (tmp_path / "loss_curve.png").stat().st_size > 1000
+    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_resume_is_bitwise_identical_to_an_uninterrupted_run(compose_config, tmp_path):
+    _, straight = train(compose_config, tmp_path / "straight", "module.train_iters=8")
+    _, first = train(compose_config, tmp_path / "first", "module.train_iters=8", "module.exit_interval=4")
+    assert [r["step"] for r in first] == [1, 2, 3, 4]
+    _, resumed = train(compose_config, tmp_path / "second", "module.train_iters=8",
+                       f"module.checkpoint.resume={tmp_path / 'first' / 'checkpoints'}")
+    assert [r["step"] for r in resumed] == [5, 6, 7, 8]
+    assert [r["loss"] for r in first + resumed] == [r["loss"] for r in straight]
+    assert [r["grad_norm"] for r in first + resumed] == [r["grad_norm"] for r in straight]
+
+
+def test_resume_auto_continues_in_the_same_run_dir(compose_config, tmp_path):
+    train(compose_config, tmp_path, "module.train_iters=6", "module.exit_interval=3")
+    _, records = train(compose_config, tmp_path, "module.train_iters=6", "module.checkpoint.resume=auto")
+    assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6]
+
+
+def test_fresh_run_refuses_a_checkpoint_dir_that_holds_checkpoints(compose_config, tmp_path):
+    train(compose_config, tmp_path / "a", "module.train_iters=2")
+    with pytest.raises(CheckpointError, match=r"already holds checkpoints \(step 2\); set module.checkpoint.resume=auto"):
+        train(compose_config, tmp_path / "b", "module.train_iters=2", f"module.checkpoint.dir={tmp_path / 'a' / 'checkpoints'}")
+    assert CheckpointManager(tmp_path / "a" / "checkpoints").steps() == [2]
+
+
+def test_fresh_run_never_appends_to_an_earlier_runs_metrics(compose_config, tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 9.0}\n')
+    with pytest.raises(FileExistsError):
+        train(compose_config, tmp_path, "module.train_iters=2", f"module.checkpoint.dir={tmp_path / 'other'}")
+    assert (tmp_path / "metrics.jsonl").read_text() == '{"step": 1, "loss": 9.0}\n'
+
+
+def test_missing_resume_checkpoint_is_named(compose_config, tmp_path):
+    with pytest.raises(CheckpointError, match=r"module.checkpoint.resume=/no/such/ckpt: no such checkpoint"):
+        train(compose_config, tmp_path, "module.train_iters=2", "module.checkpoint.resume=/no/such/ckpt")
+
+
+def test_corrupt_resume_checkpoint_names_the_file(compose_config, tmp_path):
+    train(compose_config, tmp_path / "a", "module.train_iters=2")
+    model_file = tmp_path / "a" / "checkpoints" / "step_0000002" / "model.pt"
+    model_file.write_bytes(model_file.read_bytes()[:100])
+    with pytest.raises(CheckpointError, match=r"model.pt has 100 bytes, expected \d+ \(truncated or corrupt\)"):
+        train(compose_config, tmp_path / "b", "module.train_iters=4", f"module.checkpoint.resume={tmp_path / 'a' / 'checkpoints'}")
+
+
+def test_checkpoint_of_another_model_does_not_fit(compose_config, tmp_path):
+    train(compose_config, tmp_path / "a", "module.train_iters=2")
+    with pytest.raises(CheckpointError, match="does not fit model moe_tiny"):
+        train(compose_config, tmp_path / "b", "model=moe_tiny", "module.train_iters=2",
+              f"module.checkpoint.load={tmp_path / 'a' / 'checkpoints'}")
+
+
+def test_post_trainer_starts_from_loaded_weights(compose_config, tmp_path):
+    _, pre = train(compose_config, tmp_path / "pre", "module.train_iters=20", "module.lr=3e-3")
+    _, sft = train(compose_config, tmp_path / "sft", "module=post_trainer", *FAST, "module.train_iters=2",
+                   f"module.checkpoint.load={tmp_path / 'pre' / 'checkpoints'}")
+    assert sft[0]["loss"] < pre[0]["loss"] - 1.0
+
+
+def test_token_file_source(compose_config, tmp_path):
+    tokens = tmp_path / "tokens.bin"
+    np.tile(np.arange(50, dtype=np.uint16), 200).tofile(tokens)
+    _, records = train(compose_config, tmp_path / "run", "module.train_iters=3", "module.data.source=tokens",
+                       f"module.data.path={tokens}")
+    assert len(records) == 3
+
+
+@pytest.mark.parametrize(
+    "setup, overrides, message",
+    [
+        (None, ["module.data.path=/no/such/corpus"], "module.data.path=/no/such/corpus: no such file or folder"),
+        ("odd", ["module.data.source=tokens", "module.data.path={file}"], "is not a whole number of uint16 tokens (corrupt?)"),
+        ("big", ["module.data.source=tokens", "module.data.path={file}"], "token id 999 >= model.vocab_size=256"),
+        ("empty_dir", ["module.data.path={dir}"], "no text found"),
+    ],
+)
+def test_bad_data_is_one_clear_error(compose_config, tmp_path, setup, overrides, message):
+    file, folder = tmp_path / "tokens.bin", tmp_path / "empty"
+    folder.mkdir()
+    if setup == "odd":
+        file.write_bytes(b"\x01\x02\x03")
+    elif setup == "big":
+        np.full(1000, 999, dtype=np.uint16).tofile(file)
+    overrides = [o.format(file=file, dir=folder) for o in overrides]
+    with pytest.raises(DataError, match=message.replace("(", r"\(").replace(")", r"\)").replace("?", r"\?")):
+        train(compose_config, tmp_path / "run", "module.train_iters=2", *overrides)
+
+
+def test_bf16_autocast_trains(compose_config, tmp_path):
+    _, records = train(compose_config, tmp_path, "module.train_iters=3", "module.precision=bf16")
+    assert all(np.isfinite(r["loss"]) for r in records)
+
+
+def test_moe_model_trains_and_logs_aux_loss(compose_config, tmp_path):
+    _, records = train(compose_config, tmp_path, "model=moe_tiny", "module.train_iters=3")
+    assert len(records) == 3 and records[-1]["moe_aux_loss"] > 0
