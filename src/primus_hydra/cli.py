@@ -16,34 +16,55 @@ from primus_hydra.config.paths import find_conf_dir
 from primus_hydra.config.schema import register_schemas
 from primus_hydra.errors import PrimusError
 
+_USER_WANTS_TRACEBACK = os.environ.get("HYDRA_FULL_ERROR") == "1"
+
+
+def _report(error: PrimusError, prefix: str = "") -> None:
+    for line in str(error).splitlines() or [type(error).__name__]:
+        print(f"error: {prefix}{line}", file=sys.stderr)
+
 
 @hydra.main(version_base="1.3", config_path=find_conf_dir(), config_name="config")
 def _hydra_main(cfg: DictConfig):
     from primus_hydra.tasks import run_task
 
-    return run_task(cfg)
+    try:
+        return run_task(cfg)
+    except PrimusError as error:
+        if _USER_WANTS_TRACEBACK:
+            raise
+        # Exit from inside the job: Hydra would otherwise add its own "Error executing job" report.
+        _report(error, prefix=_sweep_point_label())
+        raise SystemExit(error.exit_code) from None
+
+
+def _sweep_point_label() -> str:
+    from hydra.core.hydra_config import HydraConfig
+
+    hydra_cfg = HydraConfig.get()
+    if str(hydra_cfg.mode) != "RunMode.MULTIRUN":
+        return ""
+    return f"[job {hydra_cfg.job.num}: {' '.join(hydra_cfg.overrides.task)}] "
 
 
 def main() -> None:
     register_schemas()
-    user_wants_traceback = os.environ.get("HYDRA_FULL_ERROR") == "1"
-    # Let exceptions reach us instead of Hydra's multi-line report, so that we can print one line.
+    # Let composition errors reach us instead of Hydra's multi-line report, so that we can print one line.
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         _hydra_main()
     except PrimusError as error:
-        if user_wants_traceback:
+        if _USER_WANTS_TRACEBACK:
             raise
-        for line in str(error).splitlines() or [type(error).__name__]:
-            print(f"error: {line}", file=sys.stderr)
+        _report(error)
         sys.exit(error.exit_code)
     except Exception as error:
-        if user_wants_traceback or not is_compose_error(error):
+        if _USER_WANTS_TRACEBACK or not is_compose_error(error):
             raise
         print(f"error: {format_compose_error(error)}", file=sys.stderr)
         sys.exit(2)
     finally:
-        if not user_wants_traceback:
+        if not _USER_WANTS_TRACEBACK:
             os.environ.pop("HYDRA_FULL_ERROR", None)
 
 

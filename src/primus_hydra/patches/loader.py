@@ -1,5 +1,5 @@
 """Imports the modules that register patches: the selected backend's built-in `patches` module, then the
-user's `patches.modules`. Import failures are recorded (the Hydra callback may not raise) and re-raised by
+user's `patches.modules`. Each module is tried once per process. Import failures are recorded (the Hydra callback may not raise) and re-raised by
 the runtime before any phase runs."""
 from __future__ import annotations
 
@@ -24,14 +24,13 @@ def patch_modules_for(cfg: DictConfig) -> list[str]:
 def load_patch_modules(cfg: DictConfig, registry: PatchRegistry = REGISTRY) -> None:
     """Import every patch module once; record failures in registry.load_errors instead of raising."""
     for module in patch_modules_for(cfg):
-        if module in registry.loaded_modules:
+        if module in registry.loaded_modules:  # tried already (by the callback, then by the runtime)
             continue
+        registry.loaded_modules.add(module)
         try:
             importlib.import_module(module)
         except Exception as error:  # noqa: BLE001 - reported as one line by raise_load_errors
             registry.load_errors.append(f"patches.modules: cannot import {module!r}: {type(error).__name__}: {error}")
-            continue
-        registry.loaded_modules.add(module)
 
 
 def raise_load_errors(registry: PatchRegistry = REGISTRY) -> None:

@@ -1,0 +1,235 @@
+"""The external backends' adapters: native arguments through the real runtime (task.dry_run=true writes
+backend_args.yaml), their one-line rules, and how a run fails when the library is missing or not integrated."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+from hydra.utils import get_class
+
+from primus_hydra.backends.torchtitan.args import llama_ffn_hidden_dim, llama_ffn_rounding
+from primus_hydra.errors import BackendUnavailableError, ConfigValidationError
+from primus_hydra.runtime.distributed_env import DistributedEnv
+from primus_hydra.runtime.train_runtime import PrimusRuntime
+
+EIGHT_GPUS = ("launch.nproc_per_node=8", "module.data.source=mock", "module.seq_length=1024", "module.global_batch_size=64")
+
+
+def dry_run(compose_config, run_dir, *overrides: str) -> dict:
+    cfg = compose_config("task.dry_run=true", *overrides)
+    path = PrimusRuntime(cfg, run_dir=run_dir).run()
+    return yaml.safe_load(path.read_text())
+
+
+def adapter_failures(compose_config, *overrides: str) -> list[str]:
+    cfg = compose_config(*overrides)
+    adapter = get_class(cfg.backend._target_)(cfg=cfg, run_dir="/tmp/unused", dist=DistributedEnv(launcher="single"))
+    return adapter.validate()
+
+
+# -- megatron -------------------------------------------------------------------------------------------------
+def test_megatron_llama3_8b_architecture_uses_megatron_argument_names(compose_config, tmp_path):
+    args = dry_run(compose_config, tmp_path, "backend=megatron", "model=llama3_8b", *EIGHT_GPUS)
+    assert {k: args[k] for k in (
+        "hidden_size", "ffn_hidden_size", "num_layers", "num_attention_heads", "num_query_groups",
+        "group_query_attention", "kv_channels", "max_position_embeddings", "vocab_size", "rotary_base",
+    )} == {
+        "hidden_size": 4096, "ffn_hidden_size": 14336, "num_layers": 32, "num_attention_heads": 32,
+        "num_query_groups": 8, "group_query_attention": True, "kv_channels": 128, "max_position_embeddings": 8192,
+        "vocab_size": 128256, "rotary_base": 500000,
+    }
+    assert (args["normalization"], args["swiglu"], args["position_embedding_type"]) == ("RMSNorm", True, "rope")
+    assert args["untie_embeddings_and_output_weights"] is True
+    assert args["add_bias_linear"] is False and args["add_qkv_bias"] is False
+    assert "num_experts" not in args and "multi_latent_attention" not in args
+
+
+def test_megatron_parallel_and_training_arguments_follow_the_overrides(compose_config, tmp_path):
+    args = dry_run(
+        compose_config, tmp_path, "backend=megatron", "model=llama3_8b", *EIGHT_GPUS,
+        "module.parallel.tp=2", "module.parallel.pp=2", "module.micro_batch_size=2", "module.train_iters=30",
+        "module.lr=2e-4", "module.min_lr=2e-5", "module.warmup_iters=5", "module.precision=bf16",
+    )
+    assert (args["tensor_model_parallel_size"], args["pipeline_model_parallel_size"]) == (2, 2)
+    assert (args["context_parallel_size"], args["expert_model_parallel_size"]) == (1, 1)
+    assert (args["micro_batch_size"], args["global_batch_size"], args["seq_length"]) == (2, 64, 1024)
+    assert (args["train_iters"], args["lr"], args["min_lr"], args["lr_warmup_iters"]) == (30, 2e-4, 2e-5, 5)
+    assert (args["lr_decay_iters"], args["lr_decay_style"]) == (30, "cosine")
+    assert (args["bf16"], args["fp16"], args["use_distributed_optimizer"]) == (True, False, True)
+    assert args["transformer_impl"] == "transformer_engine"
+
+
+def test_megatron_deepseek_v2_lite_gets_moe_and_mla_arguments(compose_config, tmp_path):
+    args = dry_run(compose_config, tmp_path, "backend=megatron", "model=deepseek_v2_lite", *EIGHT_GPUS, "module.parallel.ep=8")
+    assert {k: args[k] for k in (
+        "num_experts", "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size", "moe_layer_freq",
+        "moe_router_score_function", "moe_router_pre_softmax", "moe_router_load_balancing_type", "moe_aux_loss_coeff",
+        "moe_router_num_groups", "expert_model_parallel_size",
+    )} == {
+        "num_experts": 64, "moe_router_topk": 6, "moe_ffn_hidden_size": 1408, "moe_shared_expert_intermediate_size": 2816,
+        "moe_layer_freq": "([0]*1+[1]*26)", "moe_router_score_function": "softmax", "moe_router_pre_softmax": True,
+        "moe_router_load_balancing_type": "seq_aux_loss", "moe_aux_loss_coeff": 0.001, "moe_router_num_groups": None,
+        "expert_model_parallel_size": 8,
+    }
+    assert {k: args[k] for k in ("multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")} == {
+        "multi_latent_attention": True, "q_lora_rank": None, "kv_lora_rank": 512, "qk_head_dim": 128,
+        "qk_pos_emb_head_dim": 64, "v_head_dim": 128,
+    }
+    assert (args["rope_type"], args["rotary_scaling_factor"], args["mscale"]) == ("yarn", 40.0, 0.707)
+
+
+def test_megatron_llama31_rope_scaling_maps_to_use_rope_scaling(compose_config, tmp_path):
+    args = dry_run(compose_config, tmp_path, "backend=megatron", "model=llama3.1_8b", *EIGHT_GPUS)
+    assert (args["use_rope_scaling"], args["rope_scaling_factor"]) == (True, 8.0)
+
+
+def test_megatron_extra_args_are_merged_last_and_win(compose_config, tmp_path):
+    args = dry_run(
+        compose_config, tmp_path, "backend=megatron", "model=llama3_8b", *EIGHT_GPUS,
+        "+backend.extra_args.hidden_dropout=0.1", "+backend.extra_args.moe_grouped_gemm=true",
+    )
+    assert (args["hidden_dropout"], args["moe_grouped_gemm"]) == (0.1, True)
+
+
+def test_megatron_fsdp_uses_torch_fsdp2_without_the_distributed_optimizer(compose_config, tmp_path):
+    args = dry_run(compose_config, tmp_path, "backend=megatron", "model=llama3_8b", *EIGHT_GPUS, "module.parallel.fsdp=true")
+    assert (args["use_torch_fsdp2"], args["use_distributed_optimizer"], args["gradient_accumulation_fusion"]) == (True, False, False)
+
+
+# -- torchtitan -----------------------------------------------------------------------------------------------
+def test_torchtitan_job_config_sections_for_llama3_8b(compose_config, tmp_path):
+    job = dry_run(
+        compose_config, tmp_path, "backend=torchtitan", "model=llama3_8b", *EIGHT_GPUS,
+        "module.parallel.tp=2", "module.parallel.fsdp=true", "module.micro_batch_size=4", "module.train_iters=40",
+        "module.lr=3e-4", "module.min_lr=3e-5", "module.warmup_iters=4",
+    )
+    assert job["model"] == {"name": "llama3", "flavor": "8B"}
+    assert job["optimizer"]["name"] == "AdamW" and job["optimizer"]["lr"] == 3e-4
+    assert job["lr_scheduler"] == {"warmup_steps": 4, "decay_type": "cosine", "min_lr_factor": pytest.approx(0.1), "total_steps": None}
+    assert {k: job["training"][k] for k in ("local_batch_size", "global_batch_size", "seq_len", "steps", "dataset")} == {
+        "local_batch_size": 4, "global_batch_size": 64, "seq_len": 1024, "steps": 40, "dataset": "c4_test",
+    }
+    assert job["parallelism"] == {
+        "data_parallel_replicate_degree": 1, "data_parallel_shard_degree": 4, "tensor_parallel_degree": 2,
+        "pipeline_parallel_degree": 1, "context_parallel_degree": 1, "expert_parallel_degree": 1,
+    }
+    assert job["job"]["dump_folder"] == str(tmp_path) and job["debug"]["seed"] == 1234
+    assert job["model_args"]["dim"] == 4096 and job["model_args"]["n_kv_heads"] == 8
+
+
+@pytest.mark.parametrize("dim, ffn", [(4096, 14336), (8192, 28672), (16384, 53248), (256, 688), (4096, 11008), (5, 7)])
+def test_torchtitan_ffn_rounding_reproduces_the_preset_width(dim, ffn):
+    multiple_of, multiplier = llama_ffn_rounding(dim, ffn)
+    assert llama_ffn_hidden_dim(dim, multiple_of, multiplier) == ffn
+
+
+def test_torchtitan_llama3_8b_rounding_is_metas_1024_and_1_3():
+    assert llama_ffn_rounding(4096, 14336) == (1024, 1.3)
+
+
+# -- maxtext --------------------------------------------------------------------------------------------------
+def test_maxtext_config_for_llama3_8b(compose_config, tmp_path):
+    config = dry_run(
+        compose_config, tmp_path, "backend=maxtext", "model=llama3_8b", *EIGHT_GPUS,
+        "module.parallel.tp=2", "module.micro_batch_size=2", "module.lr=3e-5", "module.min_lr=3e-6",
+    )
+    assert {k: config[k] for k in (
+        "base_emb_dim", "base_num_query_heads", "base_num_kv_heads", "base_mlp_dim", "base_num_decoder_layers",
+        "head_dim", "vocab_size", "max_target_length", "learning_rate", "rope_max_timescale", "dataset_type",
+    )} == {
+        "base_emb_dim": 4096, "base_num_query_heads": 32, "base_num_kv_heads": 8, "base_mlp_dim": 14336,
+        "base_num_decoder_layers": 32, "head_dim": 128, "vocab_size": 128256, "max_target_length": 1024,
+        "learning_rate": 3e-5, "rope_max_timescale": 500000, "dataset_type": "synthetic",
+    }
+    # 64 sequences = 2 per dp rank (dp=4) x 8 accumulation steps; per device: 2 * 4 / 8 GPUs
+    assert (config["per_device_batch_size"], config["gradient_accumulation_steps"]) == (1.0, 8)
+    assert (config["ici_tensor_parallelism"], config["ici_data_parallelism"], config["ici_fsdp_parallelism"]) == (2, 4, 1)
+    assert config["learning_rate_final_fraction"] == pytest.approx(0.1)
+
+
+def test_maxtext_deepseek_gets_moe_and_mla_keys(compose_config, tmp_path):
+    config = dry_run(compose_config, tmp_path, "backend=maxtext", "model=deepseek_v2_lite", *EIGHT_GPUS, "module.parallel.ep=8")
+    assert (config["decoder_block"], config["attention_type"], config["q_lora_rank"]) == ("deepseek", "mla", 0)
+    assert (config["num_experts"], config["num_experts_per_tok"], config["first_num_dense_layers"]) == (64, 6, 1)
+    assert (config["ici_expert_parallelism"], config["ici_data_parallelism"]) == (8, 1)
+
+
+# -- megatron_bridge, hummingbirdxt ---------------------------------------------------------------------------
+def test_megatron_bridge_sections_carry_the_canonical_values(compose_config, tmp_path):
+    config = dry_run(compose_config, tmp_path, "backend=megatron_bridge", "model=llama3.1_8b", *EIGHT_GPUS, "module.parallel.tp=2")
+    assert config["recipe"]["name"] == "llama.llama31_8b"
+    assert config["model"]["tensor_model_parallel_size"] == 2
+    assert config["train"]["global_batch_size"] == 64 and config["tokenizer"]["tokenizer_type"] == "NullTokenizer"
+    assert config["checkpoint"]["save"] == str(tmp_path / "checkpoints")
+
+
+def test_hummingbirdxt_translates_the_optimizer_and_output_folder(compose_config, tmp_path):
+    args = dry_run(compose_config, tmp_path, "backend=hummingbirdxt", "module=post_trainer", "module.data.path=/data/train.csv")
+    assert (args["lr"], args["batch_size"], args["data_path"]) == (1e-4, 4, "/data/train.csv")
+    assert args["logdir"] == str(tmp_path / "checkpoints")
+
+
+# -- rules ----------------------------------------------------------------------------------------------------
+def test_torchtitan_rejects_cpu_platforms(compose_config):
+    failures = adapter_failures(compose_config, "backend=torchtitan", "module.data.source=mock", "platform.device=cpu")
+    assert failures == ["platform.device=cpu: backend=torchtitan trains on GPUs only; use backend=torch for CPU runs"]
+
+
+def test_external_backends_need_a_text_path(compose_config):
+    failures = adapter_failures(compose_config, "backend=maxtext")
+    assert len(failures) == 1 and failures[0].startswith("module.data.source=text needs module.data.path with backend=maxtext")
+
+
+def test_megatron_fsdp_rejects_pipeline_parallelism(compose_config):
+    failures = adapter_failures(compose_config, "backend=megatron", "module.data.source=mock", "module.parallel.fsdp=true", "module.parallel.pp=2")
+    assert failures == ["module.parallel.fsdp=true: Megatron's torch FSDP2 supports pp=1 and ep=1 only (pp=2, ep=1)"]
+
+
+def test_hummingbirdxt_only_post_trains(compose_config, tmp_path):
+    cfg = compose_config("backend=hummingbirdxt", "module.data.source=mock", "task.dry_run=true")
+    with pytest.raises(ConfigValidationError, match=r"module.stage=pretrain: backend=hummingbirdxt supports sft"):
+        PrimusRuntime(cfg, run_dir=tmp_path).run()
+
+
+# -- real runs ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend, module", [("megatron", "megatron.training"), ("torchtitan", "torchtitan"), ("maxtext", "MaxText")])
+def test_a_real_run_without_the_library_fails_with_what_is_missing_and_how_to_fix_it(compose_config, tmp_path, backend, module):
+    cfg = compose_config(f"backend={backend}", "module.data.source=mock")
+    with pytest.raises(BackendUnavailableError) as error:
+        PrimusRuntime(cfg, run_dir=tmp_path).run()
+    message = str(error.value)
+    assert "\n" not in message
+    assert message.startswith(f"backend={backend} needs `{module}`, which cannot be imported")
+    assert "backend.path=<dir>, $BACKEND_PATH or third_party/" in message
+
+
+def test_a_real_run_with_the_library_present_says_training_is_not_integrated_yet(compose_config, tmp_path, monkeypatch):
+    fake_checkout = tmp_path / "Megatron-LM"
+    (fake_checkout / "megatron" / "training").mkdir(parents=True)
+    (fake_checkout / "megatron" / "__init__.py").write_text("")
+    (fake_checkout / "megatron" / "training" / "__init__.py").write_text("")
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the adapter puts the checkout on sys.path
+    monkeypatch.delenv("CUDA_DEVICE_MAX_CONNECTIONS", raising=False)  # set by the setup patch
+    cfg = compose_config("backend=megatron", "module.data.source=mock", f"backend.path={fake_checkout}")
+    try:
+        with pytest.raises(BackendUnavailableError, match=r"^backend=megatron: training through Megatron-LM is not integrated yet"):
+            PrimusRuntime(cfg, run_dir=tmp_path / "run").run()
+    finally:
+        for name in [n for n in sys.modules if n == "megatron" or n.startswith("megatron.")]:
+            del sys.modules[name]
+
+
+def test_importing_the_adapters_imports_neither_torch_nor_a_backend_library():
+    code = (
+        "import sys\n"
+        "for name in ('megatron', 'torchtitan', 'maxtext', 'megatron_bridge', 'hummingbirdxt'):\n"
+        "    __import__(f'primus_hydra.backends.{name}.adapter')\n"
+        "    __import__(f'primus_hydra.backends.{name}.trainer')\n"
+        "__import__('primus_hydra.backends.megatron.patches')\n"
+        "heavy = sorted(m for m in ('torch', 'jax', 'megatron', 'torchtitan', 'MaxText') if m in sys.modules)\n"
+        "assert not heavy, heavy\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr

@@ -1,0 +1,118 @@
+"""The command line as a user types it: one real default-style run, printing configs without torch, sweeps,
+and one clear line with exit code 2 for every malformed input."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+QUICK_RUN = ["module.train_iters=12", "module.warmup_iters=2", "module.log.interval=4", "module.seq_length=64", "module.checkpoint.interval=6"]
+
+
+def primus(*args: str, output_root: Path, extra_env: dict | None = None, timeout: int = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PRIMUS_OUTPUT_ROOT": str(output_root), **(extra_env or {})}
+    env.pop("HYDRA_FULL_ERROR", None)
+    output_root.mkdir(parents=True, exist_ok=True)
+    return subprocess.run([sys.executable, "-m", "primus_hydra", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout, cwd=output_root)
+
+
+def run_dirs(root: Path) -> list[Path]:
+    return sorted(p.parent for p in root.glob("**/.hydra"))
+
+
+def test_default_run_trains_and_fills_the_run_dir(tmp_path):
+    result = primus(*QUICK_RUN, output_root=tmp_path)
+    assert result.returncode == 0, result.stderr
+    (run_dir,) = run_dirs(tmp_path)
+    assert (run_dir / ".hydra" / "config.yaml").is_file()
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len(records) == 12 and records[-1]["loss"] < records[0]["loss"]
+    assert (run_dir / "checkpoints" / "latest").read_text().strip() == "step_0000012"
+    assert (run_dir / "loss_curve.png").is_file() and (run_dir / "logs" / "rank_0.log").is_file()
+    assert "step 12/12 | loss" in result.stdout + result.stderr
+
+
+def test_print_megatron_config_without_importing_torch(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "primus_hydra", "backend=megatron", "model=llama3_8b", "--cfg", "job"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "hidden_size: 4096" in result.stdout and "_target_: primus_hydra.backends.megatron.adapter.MegatronAdapter" in result.stdout
+    imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
+    assert "torch" not in imported and "hydra" in imported
+    assert list(tmp_path.iterdir()) == []  # printing a config has no side effects
+
+
+def test_info_defaults_lists_the_groups(tmp_path):
+    result = primus("--info", "defaults", output_root=tmp_path)
+    assert result.returncode == 0
+    for entry in ("primus_schema", "platform/local", "module/pre_trainer", "model/llama_tiny", "backend/torch", "task/train"):
+        assert entry in result.stdout
+
+
+def test_multirun_sweep_runs_each_point(tmp_path):
+    result = primus("-m", "module.lr=1e-3,3e-3", "module.train_iters=2", "module.warmup_iters=0", "module.seq_length=32", "module.log.tensorboard=false",
+                    "module.log.plot=false", output_root=tmp_path)
+    assert result.returncode == 0, result.stderr
+    sweep_points = run_dirs(tmp_path)
+    assert [p.name for p in sweep_points] == ["0", "1"]
+    assert all((p / "metrics.jsonl").is_file() for p in sweep_points)
+
+
+def test_dry_run_writes_backend_arguments(tmp_path):
+    result = primus("task.dry_run=true", output_root=tmp_path)
+    assert result.returncode == 0, result.stderr
+    (run_dir,) = run_dirs(tmp_path)
+    assert "grad_accum_steps: 1" in (run_dir / "backend_args.yaml").read_text()
+    assert not (run_dir / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["model=llama_huge"], "error: model=llama_huge is not an option of group 'model'; available: deepseek_v2_lite, deepseek_v3,"),
+        (["backend=jax"], "error: backend=jax is not an option of group 'backend'; available: hummingbirdxt, maxtext, megatron,"),
+        (["model.hidden_sise=10"], "error: model.hidden_sise: Key 'hidden_sise' not in 'ModelConfig'"),
+        (["module.lr=fast"], "error: module.lr: Value 'fast' of type 'str' could not be converted to Float"),
+        (["module.precision=fp8"], "error: module.precision: Invalid value 'fp8', expected one of [fp32, bf16]"),
+        (["model.hidden_size=???"], "error: model.hidden_size: mandatory value is missing (???)"),
+        (["launch.nproc_per_node=2", "module.parallel.dp=1"], "error: world size 2 != tp*pp*cp*dp = 1*1*1*1; set module.parallel.dp=auto or 2"),
+        (["module.data.path=/no/such/corpus"], "error: module.data.path=/no/such/corpus: no such file or folder"),
+        (["module.checkpoint.resume=/no/such/ckpt"], "error: module.checkpoint.resume=/no/such/ckpt: no such checkpoint"),
+        (["patches.modules=[no_such_patch_module]"], "error: patches.modules: cannot import 'no_such_patch_module'"),
+        (["backend=megatron", "model=llama3_8b", "module.data.source=mock"], "error: backend=megatron needs `megatron.training`"),
+    ],
+    ids=["unknown_model", "unknown_backend", "unknown_key", "wrong_type", "bad_enum", "missing_value", "world_layout",
+         "missing_data", "missing_checkpoint", "bad_patch_module", "backend_library_absent"],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, expected):
+    result = primus(*args, "module.train_iters=2", "module.warmup_iters=0", output_root=tmp_path)
+    assert result.returncode == 2, result.stderr
+    error_lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(error_lines) == 1 and error_lines[0].startswith(expected), result.stderr
+    assert "Traceback" not in result.stderr
+    for run_dir in run_dirs(tmp_path):  # nothing trained, nothing checkpointed
+        assert not (run_dir / "metrics.jsonl").exists() and not (run_dir / "checkpoints").exists()
+
+
+def test_corrupt_checkpoint_to_resume_names_the_file(tmp_path):
+    first = primus(*QUICK_RUN, "module.log.tensorboard=false", output_root=tmp_path / "a")
+    assert first.returncode == 0, first.stderr
+    (run_dir,) = run_dirs(tmp_path / "a")
+    (run_dir / "checkpoints" / "step_0000012" / "optimizer.pt").write_bytes(b"garbage")
+    result = primus(*QUICK_RUN, f"module.checkpoint.resume={run_dir / 'checkpoints'}", output_root=tmp_path / "b")
+    assert result.returncode == 2
+    assert "optimizer.pt has 7 bytes, expected" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_console_script_is_installed():
+    script = Path(sys.executable).parent / "primus-hydra"
+    result = subprocess.run([str(script), "--cfg", "job", "-p", "model"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and "name: llama_tiny" in result.stdout

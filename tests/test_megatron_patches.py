@@ -1,0 +1,122 @@
+"""The built-in Megatron patches (backends/megatron/patches.py): registered by id, run by the real runtime in
+build_args, and never overriding what the user set in backend.extra_args."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import yaml
+
+from primus_hydra.patches.registry import REGISTRY, PatchContext
+from primus_hydra.runtime.train_runtime import PrimusRuntime
+
+PATCHES_MODULE = "primus_hydra.backends.megatron.patches"
+MEGATRON = ("backend=megatron", "model=llama3_8b", "launch.nproc_per_node=8", "module.seq_length=1024", "module.global_batch_size=64")
+
+
+@pytest.fixture(autouse=True)
+def fresh_megatron_patches():
+    """conftest restores the registry after each test, but a cached module would not register again on import."""
+    sys.modules.pop(PATCHES_MODULE, None)
+    yield
+    sys.modules.pop(PATCHES_MODULE, None)
+
+
+def dry_run(compose_config, run_dir, *overrides: str) -> dict:
+    cfg = compose_config("task.dry_run=true", *MEGATRON, *overrides)
+    return yaml.safe_load(PrimusRuntime(cfg, run_dir=run_dir).run().read_text())
+
+
+def test_the_five_patches_are_registered_for_megatron_with_their_phases():
+    __import__(PATCHES_MODULE)
+    phases = {p.id: (p.backend, p.phase) for p in REGISTRY.all() if p.id.startswith("megatron.")}
+    assert phases == {
+        "megatron.args.sequence_parallel_tp1": ("megatron", "build_args"),
+        "megatron.args.checkpoint_path": ("megatron", "build_args"),
+        "megatron.args.tensorboard_path": ("megatron", "build_args"),
+        "megatron.args.mock_data": ("megatron", "build_args"),
+        "megatron.env.cuda_device_max_connections": ("megatron", "setup"),
+    }
+
+
+def test_sequence_parallel_is_switched_off_at_tp1(compose_config, tmp_path):
+    args = dry_run(compose_config, tmp_path, "module.data.source=mock", "module.parallel.sequence_parallel=true")
+    assert args["sequence_parallel"] is False
+
+
+def test_sequence_parallel_is_kept_with_tensor_parallelism(compose_config, tmp_path):
+    args = dry_run(compose_config, tmp_path, "module.data.source=mock", "module.parallel.sequence_parallel=true", "module.parallel.tp=2")
+    assert args["sequence_parallel"] is True
+
+
+def test_checkpoints_and_tensorboard_go_under_the_run_dir(compose_config, tmp_path):
+    args = dry_run(compose_config, tmp_path, "module.data.source=mock", "module.checkpoint.interval=25")
+    assert (args["save"], args["save_interval"]) == (str(tmp_path / "checkpoints"), 25)
+    assert args["tensorboard_dir"] == str(tmp_path / "tensorboard")
+
+
+def test_an_explicit_checkpoint_dir_is_kept(compose_config, tmp_path):
+    args = dry_run(compose_config, tmp_path, "module.data.source=mock", "module.checkpoint.dir=/ckpt/llama")
+    assert args["save"] == "/ckpt/llama"
+
+
+def test_save_from_extra_args_wins_over_the_patch(compose_config, tmp_path):
+    args = dry_run(compose_config, tmp_path, "module.data.source=mock", "+backend.extra_args.save=/elsewhere")
+    assert args["save"] == "/elsewhere"
+
+
+def test_resume_auto_loads_from_the_save_folder(compose_config, tmp_path):
+    args = dry_run(compose_config, tmp_path, "module.data.source=mock", "module.checkpoint.resume=auto")
+    assert args["load"] == args["save"] == str(tmp_path / "checkpoints")
+
+
+def test_no_checkpoint_folder_when_the_run_saves_none(compose_config, tmp_path):
+    args = dry_run(
+        compose_config, tmp_path, "module.data.source=mock", "module.checkpoint.interval=0", "module.checkpoint.save_final=false"
+    )
+    assert args["save"] is None
+
+
+def test_no_tensorboard_dir_when_tensorboard_is_off(compose_config, tmp_path):
+    args = dry_run(compose_config, tmp_path, "module.data.source=mock", "module.log.tensorboard=false")
+    assert args["tensorboard_dir"] is None
+
+
+def test_mock_data_runs_with_the_null_tokenizer_and_no_data_paths(compose_config, tmp_path):
+    args = dry_run(compose_config, tmp_path, "module.data.source=mock", "backend.tokenizer_model=meta-llama/Meta-Llama-3-8B")
+    assert (args["mock_data"], args["tokenizer_type"], args["tokenizer_model"]) == (True, "NullTokenizer", None)
+    assert [args[k] for k in ("data_path", "train_data_path", "valid_data_path", "test_data_path")] == [None] * 4
+    assert args["vocab_size"] == 128256
+
+
+def test_real_data_keeps_the_configured_tokenizer(compose_config, tmp_path):
+    args = dry_run(
+        compose_config, tmp_path, "module.data.source=tokens", "module.data.path=/data/c4_text_document",
+        "module.data.token_dtype=uint32", "backend.tokenizer_model=meta-llama/Meta-Llama-3-8B",
+    )
+    assert (args["mock_data"], args["tokenizer_type"]) == (False, "HuggingFaceTokenizer")
+    assert args["data_path"] == ["/data/c4_text_document"]
+
+
+def test_patches_enabled_allowlist_leaves_the_others_out(compose_config, tmp_path, monkeypatch):
+    monkeypatch.delenv("PRIMUS_PATCHES", raising=False)
+    args = dry_run(compose_config, tmp_path, "module.data.source=mock", "patches.enabled=megatron.args.mock_data")
+    assert args["tokenizer_type"] == "NullTokenizer"
+    assert args["tensorboard_dir"] is None and args["save"] is None
+
+
+@pytest.mark.parametrize("fsdp, expected", [(False, "1"), (True, "8")])
+def test_cuda_device_max_connections_is_1_or_8_with_fsdp(compose_config, tmp_path, monkeypatch, fsdp, expected):
+    monkeypatch.delenv("CUDA_DEVICE_MAX_CONNECTIONS", raising=False)
+    patches = __import__(PATCHES_MODULE, fromlist=["cuda_device_max_connections"])
+    cfg = compose_config(*MEGATRON, f"module.parallel.fsdp={str(fsdp).lower()}")
+    patches.cuda_device_max_connections(PatchContext("megatron", "setup", None, cfg, tmp_path))
+    assert os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] == expected
+
+
+def test_cuda_device_max_connections_keeps_the_users_value(compose_config, tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "4")
+    patches = __import__(PATCHES_MODULE, fromlist=["cuda_device_max_connections"])
+    patches.cuda_device_max_connections(PatchContext("megatron", "setup", None, compose_config(*MEGATRON), tmp_path))
+    assert os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] == "4"
