@@ -117,7 +117,7 @@ class ExternalBackendAdapter(BackendAdapter):
         if self.stage not in self.trainer_classes:
             failures.append(
                 f"module.stage={self.stage}: backend={self.name} supports {', '.join(self.trainer_classes)}; "
-                f"choose a module preset with one of those stages"
+                f"pick the module preset with that stage (module=pre_trainer: pretrain, module=post_trainer: sft)"
             )
         data = self.cfg.module.data
         if str(enum_value(data.source)) == "text" and not data.path:
@@ -130,7 +130,8 @@ class ExternalBackendAdapter(BackendAdapter):
 
     def load_trainer_class(self, stage: str) -> type[BaseTrainer]:
         if stage not in self.trainer_classes:
-            raise ConfigValidationError([f"module.stage={stage}: backend={self.name} supports {', '.join(self.trainer_classes)}"])
+            supported = ", ".join(self.trainer_classes)
+            raise ConfigValidationError([f"module.stage={stage}: backend={self.name} supports {supported}"])
         return get_class(self.trainer_classes[stage])
 
 

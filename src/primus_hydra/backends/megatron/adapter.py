@@ -29,13 +29,18 @@ class MegatronAdapter(ExternalBackendAdapter):
             failures.append(f"backend.transformer_impl={backend.transformer_impl}: allowed: {', '.join(TRANSFORMER_IMPLS)}")
         if backend.recompute_granularity not in (None, *RECOMPUTE_GRANULARITIES):
             failures.append(
-                f"backend.recompute_granularity={backend.recompute_granularity}: allowed: null, {', '.join(RECOMPUTE_GRANULARITIES)}"
+                f"backend.recompute_granularity={backend.recompute_granularity}: "
+                f"allowed: null, {', '.join(RECOMPUTE_GRANULARITIES)}"
             )
         if p.fsdp:  # Megatron's own asserts for --use-torch-fsdp2, reported before any GPU starts
             if p.pp > 1 or p.ep > 1:
-                failures.append(f"module.parallel.fsdp=true: Megatron's torch FSDP2 supports pp=1 and ep=1 only (pp={p.pp}, ep={p.ep})")
+                failures.append(
+                    f"module.parallel.fsdp=true: Megatron's torch FSDP2 supports pp=1 and ep=1 only (pp={p.pp}, ep={p.ep})"
+                )
             if cfg.model.tie_embeddings:
-                failures.append("module.parallel.fsdp=true: Megatron's torch FSDP2 needs untied embeddings (model.tie_embeddings=false)")
+                failures.append(
+                    "module.parallel.fsdp=true: Megatron's torch FSDP2 needs untied embeddings (model.tie_embeddings=false)"
+                )
         mock = str(enum_value(cfg.module.data.source)) == "mock"
         if not mock and backend.tokenizer_type == "HuggingFaceTokenizer" and not backend.tokenizer_model:
             failures.append(

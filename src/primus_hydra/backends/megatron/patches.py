@@ -25,7 +25,10 @@ def sequence_parallel_off_without_tp(ctx: PatchContext) -> None:
         ctx.backend_args["sequence_parallel"] = False
 
 
-@register_patch("megatron.args.checkpoint_path", backend="megatron", phase="build_args", condition=lambda ctx: wants_checkpoints(ctx.cfg))
+@register_patch(
+    "megatron.args.checkpoint_path", backend="megatron", phase="build_args",
+    condition=lambda ctx: wants_checkpoints(ctx.cfg),
+)
 def checkpoints_in_run_dir(ctx: PatchContext) -> None:
     """Checkpoints go to <run_dir>/checkpoints unless module.checkpoint.dir or extra_args.save says otherwise;
     resume=auto loads from the same folder."""

@@ -193,4 +193,4 @@ def llama_ffn_rounding(dim: int, ffn_hidden_size: int) -> tuple[int, Optional[fl
         for multiplier in candidates:
             if llama_ffn_hidden_dim(dim, multiple_of, multiplier) == ffn_hidden_size:
                 return multiple_of, multiplier
-    raise ValueError(f"model.ffn_hidden_size={ffn_hidden_size}: no torchtitan (multiple_of, ffn_dim_multiplier) reproduces it")
+    raise ValueError(f"model.ffn_hidden_size={ffn_hidden_size}: no (multiple_of, ffn_dim_multiplier) reproduces it")
