@@ -30,8 +30,19 @@ def compose_config():
 
 @pytest.fixture(autouse=True)
 def _isolated_patch_registry():
-    """Each test sees a fresh patch registry (modules re-register when re-imported by the loader)."""
+    """Each test starts from the built-in patches only; what a test registers is dropped after it.
+
+    Built-in patch modules are imported first, so the snapshot holds them (a cached module never registers twice).
+    """
+    import importlib
+    import pkgutil
+
+    import primus_hydra.backends
     from primus_hydra.patches.registry import REGISTRY
+
+    for backend in pkgutil.iter_modules(primus_hydra.backends.__path__):
+        if backend.ispkg and importlib.util.find_spec(f"primus_hydra.backends.{backend.name}.patches"):
+            importlib.import_module(f"primus_hydra.backends.{backend.name}.patches")
 
     saved = dict(REGISTRY._patches), set(REGISTRY.loaded_modules)
     REGISTRY.load_errors.clear()

@@ -3,7 +3,6 @@ build_args, and never overriding what the user set in backend.extra_args."""
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 import yaml
@@ -13,14 +12,6 @@ from primus_hydra.runtime.train_runtime import PrimusRuntime
 
 PATCHES_MODULE = "primus_hydra.backends.megatron.patches"
 MEGATRON = ("backend=megatron", "model=llama3_8b", "launch.nproc_per_node=8", "module.seq_length=1024", "module.global_batch_size=64")
-
-
-@pytest.fixture(autouse=True)
-def fresh_megatron_patches():
-    """conftest restores the registry after each test, but a cached module would not register again on import."""
-    sys.modules.pop(PATCHES_MODULE, None)
-    yield
-    sys.modules.pop(PATCHES_MODULE, None)
 
 
 def dry_run(compose_config, run_dir, *overrides: str) -> dict:

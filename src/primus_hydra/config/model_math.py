@@ -67,7 +67,7 @@ def _num_moe_layers(model: Any) -> int:
     return model.num_layers - model.moe.first_dense_layers if _is_moe(model) else 0
 
 
-def _shared_expert_ffn(model: Any) -> int:
+def shared_expert_ffn_hidden_size(model: Any) -> int:
     moe = model.moe
     if moe.shared_expert_ffn_hidden_size is not None:
         return int(moe.shared_expert_ffn_hidden_size)
@@ -79,7 +79,7 @@ def _moe_layer_weights(model: Any, experts: int) -> tuple[int, int]:
     h, moe = model.hidden_size, model.moe
     matmul = h * moe.num_experts  # router
     matmul += experts * SWIGLU_MATRICES * h * moe.ffn_hidden_size
-    matmul += SWIGLU_MATRICES * h * _shared_expert_ffn(model)
+    matmul += SWIGLU_MATRICES * h * shared_expert_ffn_hidden_size(model)
     return matmul, moe.num_experts if moe.router_enable_expert_bias else 0
 
 

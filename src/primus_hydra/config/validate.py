@@ -10,6 +10,7 @@ from typing import Callable, List
 
 from omegaconf import DictConfig, OmegaConf
 
+from primus_hydra.config.values import option
 from primus_hydra.errors import ConfigValidationError
 
 Rule = Callable[[DictConfig, List[str]], None]
@@ -69,6 +70,11 @@ def resolve_dp(cfg: DictConfig, world_size: int) -> int:
 def configured_world_size(cfg: DictConfig) -> int:
     nproc = cfg.launch.nproc_per_node
     return int(cfg.launch.nnodes) * (int(nproc) if str(nproc).isdigit() else 1)
+
+
+def job_world_size(cfg: DictConfig, dist) -> int:
+    """Inside a launched job its real world size; otherwise the configured one (dry runs, tests, one process)."""
+    return dist.world_size if dist.is_distributed else configured_world_size(cfg)
 
 
 def _check_world_layout(cfg: DictConfig, world_size: int | None) -> str | None:
@@ -231,7 +237,7 @@ def _learning_rate(cfg: DictConfig, failures: list[str]) -> None:
 @rule
 def _data(cfg: DictConfig, failures: list[str]) -> None:
     data = cfg.module.data
-    source = str(getattr(data.source, "value", data.source))
+    source = option(data.source)
     if source == "text" and cfg.model.vocab_size < 256:
         failures.append(f"model.vocab_size={cfg.model.vocab_size}: module.data.source=text uses byte tokens and needs >= 256")
     if source == "tokens" and not data.path:

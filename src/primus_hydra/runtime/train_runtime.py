@@ -16,6 +16,7 @@ import yaml
 from hydra.utils import get_class
 from omegaconf import DictConfig
 
+from primus_hydra.config.values import option, to_plain_data
 from primus_hydra.backends.base import BackendAdapter, BaseTrainer
 from primus_hydra.config.validate import validate_config
 from primus_hydra.errors import ConfigValidationError, PatchError
@@ -106,7 +107,7 @@ class PrimusRuntime:
 
         self._mark("trainer")
         trainer_class = get_class(cfg.backend.trainer) if cfg.backend.trainer else adapter.load_trainer_class(
-            str(getattr(cfg.module.stage, "value", cfg.module.stage))
+            option(cfg.module.stage)
         )
         self.trainer = trainer = trainer_class(self.backend_args, cfg, self.run_dir, self.dist)
         ctx.trainer = trainer
@@ -147,7 +148,7 @@ class PrimusRuntime:
         target = self.run_dir / DRY_RUN_FILE
         if self.dist.is_main:
             target.parent.mkdir(parents=True, exist_ok=True)
-            text = yaml.safe_dump(_plain(self.backend_args), sort_keys=False, default_flow_style=False)
+            text = yaml.safe_dump(to_plain_data(self.backend_args), sort_keys=False, default_flow_style=False)
             target.write_text(f"# backend={self.adapter.name}: final arguments after build_args patches\n{text}")
             log.info("dry run: backend arguments written to %s", target)
             print(f"dry run: {self.adapter.name} arguments written to {target}")
@@ -162,13 +163,3 @@ class PrimusRuntime:
             log.exception("cleanup(on_error=True) failed as well")
         self.trainer = None
 
-
-def _plain(value: Any) -> Any:
-    """Dicts/lists/scalars only, so that the dump is plain YAML (paths and enums become strings)."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(getattr(value, "value", value))

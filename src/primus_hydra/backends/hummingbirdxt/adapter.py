@@ -1,7 +1,7 @@
 """backend=hummingbirdxt: the canonical config as HummingbirdXT arguments (args.py). Post-training only."""
 from __future__ import annotations
 
-from primus_hydra.backends.common_args import ExternalBackendAdapter
+from primus_hydra.backends.external import ExternalBackendAdapter
 from primus_hydra.backends.hummingbirdxt.args import build_hummingbirdxt_args
 
 

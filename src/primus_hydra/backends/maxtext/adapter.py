@@ -1,7 +1,7 @@
 """backend=maxtext: the canonical config as MaxText's config keys (args.py) and its rules."""
 from __future__ import annotations
 
-from primus_hydra.backends.common_args import ExternalBackendAdapter
+from primus_hydra.backends.external import ExternalBackendAdapter
 from primus_hydra.backends.maxtext.args import build_maxtext_config
 
 # the choices listed in MaxText's base.yml

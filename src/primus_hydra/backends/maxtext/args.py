@@ -11,14 +11,14 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from primus_hydra.backends.common_args import (
+from primus_hydra.backends.external import (
     ParallelLayout,
-    enum_value,
     merge_extra_args,
     parallel_layout,
     wants_checkpoints,
 )
 from primus_hydra.config.model_math import attention_head_dim
+from primus_hydra.config.values import option
 
 DECODER_BLOCKS = {"llama": "llama2", "mixtral": "mixtral", "deepseek": "deepseek", "qwen3": "qwen3"}  # by family
 ROPE_TYPES = {"none": "default", "linear": "default", "llama3": "llama3.1", "yarn": "yarn"}
@@ -59,7 +59,7 @@ def model_config(model: DictConfig) -> dict:
         "logits_via_embedding": model.tie_embeddings,
         "use_qk_norm": model.qk_norm,
         "rope_max_timescale": int(model.rope_theta),
-        "rope_type": ROPE_TYPES[str(enum_value(model.rope_scaling.type))],
+        "rope_type": ROPE_TYPES[option(model.rope_scaling.type)],
         "dropout_rate": 0.0,
     }
     scaling = model.rope_scaling
@@ -69,7 +69,7 @@ def model_config(model: DictConfig) -> dict:
             original_max_position_embeddings=scaling.original_max_position_embeddings,
             rope_factor=scaling.factor, beta_fast=scaling.beta_fast, beta_slow=scaling.beta_slow, mscale=scaling.mscale,
         )
-    elif str(enum_value(scaling.type)) == "linear":
+    elif option(scaling.type) == "linear":
         config["rope_linear_scaling_factor"] = scaling.factor
     if model.mla.enabled:
         mla = model.mla
@@ -84,7 +84,7 @@ def model_config(model: DictConfig) -> dict:
 
 def moe_config(moe: DictConfig) -> dict:
     grouped = moe.router_num_groups > 1
-    balancing = str(enum_value(moe.load_balancing_type))
+    balancing = option(moe.load_balancing_type)
     return {
         "num_experts": moe.num_experts,
         "num_experts_per_tok": moe.top_k,
@@ -92,7 +92,7 @@ def moe_config(moe: DictConfig) -> dict:
         "first_num_dense_layers": moe.first_dense_layers,
         "shared_experts": moe.shared_experts,
         "routed_scaling_factor": moe.router_topk_scaling_factor,
-        "routed_score_func": str(enum_value(moe.router_score_function)),
+        "routed_score_func": option(moe.router_score_function),
         "routed_bias": moe.router_enable_expert_bias,
         "routed_bias_update_rate": moe.router_bias_update_rate,
         "n_routing_groups": moe.router_num_groups if grouped else -1,
@@ -107,7 +107,7 @@ def training_config(cfg: DictConfig, layout: ParallelLayout) -> dict:
     m = cfg.module
     schedule_steps = m.lr_decay_iters or m.train_iters
     warmup_fraction = m.warmup_iters / schedule_steps
-    style = str(enum_value(m.lr_decay_style))
+    style = option(m.lr_decay_style)
     config = {
         # MaxText's batch is per device (all devices, model-parallel ones included) and may be fractional
         "per_device_batch_size": m.micro_batch_size * layout.dp / layout.world_size,
@@ -125,7 +125,7 @@ def training_config(cfg: DictConfig, layout: ParallelLayout) -> dict:
         "adam_eps": m.adam_eps,
         "adam_weight_decay": m.weight_decay,
         "gradient_clipping_threshold": m.clip_grad,
-        "dtype": "bfloat16" if str(enum_value(m.precision)) == "bf16" else "float32",
+        "dtype": "bfloat16" if option(m.precision) == "bf16" else "float32",
         "weight_dtype": "float32",
         "init_weights_seed": m.seed,
         "data_shuffle_seed": m.seed,
@@ -154,7 +154,7 @@ def mesh_config(cfg: DictConfig, layout: ParallelLayout) -> dict:
 
 def data_checkpoint_logging_config(cfg: DictConfig) -> dict:
     m, ckpt = cfg.module, cfg.module.checkpoint
-    mock = str(enum_value(m.data.source)) == "mock"
+    mock = option(m.data.source) == "mock"
     config = {
         "dataset_type": "synthetic" if mock else "tfds",
         "enable_checkpointing": wants_checkpoints(cfg),

@@ -1,8 +1,9 @@
 """backend=megatron: the canonical config as Megatron-LM's argument namespace (args.py) and its rules."""
 from __future__ import annotations
 
-from primus_hydra.backends.common_args import ExternalBackendAdapter, enum_value
+from primus_hydra.backends.external import ExternalBackendAdapter
 from primus_hydra.backends.megatron.args import build_megatron_args
+from primus_hydra.config.values import option
 
 TRANSFORMER_IMPLS = ("transformer_engine", "local")
 RECOMPUTE_GRANULARITIES = ("full", "selective")
@@ -41,7 +42,7 @@ class MegatronAdapter(ExternalBackendAdapter):
                 failures.append(
                     "module.parallel.fsdp=true: Megatron's torch FSDP2 needs untied embeddings (model.tie_embeddings=false)"
                 )
-        mock = str(enum_value(cfg.module.data.source)) == "mock"
+        mock = option(cfg.module.data.source) == "mock"
         if not mock and backend.tokenizer_type == "HuggingFaceTokenizer" and not backend.tokenizer_model:
             failures.append(
                 "backend.tokenizer_model is required with backend.tokenizer_type=HuggingFaceTokenizer and real data; "

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from primus_hydra.backends.common_args import (
+from primus_hydra.backends.external import (
     ParallelLayout,
     checkpoint_load_path,
-    enum_value,
     merge_extra_args,
     parallel_layout,
     wants_checkpoints,
 )
-from primus_hydra.config.model_math import attention_head_dim
+from primus_hydra.config.model_math import attention_head_dim, shared_expert_ffn_hidden_size
+from primus_hydra.config.values import option
 
 
 def build_megatron_args(cfg: DictConfig, world_size: int) -> dict:
@@ -72,7 +72,7 @@ def model_args(model: DictConfig) -> dict:
 
 def rope_scaling_args(model: DictConfig) -> dict:
     scaling = model.rope_scaling
-    kind = str(enum_value(scaling.type))
+    kind = option(scaling.type)
     if kind == "llama3":  # Megatron's llama3.x scaling hard-codes low/high freq factors 1 and 4, original length 8192
         return {"use_rope_scaling": True, "rope_scaling_factor": scaling.factor}
     if kind == "linear":
@@ -91,8 +91,8 @@ def moe_args(model: DictConfig) -> dict:
     moe = model.moe
     if moe.num_experts == 0:
         return {}
-    score_function = str(enum_value(moe.router_score_function))
-    shared_ffn = moe.shared_expert_ffn_hidden_size or moe.shared_experts * moe.ffn_hidden_size
+    score_function = option(moe.router_score_function)
+    shared_ffn = shared_expert_ffn_hidden_size(model)
     dense, sparse = moe.first_dense_layers, model.num_layers - moe.first_dense_layers
     return {
         "num_experts": moe.num_experts,
@@ -110,7 +110,7 @@ def moe_args(model: DictConfig) -> dict:
         "moe_router_group_topk": moe.router_group_topk if moe.router_num_groups > 1 else None,
         "moe_router_enable_expert_bias": moe.router_enable_expert_bias,
         "moe_router_bias_update_rate": moe.router_bias_update_rate,
-        "moe_router_load_balancing_type": str(enum_value(moe.load_balancing_type)),
+        "moe_router_load_balancing_type": option(moe.load_balancing_type),
         "moe_aux_loss_coeff": moe.aux_loss_coeff,
         "moe_z_loss_coeff": moe.z_loss_coeff or None,
         "moe_expert_capacity_factor": moe.capacity_factor,
@@ -133,7 +133,7 @@ def mla_args(model: DictConfig) -> dict:
 
 
 def training_args(m: DictConfig) -> dict:
-    precision = str(enum_value(m.precision))
+    precision = option(m.precision)
     return {
         "micro_batch_size": m.micro_batch_size,
         "global_batch_size": m.global_batch_size,
@@ -144,7 +144,7 @@ def training_args(m: DictConfig) -> dict:
         "lr": m.lr,
         "min_lr": m.min_lr,
         "lr_warmup_iters": m.warmup_iters,
-        "lr_decay_style": str(enum_value(m.lr_decay_style)),
+        "lr_decay_style": option(m.lr_decay_style),
         "lr_decay_iters": m.lr_decay_iters or m.train_iters,
         "weight_decay": m.weight_decay,
         "adam_beta1": m.adam_beta1,
@@ -182,7 +182,7 @@ def data_args(cfg: DictConfig) -> dict:
     data, backend = cfg.module.data, cfg.backend
     num_workers = data.num_workers
     args = {
-        "mock_data": str(enum_value(data.source)) == "mock",
+        "mock_data": option(data.source) == "mock",
         # a Megatron indexed dataset prefix (<prefix>.bin / <prefix>.idx)
         "data_path": [str(data.path)] if data.path else None,
         "tokenizer_type": backend.tokenizer_type,

@@ -1,7 +1,7 @@
 """Megatron-LM trainers. Driving megatron.training.pretrain with the translated namespace is a later issue."""
 from __future__ import annotations
 
-from primus_hydra.backends.common_args import PendingIntegrationTrainer
+from primus_hydra.backends.external import PendingIntegrationTrainer
 
 
 class MegatronPretrainTrainer(PendingIntegrationTrainer):

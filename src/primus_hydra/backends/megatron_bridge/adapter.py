@@ -1,7 +1,7 @@
 """backend=megatron_bridge: the canonical config as Megatron-Bridge ConfigContainer sections (args.py)."""
 from __future__ import annotations
 
-from primus_hydra.backends.common_args import ExternalBackendAdapter
+from primus_hydra.backends.external import ExternalBackendAdapter
 from primus_hydra.backends.megatron_bridge.args import build_megatron_bridge_config
 
 PEFT_METHODS = ("lora", "dora")

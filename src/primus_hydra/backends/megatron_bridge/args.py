@@ -13,7 +13,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from primus_hydra.backends.common_args import enum_value, merge_extra_args, wants_checkpoints
+from primus_hydra.backends.external import merge_extra_args, wants_checkpoints
+from primus_hydra.config.values import option
 
 
 def default_recipe(model: DictConfig) -> str:
@@ -23,14 +24,14 @@ def default_recipe(model: DictConfig) -> str:
 
 def build_megatron_bridge_config(cfg: DictConfig, run_dir: Path) -> dict:
     m, backend, p, ckpt = cfg.module, cfg.backend, cfg.module.parallel, cfg.module.checkpoint
-    mock = str(enum_value(m.data.source)) == "mock"
-    precision = str(enum_value(m.precision))
+    mock = option(m.data.source) == "mock"
+    precision = option(m.precision)
     save_dir = str(ckpt.dir) if ckpt.dir else str(run_dir / "checkpoints")
     config = {
         "recipe": {
             "name": backend.recipe or default_recipe(cfg.model),
             "hf_model_id": backend.hf_model_id,
-            "stage": str(enum_value(m.stage)),
+            "stage": option(m.stage),
         },
         "model": {
             "tensor_model_parallel_size": p.tp,
@@ -60,7 +61,7 @@ def build_megatron_bridge_config(cfg: DictConfig, run_dir: Path) -> dict:
             "use_distributed_optimizer": not p.fsdp,
         },
         "scheduler": {
-            "lr_decay_style": str(enum_value(m.lr_decay_style)),
+            "lr_decay_style": option(m.lr_decay_style),
             "lr_warmup_iters": m.warmup_iters,
             "lr_decay_iters": m.lr_decay_iters or m.train_iters,
         },

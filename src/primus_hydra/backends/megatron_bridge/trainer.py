@@ -2,7 +2,7 @@
 pretrain/finetune entry points is a later issue."""
 from __future__ import annotations
 
-from primus_hydra.backends.common_args import PendingIntegrationTrainer
+from primus_hydra.backends.external import PendingIntegrationTrainer
 
 
 class MegatronBridgePretrainTrainer(PendingIntegrationTrainer):

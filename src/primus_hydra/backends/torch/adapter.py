@@ -3,16 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 from primus_hydra.backends.base import BackendAdapter, BaseTrainer
-from primus_hydra.config.validate import configured_world_size, resolve_dp
-
-
-def _plain(node) -> dict:
-    """A DictConfig as a plain dict with enums as their string values."""
-    container = OmegaConf.to_container(node, resolve=True, enum_to_str=True)
-    return container
+from primus_hydra.config.validate import job_world_size, resolve_dp
+from primus_hydra.config.values import plain
 
 
 class TorchAdapter(BackendAdapter):
@@ -27,20 +20,20 @@ class TorchAdapter(BackendAdapter):
         for key in ("tp", "pp", "cp", "ep"):
             if p[key] > 1:
                 failures.append(f"module.parallel.{key}={p[key]}: backend=torch runs one process for now; {key}>1 needs the multi-process launch")
-        world = self.dist.world_size if self.dist.is_distributed else configured_world_size(self.cfg)
+        world = job_world_size(self.cfg, self.dist)
         if world > 1:
             failures.append(f"world size {world}: backend=torch trains in a single process for now (launch.nnodes=1 launch.nproc_per_node=1)")
         return failures
 
     def convert_config(self) -> dict:
         cfg, m = self.cfg, self.cfg.module
-        world = self.dist.world_size if self.dist.is_distributed else configured_world_size(cfg)
+        world = job_world_size(cfg, self.dist)
         dp = resolve_dp(cfg, world)
-        module = _plain(m)
+        module = plain(m)
         checkpoint = dict(module["checkpoint"])
         checkpoint["dir"] = str(Path(checkpoint["dir"]).expanduser().resolve()) if checkpoint["dir"] else str(self.run_dir / "checkpoints")
         return {
-            "model": _plain(cfg.model),
+            "model": plain(cfg.model),
             "stage": module["stage"],
             "train_iters": m.train_iters,
             "exit_interval": m.exit_interval,
@@ -65,7 +58,7 @@ class TorchAdapter(BackendAdapter):
             "compile": cfg.backend.compile,
             "deterministic": cfg.backend.deterministic,
             "num_threads": cfg.backend.num_threads,
-            **_plain(cfg.backend.extra_args),
+            **plain(cfg.backend.extra_args),
         }
 
     def load_trainer_class(self, stage: str) -> type[BaseTrainer]:

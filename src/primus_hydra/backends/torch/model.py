@@ -11,10 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-
-def option(value) -> str:
-    """An enum option as its string (config nodes may hold Enum members or plain strings)."""
-    return str(getattr(value, "value", value))
+from primus_hydra.config.values import option
 
 
 class RMSNorm(nn.Module):

@@ -9,7 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from primus_hydra.backends.torch.model import FeedForward, option
+from primus_hydra.backends.torch.model import FeedForward
+from primus_hydra.config.model_math import shared_expert_ffn_hidden_size
+from primus_hydra.config.values import option
 
 
 class MoE(nn.Module):
@@ -30,8 +32,7 @@ class MoE(nn.Module):
         self.w1 = nn.Parameter(torch.empty(self.num_experts, f, h))
         self.w3 = nn.Parameter(torch.empty(self.num_experts, f, h))
         self.w2 = nn.Parameter(torch.empty(self.num_experts, h, f))
-        shared_ffn = moe.shared_expert_ffn_hidden_size or moe.shared_experts * f
-        self.shared = FeedForward(h, shared_ffn) if moe.shared_experts else None
+        self.shared = FeedForward(h, shared_expert_ffn_hidden_size(args)) if moe.shared_experts else None
         self.aux_loss = torch.zeros(())
 
     def _route(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -3,6 +3,7 @@ metrics and progress. Seeded and deterministic on CPU: a resumed run reproduces 
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import math
 import sys
@@ -86,6 +87,10 @@ class TorchTrainer(BaseTrainer):
             return None
         log.info("training steps %d..%d: %d micro-batch(es) of %d x %d tokens per step", step + 1, total,
                  args["grad_accum_steps"], args["micro_batch_size"], args["seq_length"])
+        # Objects alive now (config, model, optimizer) stay alive: keep the cyclic GC from rescanning them every
+        # few steps (Primus disables GC around train for the same reason).
+        gc.collect()
+        gc.freeze()
         with self._progress(total, step) as bar:
             while step < total:
                 record = self._train_step(step)
@@ -106,6 +111,7 @@ class TorchTrainer(BaseTrainer):
         return loss
 
     def cleanup(self, on_error: bool = False) -> None:
+        gc.unfreeze()
         metrics = getattr(self, "metrics", None)
         if metrics is not None:
             png = metrics.close(plot=self.backend_args["log"]["plot"] and not on_error)

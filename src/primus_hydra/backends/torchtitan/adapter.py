@@ -1,8 +1,9 @@
 """backend=torchtitan: the canonical config as a torchtitan JobConfig (args.py) and its rules."""
 from __future__ import annotations
 
-from primus_hydra.backends.common_args import ExternalBackendAdapter, enum_value
+from primus_hydra.backends.external import ExternalBackendAdapter
 from primus_hydra.backends.torchtitan.args import build_torchtitan_job_config
+from primus_hydra.config.values import option
 
 ACTIVATION_CHECKPOINT_MODES = ("none", "selective", "full", "memory_budget")
 
@@ -26,7 +27,7 @@ class TorchTitanAdapter(ExternalBackendAdapter):
         mode = cfg.backend.activation_checkpoint
         if mode not in ACTIVATION_CHECKPOINT_MODES:
             failures.append(f"backend.activation_checkpoint={mode}: allowed: {', '.join(ACTIVATION_CHECKPOINT_MODES)}")
-        if str(enum_value(cfg.module.data.source)) == "tokens":
+        if option(cfg.module.data.source) == "tokens":
             failures.append(
                 "module.data.source=tokens: torchtitan reads Hugging Face datasets, not flat token files; "
                 "use module.data.source=mock or text with module.data.path=<a local copy of a dataset torchtitan knows>"

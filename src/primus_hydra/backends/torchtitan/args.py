@@ -12,14 +12,14 @@ from typing import Optional
 
 from omegaconf import DictConfig
 
-from primus_hydra.backends.common_args import (
+from primus_hydra.backends.external import (
     checkpoint_load_path,
-    enum_value,
     merge_extra_args,
     parallel_layout,
     size_tag,
     wants_checkpoints,
 )
+from primus_hydra.config.values import option
 
 TORCHTITAN_MODEL_NAMES = {"llama": "llama3", "deepseek": "deepseek_v3", "qwen3": "qwen3"}  # by model.family
 KNOWN_FLAVORS = {"deepseek_v2_lite": "16B"}  # torchtitan's deepseek_v3 "16B" flavor is DeepSeek-V2-Lite's shape
@@ -30,7 +30,7 @@ MULTIPLE_OF_CANDIDATES = (1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1)
 def build_torchtitan_job_config(cfg: DictConfig, run_dir, world_size: int) -> dict:
     m, backend = cfg.module, cfg.backend
     job = {
-        "job": {"dump_folder": str(run_dir), "description": f"{cfg.model.name} {enum_value(m.stage)} (primus-hydra)"},
+        "job": {"dump_folder": str(run_dir), "description": f"{cfg.model.name} {option(m.stage)} (primus-hydra)"},
         "model": {
             "name": TORCHTITAN_MODEL_NAMES.get(cfg.model.family, cfg.model.family),
             "flavor": backend.flavor or KNOWN_FLAVORS.get(cfg.model.name) or size_tag(cfg.model.name) or cfg.model.name,
@@ -55,7 +55,7 @@ def build_torchtitan_job_config(cfg: DictConfig, run_dir, world_size: int) -> di
 
 
 def lr_scheduler_section(m: DictConfig) -> dict:
-    style = str(enum_value(m.lr_decay_style))
+    style = option(m.lr_decay_style)
     section = {
         "warmup_steps": m.warmup_iters,
         "decay_type": DECAY_TYPES[style],
@@ -69,7 +69,7 @@ def lr_scheduler_section(m: DictConfig) -> dict:
 
 def training_section(cfg: DictConfig) -> dict:
     m, data = cfg.module, cfg.module.data
-    mock = str(enum_value(data.source)) == "mock"
+    mock = option(data.source) == "mock"
     return {
         # torchtitan's local batch is one micro-batch; it accumulates up to global_batch_size
         "local_batch_size": m.micro_batch_size,
@@ -77,7 +77,7 @@ def training_section(cfg: DictConfig) -> dict:
         "seq_len": m.seq_length,
         "steps": m.train_iters,
         "max_norm": m.clip_grad,
-        "mixed_precision_param": "bfloat16" if str(enum_value(m.precision)) == "bf16" else "float32",
+        "mixed_precision_param": "bfloat16" if option(m.precision) == "bf16" else "float32",
         # no random-token dataset in torchtitan: c4_test is the small sample it ships for tests
         "dataset": "c4_test" if mock else "c4",
         "dataset_path": None if mock else (str(data.path) if data.path else None),
@@ -127,7 +127,7 @@ def model_args_section(model: DictConfig, seq_length: int) -> dict:
         "max_seq_len": seq_length,
     }
     scaling = model.rope_scaling
-    if str(enum_value(scaling.type)) == "llama3":
+    if option(scaling.type) == "llama3":
         args["rope_scaling_args"] = {
             "scaling_factor": scaling.factor,
             "low_freq_factor": scaling.low_freq_factor,
@@ -153,7 +153,7 @@ def _deepseek_v3_model_args(model: DictConfig, seq_length: int) -> dict:
             "num_experts": moe.num_experts,
             "num_shared_experts": moe.shared_experts,
             "top_k": moe.top_k,
-            "score_func": str(enum_value(moe.router_score_function)),
+            "score_func": option(moe.router_score_function),
             "route_norm": moe.router_norm_topk_prob,
             "route_scale": moe.router_topk_scaling_factor,
             "load_balance_coeff": moe.router_bias_update_rate if moe.router_enable_expert_bias else None,

@@ -2,7 +2,7 @@
 later issue."""
 from __future__ import annotations
 
-from primus_hydra.backends.common_args import PendingIntegrationTrainer
+from primus_hydra.backends.external import PendingIntegrationTrainer
 
 
 class TorchTitanPretrainTrainer(PendingIntegrationTrainer):

@@ -17,20 +17,9 @@ from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
 from primus_hydra.backends.base import BackendAdapter, BaseTrainer
-from primus_hydra.config.validate import configured_world_size, resolve_dp
+from primus_hydra.config.validate import job_world_size, resolve_dp
+from primus_hydra.config.values import option, plain
 from primus_hydra.errors import BackendUnavailableError, ConfigValidationError
-
-
-def enum_value(value: Any) -> Any:
-    """An Enum member as its value ("bf16"), anything else unchanged."""
-    return getattr(value, "value", value)
-
-
-def plain(node: Any) -> Any:
-    """A config node as plain dicts/lists/scalars (enums as strings); scalars pass through."""
-    if isinstance(node, DictConfig) or OmegaConf.is_list(node):
-        return OmegaConf.to_container(node, resolve=True, enum_to_str=True)
-    return enum_value(node)
 
 
 @dataclass(frozen=True)
@@ -46,11 +35,6 @@ def parallel_layout(cfg: DictConfig, world_size: int) -> ParallelLayout:
     m = cfg.module
     dp = resolve_dp(cfg, world_size)
     return ParallelLayout(world_size, dp, m.global_batch_size // (m.micro_batch_size * dp))
-
-
-def job_world_size(cfg: DictConfig, dist) -> int:
-    """The launched world size inside a job, else the configured one (dry runs and tests run in one process)."""
-    return dist.world_size if dist.is_distributed else configured_world_size(cfg)
 
 
 def merge_extra_args(native: dict, extra: Any) -> dict:
@@ -98,7 +82,7 @@ class ExternalBackendAdapter(BackendAdapter):
 
     @property
     def stage(self) -> str:
-        return str(enum_value(self.cfg.module.stage))
+        return option(self.cfg.module.stage)
 
     @property
     def world_size(self) -> int:
@@ -120,7 +104,7 @@ class ExternalBackendAdapter(BackendAdapter):
                 f"pick the module preset with that stage (module=pre_trainer: pretrain, module=post_trainer: sft)"
             )
         data = self.cfg.module.data
-        if str(enum_value(data.source)) == "text" and not data.path:
+        if option(data.source) == "text" and not data.path:
             # the stdlib-sources fallback is a feature of the built-in torch backend only
             failures.append(
                 f"module.data.source=text needs module.data.path with backend={self.name} (only backend=torch "
