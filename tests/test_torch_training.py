@@ -9,7 +9,7 @@ import pytest
 
 from primus_hydra.backends.torch.checkpoint import CheckpointManager
 from primus_hydra.backends.torch.metrics import read_metrics
-from primus_hydra.errors import CheckpointError, DataError
+from primus_hydra.errors import CheckpointError, DataError, PrimusError
 from primus_hydra.runtime.train_runtime import PrimusRuntime
 
 # small and fast: 2 micro-batches of 4 x 64 tokens per step
@@ -31,6 +31,7 @@ def test_loss_falls_on_real_text(compose_config, tmp_path):
     assert records[0]["loss"] > 5.0  # ~ln(256) at initialisation
     assert np.mean([r["loss"] for r in records[-5:]]) < records[0]["loss"] - 1.5
     assert {"loss", "lr", "grad_norm", "tokens_per_s", "tflops", "mfu"} <= set(records[-1])
+    assert "model:\n  name: llama_tiny" in (tmp_path / "config_resolved.yaml").read_text()
 
 
 def test_run_dir_holds_checkpoint_metrics_tensorboard_and_plot(compose_config, tmp_path):
@@ -70,7 +71,7 @@ def test_fresh_run_refuses_a_checkpoint_dir_that_holds_checkpoints(compose_confi
 
 def test_fresh_run_never_appends_to_an_earlier_runs_metrics(compose_config, tmp_path):
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 9.0}\n')
-    with pytest.raises(FileExistsError):
+    with pytest.raises(PrimusError, match=r"metrics.jsonl already holds an earlier run's metrics; choose a new hydra.run.dir"):
         train(compose_config, tmp_path, "module.train_iters=2", f"module.checkpoint.dir={tmp_path / 'other'}")
     assert (tmp_path / "metrics.jsonl").read_text() == '{"step": 1, "loss": 9.0}\n'
 
@@ -136,6 +137,7 @@ def test_bf16_autocast_trains(compose_config, tmp_path):
     assert all(np.isfinite(r["loss"]) for r in records)
 
 
-def test_moe_model_trains_and_logs_aux_loss(compose_config, tmp_path):
-    _, records = train(compose_config, tmp_path, "model=moe_tiny", "module.train_iters=3")
+@pytest.mark.parametrize("balancing", ["aux_loss", "seq_aux_loss"])
+def test_moe_model_trains_and_logs_aux_loss(compose_config, tmp_path, balancing):
+    _, records = train(compose_config, tmp_path, "model=moe_tiny", "module.train_iters=3", f"model.moe.load_balancing_type={balancing}")
     assert len(records) == 3 and records[-1]["moe_aux_loss"] > 0

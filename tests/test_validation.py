@@ -78,5 +78,21 @@ def test_appended_unknown_key_in_nested_moe_block(compose_config):
     assert line.startswith("model.moe.force_load_balance: unknown key (not in MoEConfig)")
 
 
+@pytest.mark.parametrize(
+    "override, expected",
+    [("module.parallel.fsdp=true", "module.parallel.fsdp=true: backend=torch runs one process for now"),
+     ("module.parallel.tp=2", "module.parallel.tp=2: backend=torch runs one process for now"),
+     ("launch.nproc_per_node=2", "world size 2: backend=torch trains in a single process for now"),
+     ("model.moe.capacity_factor=1.25", "model.moe.capacity_factor=1.25: backend=torch routes dropless only")],
+)
+def test_torch_backend_rejects_what_it_cannot_do_yet(compose_config, tmp_path, override, expected):
+    from primus_hydra.runtime.train_runtime import PrimusRuntime
+
+    overrides = [override, "module.global_batch_size=16"] + (["launch.nproc_per_node=2"] if "tp=" in override else [])
+    with pytest.raises(ConfigValidationError) as info:
+        PrimusRuntime(compose_config(*overrides), tmp_path).run()
+    assert any(line.startswith(expected) for line in info.value.failures)
+
+
 def test_dp_auto_fills_the_world(compose_config):
     validate_config(compose_config("launch.nproc_per_node=4", "module.parallel.tp=2", "module.global_batch_size=16"))

@@ -15,7 +15,8 @@ from omegaconf import DictConfig
 from primus_hydra.errors import BackendUnavailableError
 from primus_hydra.runtime.distributed_env import DistributedEnv
 
-REPO_THIRD_PARTY = Path(__file__).resolve().parents[3] / "third_party"
+_CHECKOUT = Path(__file__).resolve().parents[3]  # <repo> when running from a source checkout
+REPO_THIRD_PARTY = _CHECKOUT / "third_party" if (_CHECKOUT / "pyproject.toml").is_file() else None
 
 
 class BaseTrainer(ABC):
@@ -62,14 +63,16 @@ class BackendAdapter(ABC):
     def candidate_backend_paths(self) -> list[tuple[str, Path]]:
         """In order: backend.path, $BACKEND_PATH, <repo>/third_party/<dir>, $PRIMUS_THIRDPARTY_DIR or the cache."""
         candidates: list[tuple[str, Path]] = []
+        if not self.third_party_dir:  # a backend that ships inside primus_hydra has no source tree to find
+            return candidates
         if self.cfg.backend.path:
             candidates.append(("backend.path", Path(self.cfg.backend.path).expanduser()))
         if os.environ.get("BACKEND_PATH"):
             candidates.append(("$BACKEND_PATH", Path(os.environ["BACKEND_PATH"]).expanduser()))
-        if self.third_party_dir:
+        if REPO_THIRD_PARTY is not None:
             candidates.append(("third_party", REPO_THIRD_PARTY / self.third_party_dir))
-            cache_root = os.environ.get("PRIMUS_THIRDPARTY_DIR") or "~/.cache/primus_hydra/third_party"
-            candidates.append(("third-party cache", Path(cache_root).expanduser() / self.third_party_dir))
+        cache_root = os.environ.get("PRIMUS_THIRDPARTY_DIR") or "~/.cache/primus_hydra/third_party"
+        candidates.append(("third-party cache", Path(cache_root).expanduser() / self.third_party_dir))
         return candidates
 
     def setup_backend_path(self) -> Optional[Path]:

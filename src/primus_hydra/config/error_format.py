@@ -1,21 +1,37 @@
 """Turns Hydra/OmegaConf composition errors into one line that names the key path and what is allowed."""
 from __future__ import annotations
 
+import re
+
 from hydra.errors import HydraException, MissingConfigException
 from omegaconf.errors import OmegaConfBaseException
 
 
 def is_compose_error(error: BaseException) -> bool:
-    return isinstance(error, (HydraException, OmegaConfBaseException))
+    """Composition and command-line errors (Hydra raises some CLI misuse as plain ValueError)."""
+    if isinstance(error, (HydraException, OmegaConfBaseException)):
+        return True
+    return isinstance(error, ValueError) and _raised_inside_hydra(error)
+
+
+def _raised_inside_hydra(error: BaseException) -> bool:
+    frame = error.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    return frame is not None and "/hydra/" in frame.tb_frame.f_code.co_filename
 
 
 def format_compose_error(error: BaseException) -> str:
     if isinstance(error, MissingConfigException) and error.options:
         return _format_unknown_option(error)
-    cause = error.__cause__ if isinstance(error.__cause__, OmegaConfBaseException) else None
+    cause = next((e for e in (error.__cause__, error.__context__) if isinstance(e, OmegaConfBaseException)), None)
     detail = cause or error
     message = _first_sentence(str(detail))
     full_key = getattr(detail, "full_key", None)
+    # an error inside a group file ("In 'model/stale': ...") has a key relative to that group's node
+    in_group = re.match(r"In '([\w/]+)/[^/']+'", str(error)) if cause is not None else None
+    if full_key and in_group and not full_key.startswith(f"{in_group.group(1).replace('/', '.')}."):
+        full_key = f"{in_group.group(1).replace('/', '.')}.{full_key}"
     if full_key and full_key not in message:
         message = f"{full_key}: {message}"
     return message

@@ -85,7 +85,7 @@ class ModuleConfig:
     adam_beta2: float = 0.95
     adam_eps: float = 1e-8
     clip_grad: float = 1.0  # 0: no clipping
-    precision: Precision = Precision.bf16
+    precision: Precision = Precision.fp32  # GPU recipes choose bf16
     seed: int = 1234
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)

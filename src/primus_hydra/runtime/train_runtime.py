@@ -14,12 +14,12 @@ from typing import Any, Optional
 
 import yaml
 from hydra.utils import get_class
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from primus_hydra.config.values import option, to_plain_data
 from primus_hydra.backends.base import BackendAdapter, BaseTrainer
 from primus_hydra.config.validate import validate_config
-from primus_hydra.errors import ConfigValidationError, PatchError
+from primus_hydra.errors import ConfigValidationError, PatchError, PrimusError
 from primus_hydra.patches.loader import load_patch_modules, raise_load_errors
 from primus_hydra.patches.registry import REGISTRY, PatchContext, resolve_enabled_ids
 from primus_hydra.patches.runner import run_patches
@@ -29,6 +29,7 @@ from primus_hydra.runtime.logging_setup import setup_rank_logging, teardown_rank
 log = logging.getLogger(__name__)
 
 DRY_RUN_FILE = "backend_args.yaml"
+RESOLVED_CONFIG_FILE = "config_resolved.yaml"
 
 
 def apply_env_block(env: dict[str, str]) -> dict[str, str]:
@@ -57,7 +58,9 @@ class PrimusRuntime:
         try:
             return self._run_phases()
         except BaseException as error:
-            log.error("run failed: %s: %s", type(error).__name__, error, exc_info=not isinstance(error, KeyboardInterrupt))
+            # a user error is its own one-line explanation; anything else gets its traceback in the logs
+            with_traceback = not isinstance(error, (PrimusError, KeyboardInterrupt))
+            log.error("run failed: %s: %s", type(error).__name__, error, exc_info=with_traceback)
             self._safe_cleanup()
             raise
         finally:
@@ -70,6 +73,8 @@ class PrimusRuntime:
     def _run_phases(self) -> Any:
         cfg = self.cfg
         self._mark("env")
+        if self.dist.is_main:  # .hydra/config.yaml keeps ${oc.env:...} as typed; record what they resolved to
+            (self.run_dir / RESOLVED_CONFIG_FILE).write_text(OmegaConf.to_yaml(cfg, resolve=True))
         applied = apply_env_block(dict(cfg.platform.env))
         log.info(
             "job: launcher=%s rank=%d world_size=%d run_dir=%s", self.dist.launcher, self.dist.rank,

@@ -20,6 +20,13 @@ class TorchAdapter(BackendAdapter):
         for key in ("tp", "pp", "cp", "ep"):
             if p[key] > 1:
                 failures.append(f"module.parallel.{key}={p[key]}: backend=torch runs one process for now; {key}>1 needs the multi-process launch")
+        for key in ("fsdp", "sequence_parallel"):
+            if p[key]:
+                failures.append(f"module.parallel.{key}=true: backend=torch runs one process for now; {key} needs the multi-process launch")
+        if self.cfg.model.moe.capacity_factor is not None:
+            failures.append(
+                f"model.moe.capacity_factor={self.cfg.model.moe.capacity_factor}: backend=torch routes dropless only; set it to null"
+            )
         world = job_world_size(self.cfg, self.dist)
         if world > 1:
             failures.append(f"world size {world}: backend=torch trains in a single process for now (launch.nnodes=1 launch.nproc_per_node=1)")

@@ -9,6 +9,8 @@ from typing import Optional
 
 import torch
 
+from primus_hydra.errors import PrimusError
+
 log = logging.getLogger("primus_hydra.train")
 
 METRICS_FILE = "metrics.jsonl"
@@ -40,7 +42,13 @@ class MetricsLogger:
         if not enabled:
             return
         # a fresh run never appends to (or truncates) another run's metrics; a resumed one continues them
-        self._file = open(self.path, "a" if resuming else "x", buffering=1)
+        try:
+            self._file = open(self.path, "a" if resuming else "x", buffering=1)
+        except FileExistsError:
+            raise PrimusError(
+                f"{self.path} already holds an earlier run's metrics; choose a new hydra.run.dir, "
+                f"or continue that run with module.checkpoint.resume=auto"
+            ) from None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 

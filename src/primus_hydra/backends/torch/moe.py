@@ -51,12 +51,16 @@ class MoE(nn.Module):
             weights = weights / weights.sum(-1, keepdim=True).clamp_min(1e-20)
         return weights * self.scaling, indices, scores
 
-    def _balancing_loss(self, scores: torch.Tensor, indices: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    def _balancing_loss(self, scores: torch.Tensor, indices: torch.Tensor, logits: torch.Tensor, batch: int) -> torch.Tensor:
+        """aux_loss: E * sum_e(fraction routed to e * mean probability of e) over the batch (Switch/GShard);
+        seq_aux_loss: the same per sequence, then averaged (DeepSeek-V3)."""
         loss = logits.new_zeros(())
         if self.balancing != "none" and self.aux_loss_coeff > 0:
-            routed_fraction = F.one_hot(indices, self.num_experts).float().sum(1).mean(0) / self.top_k
-            mean_prob = (scores / scores.sum(-1, keepdim=True)).mean(0)
-            loss = loss + self.aux_loss_coeff * self.num_experts * (routed_fraction * mean_prob).sum()
+            groups = batch if self.balancing == "seq_aux_loss" else 1
+            routed = F.one_hot(indices, self.num_experts).float().sum(1).view(groups, -1, self.num_experts)
+            probs = (scores / scores.sum(-1, keepdim=True)).view(groups, -1, self.num_experts)
+            balance = (routed.mean(1) / self.top_k * probs.mean(1)).sum(-1).mean()
+            loss = loss + self.aux_loss_coeff * self.num_experts * balance
         if self.z_loss_coeff > 0:
             loss = loss + self.z_loss_coeff * torch.logsumexp(logits, dim=-1).pow(2).mean()
         return loss
@@ -66,7 +70,7 @@ class MoE(nn.Module):
         tokens = x.reshape(-1, shape[-1])
         logits = self.router(tokens).float()
         weights, indices, scores = self._route(logits)
-        self.aux_loss = self._balancing_loss(scores, indices, logits) if self.training else logits.new_zeros(())
+        self.aux_loss = self._balancing_loss(scores, indices, logits, shape[0]) if self.training else logits.new_zeros(())
         out = torch.zeros_like(tokens)
         for expert in range(self.num_experts):
             token_idx, slot = (indices == expert).nonzero(as_tuple=True)

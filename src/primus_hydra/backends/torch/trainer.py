@@ -216,6 +216,8 @@ class TorchTrainer(BaseTrainer):
                     f"({later[0]}...); resume from the latest one or choose another module.checkpoint.dir"
                 )
             log.info("resumed from %s at step %d", resume_from, self.start_step)
+        elif ckpt["load"] is None and self.backend_args["stage"] == "sft":
+            log.warning("module.stage=sft without module.checkpoint.load: fine-tuning starts from random weights")
         elif ckpt["load"]:
             source = self.checkpoints.resolve(ckpt["load"], "module.checkpoint.load")
             _, states = CheckpointManager.load(source, "module.checkpoint.load", self.device)
