@@ -116,3 +116,10 @@ def test_console_script_is_installed():
     script = Path(sys.executable).parent / "primus-hydra"
     result = subprocess.run([str(script), "--cfg", "job", "-p", "model"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and "name: llama_tiny" in result.stdout
+
+
+@pytest.mark.parametrize("args", [["module.lr=-1"], ["model.num_kv_heads=3"], ["+model.stale_key=1"], ["model=nope"]])
+def test_an_invalid_config_leaves_no_run_dir(tmp_path, args):
+    result = primus(*args, output_root=tmp_path)
+    assert result.returncode == 2 and result.stderr.startswith("error: ")
+    assert list(tmp_path.iterdir()) == []

@@ -24,7 +24,7 @@ def rule(fn: Rule) -> Rule:
 
 def validate_config(cfg: DictConfig, world_size: int | None = None) -> None:
     """Raise ConfigValidationError listing every failed rule. world_size: the job's, if already known."""
-    missing = sorted(OmegaConf.missing_keys(cfg))
+    missing = sorted(_missing_keys(cfg))
     failures = [f"{key}: mandatory value is missing (???); set it on the command line, e.g. {key}=..." for key in missing]
     if failures:  # the other rules need complete values
         raise ConfigValidationError(failures)
@@ -43,17 +43,33 @@ def validate_config(cfg: DictConfig, world_size: int | None = None) -> None:
         raise ConfigValidationError(failures)
 
 
+def _missing_keys(cfg: DictConfig) -> list[str]:
+    """Mandatory values left at ??? (Hydra's own `hydra` node is not ours to check, and may not resolve yet)."""
+    missing = []
+    for key in cfg.keys():
+        if key == "hydra":
+            continue
+        node = cfg._get_node(key)
+        if isinstance(node, DictConfig):
+            missing.extend(OmegaConf.missing_keys(node))  # full key paths already
+        elif node._is_missing():
+            missing.append(str(key))
+    return missing
+
+
 def _check_unknown_keys(node: DictConfig, prefix: str, failures: list[str]) -> None:
     """`+key=value` bypasses struct mode; a key that its schema does not declare is still an error here."""
     schema = OmegaConf.get_type(node)
     if dataclasses.is_dataclass(schema):
-        declared = {f.name for f in dataclasses.fields(schema)}
+        declared = {f.name for f in dataclasses.fields(schema)} | ({"hydra"} if not prefix else set())
         for key in node.keys():
             if key not in declared:
                 failures.append(
                     f"{prefix}{key}: unknown key (not in {schema.__name__}); allowed: {', '.join(sorted(declared))}"
                 )
     for key in node.keys():
+        if key == "hydra" and not prefix:
+            continue
         child = node._get_node(key)
         if isinstance(child, DictConfig) and dataclasses.is_dataclass(OmegaConf.get_type(child)):
             _check_unknown_keys(child, f"{prefix}{key}.", failures)

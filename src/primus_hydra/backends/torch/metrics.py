@@ -98,7 +98,13 @@ def plot_loss_curve(metrics_path: Path, png_path: Path) -> Optional[Path]:
 
     steps = [r["step"] for r in records]
     fig, (loss_ax, lr_ax) = plt.subplots(2, 1, figsize=(8, 6), sharex=True, height_ratios=[3, 1])
-    loss_ax.plot(steps, [r["loss"] for r in records], lw=1, color="tab:blue", label="train loss")
+    losses = [r["loss"] for r in records]
+    smoothed, average = [], losses[0]
+    for value in losses:  # exponential moving average: the trend through per-batch noise
+        average = 0.9 * average + 0.1 * value
+        smoothed.append(average)
+    loss_ax.plot(steps, losses, lw=0.8, color="tab:blue", alpha=0.4, label="train loss")
+    loss_ax.plot(steps, smoothed, lw=1.8, color="tab:blue", label="EMA (0.9)")
     loss_ax.set_ylabel("loss")
     loss_ax.grid(alpha=0.3)
     loss_ax.legend()
