@@ -1,0 +1,39 @@
+"""GPU paths of the native trainer (CUDA or ROCm builds of torch). They skip, saying why, on machines without one."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm GPU: torch.cuda.is_available() is False here")
+
+
+@needs_gpu
+def test_bf16_training_on_the_gpu_with_a_peak_for_mfu(compose_config, tmp_path):
+    from primus_hydra.backends.torch.metrics import read_metrics
+    from primus_hydra.runtime.train_runtime import PrimusRuntime
+
+    cfg = compose_config("platform.device=cuda", "module.precision=bf16", "module.train_iters=20", "module.warmup_iters=2",
+                         "platform.peak_tflops_per_device=989.0", "module.log.progress_bar=false")
+    PrimusRuntime(cfg, tmp_path).run()
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert len(records) == 20 and all(np.isfinite(r["loss"]) for r in records)
+    assert records[-1]["loss"] < records[0]["loss"] and 0 < records[-1]["mfu"] < 1
+
+
+@needs_gpu
+def test_auto_device_picks_the_gpu():
+    from primus_hydra.backends.torch.trainer import resolve_device
+
+    assert resolve_device("auto", local_rank=0).type == "cuda"
+
+
+def test_asking_for_a_gpu_without_one_is_one_clear_error():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    from primus_hydra.backends.torch.trainer import resolve_device
+    from primus_hydra.errors import PrimusError
+
+    with pytest.raises(PrimusError, match=r"platform.device=cuda but torch sees no GPU"):
+        resolve_device("cuda", local_rank=0)
