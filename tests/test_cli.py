@@ -123,3 +123,31 @@ def test_an_invalid_config_leaves_no_run_dir(tmp_path, args):
     result = primus(*args, output_root=tmp_path)
     assert result.returncode == 2 and result.stderr.startswith("error: ")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_user_patch_module_registers_through_the_hydra_callback_and_runs(tmp_path):
+    (tmp_path / "my_patches.py").write_text(
+        "from pathlib import Path\n"
+        "from primus_hydra.patches import register_patch\n\n"
+        "@register_patch('user.args.short_log', backend='torch', phase='build_args', priority=90)\n"
+        "def short_log(ctx):\n"
+        "    ctx.backend_args['log']['interval'] = 1\n\n"
+        "@register_patch('user.after_train.marker', phase='after_train')\n"
+        "def marker(ctx):\n"
+        "    Path(ctx.run_dir, 'patched.txt').write_text(str(ctx.backend_args['log']['interval']))\n"
+    )
+    result = primus("patches.modules=[my_patches]", "module.train_iters=2", "module.warmup_iters=0", "module.seq_length=32",
+                    "module.log.tensorboard=false", "module.log.plot=false", output_root=tmp_path,
+                    extra_env={"PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    (run_dir,) = run_dirs(tmp_path)
+    assert (run_dir / "patched.txt").read_text() == "1"
+    log = (run_dir / "logs" / "rank_0.log").read_text()
+    assert "patch applied: user.args.short_log [build_args]" in log and "patch applied: user.after_train.marker [after_train]" in log
+
+
+def test_primus_patches_none_disables_every_patch(tmp_path):
+    result = primus("task.dry_run=true", output_root=tmp_path, extra_env={"PRIMUS_PATCHES": "none"})
+    assert result.returncode == 0, result.stderr
+    (run_dir,) = run_dirs(tmp_path)
+    assert "patch applied" not in (run_dir / "logs" / "rank_0.log").read_text()
