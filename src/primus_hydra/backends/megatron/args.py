@@ -132,27 +132,39 @@ def mla_args(model: DictConfig) -> dict:
     }
 
 
+def optimizer_args(m: DictConfig) -> dict:
+    """Megatron-core's optimizer names (Megatron-Bridge's OptimizerConfig uses the same ones)."""
+    return {
+        "optimizer": "adam",  # Megatron's adam is AdamW (decoupled weight decay)
+        "lr": m.lr,
+        "min_lr": m.min_lr,
+        "weight_decay": m.weight_decay,
+        "adam_beta1": m.adam_beta1,
+        "adam_beta2": m.adam_beta2,
+        "adam_eps": m.adam_eps,
+        "clip_grad": m.clip_grad,
+        "bf16": option(m.precision) == "bf16",
+        "fp16": False,
+    }
+
+
+def scheduler_args(m: DictConfig) -> dict:
+    return {
+        "lr_decay_style": option(m.lr_decay_style),
+        "lr_warmup_iters": m.warmup_iters,
+        "lr_decay_iters": m.lr_decay_iters or m.train_iters,
+    }
+
+
 def training_args(m: DictConfig) -> dict:
-    precision = option(m.precision)
     return {
         "micro_batch_size": m.micro_batch_size,
         "global_batch_size": m.global_batch_size,
         "seq_length": m.seq_length,
         "train_iters": m.train_iters,
         "exit_interval": m.get("exit_interval"),
-        "optimizer": "adam",  # Megatron's adam is AdamW (decoupled weight decay)
-        "lr": m.lr,
-        "min_lr": m.min_lr,
-        "lr_warmup_iters": m.warmup_iters,
-        "lr_decay_style": option(m.lr_decay_style),
-        "lr_decay_iters": m.lr_decay_iters or m.train_iters,
-        "weight_decay": m.weight_decay,
-        "adam_beta1": m.adam_beta1,
-        "adam_beta2": m.adam_beta2,
-        "adam_eps": m.adam_eps,
-        "clip_grad": m.clip_grad,
-        "bf16": precision == "bf16",
-        "fp16": False,
+        **optimizer_args(m),
+        **scheduler_args(m),
         "seed": m.seed,
     }
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from primus_hydra.backends.external import merge_extra_args, wants_checkpoints
+from primus_hydra.backends.megatron.args import optimizer_args, scheduler_args
 from primus_hydra.config.values import option
 
 
@@ -25,7 +26,6 @@ def default_recipe(model: DictConfig) -> str:
 def build_megatron_bridge_config(cfg: DictConfig, run_dir: Path) -> dict:
     m, backend, p, ckpt = cfg.module, cfg.backend, cfg.module.parallel, cfg.module.checkpoint
     mock = option(m.data.source) == "mock"
-    precision = option(m.precision)
     save_dir = str(ckpt.dir) if ckpt.dir else str(run_dir / "checkpoints")
     config = {
         "recipe": {
@@ -47,24 +47,8 @@ def build_megatron_bridge_config(cfg: DictConfig, run_dir: Path) -> dict:
             "train_iters": m.train_iters,
             "exit_interval": m.get("exit_interval"),
         },
-        "optimizer": {
-            "optimizer": "adam",
-            "lr": m.lr,
-            "min_lr": m.min_lr,
-            "weight_decay": m.weight_decay,
-            "adam_beta1": m.adam_beta1,
-            "adam_beta2": m.adam_beta2,
-            "adam_eps": m.adam_eps,
-            "clip_grad": m.clip_grad,
-            "bf16": precision == "bf16",
-            "fp16": False,
-            "use_distributed_optimizer": not p.fsdp,
-        },
-        "scheduler": {
-            "lr_decay_style": option(m.lr_decay_style),
-            "lr_warmup_iters": m.warmup_iters,
-            "lr_decay_iters": m.lr_decay_iters or m.train_iters,
-        },
+        "optimizer": {**optimizer_args(m), "use_distributed_optimizer": not p.fsdp},
+        "scheduler": scheduler_args(m),
         "checkpoint": {
             "save": save_dir if wants_checkpoints(cfg) else None,
             "save_interval": ckpt.interval or m.train_iters,
