@@ -106,10 +106,10 @@ def test_corrupt_checkpoint_to_resume_names_the_file(tmp_path):
     first = primus(*QUICK_RUN, "module.log.tensorboard=false", output_root=tmp_path / "a")
     assert first.returncode == 0, first.stderr
     (run_dir,) = run_dirs(tmp_path / "a")
-    (run_dir / "checkpoints" / "step_0000012" / "optimizer.pt").write_bytes(b"garbage")
+    (run_dir / "checkpoints" / "step_0000012" / "trainer_state.pt").write_bytes(b"garbage")
     result = primus(*QUICK_RUN, f"module.checkpoint.resume={run_dir / 'checkpoints'}", output_root=tmp_path / "b")
     assert result.returncode == 2
-    assert "optimizer.pt has 7 bytes, expected" in result.stderr and "Traceback" not in result.stderr
+    assert "trainer_state.pt has 7 bytes, expected" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_console_script_is_installed():

@@ -62,7 +62,7 @@ def test_moe_balancing_loss_is_positive_and_expert_bias_moves(compose_config):
     model = _tiny(compose_config, "model=moe_tiny", "model.moe.router_enable_expert_bias=true", "model.moe.router_bias_update_rate=0.01")
     model(torch.randint(0, 256, (2, 32)))
     assert model.moe_aux_loss().item() > 0
-    assert any(layer.feed_forward.expert_bias.abs().sum() > 0 for layer in model.layers)
+    assert any(layer.feed_forward.expert_bias.abs().sum() > 0 for layer in model.layers.values())
 
 
 def test_causality_future_tokens_do_not_change_past_logits(compose_config):

@@ -83,9 +83,9 @@ def test_missing_resume_checkpoint_is_named(compose_config, tmp_path):
 
 def test_corrupt_resume_checkpoint_names_the_file(compose_config, tmp_path):
     train(compose_config, tmp_path / "a", "module.train_iters=2")
-    model_file = tmp_path / "a" / "checkpoints" / "step_0000002" / "model.pt"
-    model_file.write_bytes(model_file.read_bytes()[:100])
-    with pytest.raises(CheckpointError, match=r"model.pt has 100 bytes, expected \d+ \(truncated or corrupt\)"):
+    (shard,) = (tmp_path / "a" / "checkpoints" / "step_0000002").glob("*.distcp")
+    shard.write_bytes(shard.read_bytes()[:100])
+    with pytest.raises(CheckpointError, match=r"\.distcp has 100 bytes, expected \d+ \(truncated or corrupt\)"):
         train(compose_config, tmp_path / "b", "module.train_iters=4", f"module.checkpoint.resume={tmp_path / 'a' / 'checkpoints'}")
 
 

@@ -39,6 +39,7 @@ class ParallelConfig:
     dp: Any = "auto"  # "auto" = world_size / (tp * pp * cp), or an explicit integer
     fsdp: bool = False
     sequence_parallel: bool = False
+    pp_schedule: str = "1f1b"  # 1f1b | gpipe (torch.distributed.pipelining schedules)
 
 
 @dataclass
@@ -48,6 +49,7 @@ class CheckpointConfig:
     save_final: bool = True
     resume: Optional[str] = None  # null: fresh run | auto: latest in dir if any | a checkpoint path
     load: Optional[str] = None  # initial weights only (fine-tuning), optimizer and step start fresh
+    on_signal: bool = False  # SIGTERM/SIGINT: write a checkpoint at the end of the current step, then stop
 
 
 @dataclass

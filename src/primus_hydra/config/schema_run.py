@@ -18,10 +18,18 @@ class PlatformConfig:
 
 @dataclass
 class LaunchConfig:
-    """Process layout of the job. Multi-process launch arrives with the elastic-launch work."""
+    """How the job's processes start: torch's elastic agent, in the process that composed the config."""
 
+    nproc_per_node: Any = 1  # auto: visible GPUs, else 1 | an integer (>1 on CPU uses gloo)
     nnodes: int = 1
-    nproc_per_node: Any = 1
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: Any = "auto"  # auto: a free port | an integer
+    rdzv_backend: str = "static"  # static | c10d
+    max_restarts: int = 0  # restart all workers after a failure this many times; they resume from the last checkpoint
+    monitor_interval: float = 0.1  # seconds between the agent's health checks of its workers
+    timeout_s: float = 600.0  # collective timeout: a stuck rank fails the job after this long
+    shutdown_timeout_s: int = 10  # after a failure or signal: seconds from SIGTERM to SIGKILL for the other workers
 
 
 @dataclass

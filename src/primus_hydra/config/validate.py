@@ -84,8 +84,12 @@ def resolve_dp(cfg: DictConfig, world_size: int) -> int:
 
 
 def configured_world_size(cfg: DictConfig) -> int:
+    from primus_hydra.orchestrator.resources import resolve_nproc_per_node
+
     nproc = cfg.launch.nproc_per_node
-    return int(cfg.launch.nnodes) * (int(nproc) if str(nproc).isdigit() else 1)
+    if not (str(nproc) == "auto" or str(nproc).isdigit()):
+        return int(cfg.launch.nnodes)  # reported by the launch rule
+    return int(cfg.launch.nnodes) * resolve_nproc_per_node(nproc)
 
 
 def job_world_size(cfg: DictConfig, dist) -> int:
@@ -280,6 +284,24 @@ def _platform(cfg: DictConfig, failures: list[str]) -> None:
     gpus = platform.gpus_per_node
     if not (str(gpus) == "auto" or (isinstance(gpus, int) and gpus >= 0)):
         failures.append(f"platform.gpus_per_node={gpus}: must be 'auto' or an integer >= 0")
+
+
+@rule
+def _launch(cfg: DictConfig, failures: list[str]) -> None:
+    launch = cfg.launch
+    if launch.rdzv_backend not in ("static", "c10d"):
+        failures.append(f"launch.rdzv_backend={launch.rdzv_backend}: allowed: static, c10d")
+    port = launch.master_port
+    if not (str(port) == "auto" or (str(port).isdigit() and 1 <= int(port) <= 65535)):
+        failures.append(f"launch.master_port={port}: must be 'auto' or a port number 1-65535")
+    if not 0 <= launch.node_rank < launch.nnodes:
+        failures.append(f"launch.node_rank={launch.node_rank}: must be between 0 and launch.nnodes-1 = {launch.nnodes - 1}")
+    for key in ("max_restarts", "shutdown_timeout_s"):
+        if launch[key] < 0:
+            failures.append(f"launch.{key}={launch[key]}: must be >= 0")
+    for key in ("timeout_s", "monitor_interval"):
+        if launch[key] <= 0:
+            failures.append(f"launch.{key}={launch[key]}: must be > 0")
 
 
 @rule

@@ -15,21 +15,39 @@ class TorchAdapter(BackendAdapter):
     install_hint = "Install the torch extra: pip install 'primus-hydra[torch]' (pin torch to your CUDA/ROCm/CPU build)."
 
     def validate(self) -> list[str]:
-        p = self.cfg.module.parallel
+        """The layouts the native backend implements: DDP or FSDP2 over dp, DTensor TP (alone or with FSDP2
+        over dp), and PP alone (GPipe/1F1B) for dense models."""
+        cfg, p, model = self.cfg, self.cfg.module.parallel, self.cfg.model
         failures = []
-        for key in ("tp", "pp", "cp", "ep"):
+        for key in ("cp", "ep"):
             if p[key] > 1:
-                failures.append(f"module.parallel.{key}={p[key]}: backend=torch runs one process for now; {key}>1 needs the multi-process launch")
-        for key in ("fsdp", "sequence_parallel"):
-            if p[key]:
-                failures.append(f"module.parallel.{key}=true: backend=torch runs one process for now; {key} needs the multi-process launch")
-        if self.cfg.model.moe.capacity_factor is not None:
-            failures.append(
-                f"model.moe.capacity_factor={self.cfg.model.moe.capacity_factor}: backend=torch routes dropless only; set it to null"
-            )
-        world = job_world_size(self.cfg, self.dist)
-        if world > 1:
-            failures.append(f"world size {world}: backend=torch trains in a single process for now (launch.nnodes=1 launch.nproc_per_node=1)")
+                failures.append(f"module.parallel.{key}={p[key]}: backend=torch does not implement {key} (use tp, pp, dp or fsdp)")
+        if p.sequence_parallel:
+            failures.append("module.parallel.sequence_parallel=true: backend=torch does not implement sequence parallelism; set it to false")
+        if model.moe.capacity_factor is not None:
+            failures.append(f"model.moe.capacity_factor={model.moe.capacity_factor}: backend=torch routes dropless only; set it to null")
+        if p.pp_schedule not in ("1f1b", "gpipe"):
+            failures.append(f"module.parallel.pp_schedule={p.pp_schedule}: allowed: 1f1b, gpipe")
+        world = job_world_size(cfg, self.dist)
+        if world % (p.tp * p.pp * p.cp):
+            return failures  # the global world-layout rule already reported it
+        dp = resolve_dp(cfg, world)
+        if p.fsdp and dp == 1:
+            failures.append(f"module.parallel.fsdp=true needs dp > 1 to shard over (world {world} = tp {p.tp} x pp {p.pp}); set fsdp=false or add processes")
+        special = [name for name, used in (("MoE", model.moe.num_experts > 0), ("MLA", model.mla.enabled), ("tied embeddings", model.tie_embeddings)) if used]
+        if p.tp > 1 and special:
+            failures.append(f"module.parallel.tp={p.tp}: backend=torch shards dense GQA models only ({model.name} uses {', '.join(special)})")
+        if p.pp > 1:
+            if special:
+                failures.append(f"module.parallel.pp={p.pp}: backend=torch pipelines dense GQA models only ({model.name} uses {', '.join(special)})")
+            if p.tp > 1 or dp > 1 or p.fsdp:
+                failures.append(f"module.parallel.pp={p.pp} with tp={p.tp}, dp={dp}: backend=torch runs pp alone (tp=1, dp=1, fsdp=false)")
+            accum = cfg.module.global_batch_size // (cfg.module.micro_batch_size * dp)
+            if p.pp_schedule == "1f1b" and accum < p.pp:
+                failures.append(
+                    f"module.parallel.pp={p.pp} with 1f1b needs at least {p.pp} micro-batches per step, got "
+                    f"global_batch_size/micro_batch_size = {accum}; raise global_batch_size or use pp_schedule=gpipe"
+                )
         return failures
 
     def convert_config(self) -> dict:
@@ -60,6 +78,7 @@ class TorchAdapter(BackendAdapter):
             "checkpoint": checkpoint,
             "log": module["log"],
             "parallel": {**module["parallel"], "dp": dp},
+            "timeout_s": cfg.launch.timeout_s,
             "device": cfg.platform.device,
             "peak_tflops_per_device": cfg.platform.peak_tflops_per_device,
             "compile": cfg.backend.compile,

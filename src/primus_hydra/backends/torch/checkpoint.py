@@ -1,27 +1,45 @@
-"""Atomic checkpoints: write into a temp folder, rename it to step_NNNNNNN, then update `latest` (also by rename).
+"""Atomic, sharded checkpoints with torch.distributed.checkpoint (DCP).
 
-A crash at any moment leaves either the previous `latest` or the new one, never a half-written checkpoint
-behind the pointer. Existing checkpoints are never overwritten.
+Every rank writes its shards of the model and optimizer into `.tmp-step_NNNNNNN`; after a barrier rank 0 adds
+trainer_state.pt and meta.json (file sizes, to detect truncation), renames the folder to `step_NNNNNNN`, then
+replaces `latest`. A crash at any moment leaves the previous `latest` in place, never a half-written checkpoint
+behind it. Loading goes through the current layout's state dict, so a checkpoint written at dp=2, fsdp=2 or
+tp=2 resumes at any other layout (DCP reshards). Existing checkpoints are never overwritten.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import warnings
 import shutil
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
 from primus_hydra.errors import CheckpointError
 
 LATEST = "latest"
 META = "meta.json"
-STATE_FILES = ("model.pt", "optimizer.pt", "trainer_state.pt")
+TRAINER_STATE = "trainer_state.pt"
 
 
 def step_dir_name(step: int) -> str:
     return f"step_{step:07d}"
+
+
+def _barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def _is_main() -> bool:
+    return not dist.is_initialized() or dist.get_rank() == 0
 
 
 class CheckpointManager:
@@ -40,26 +58,36 @@ class CheckpointManager:
         target = self.root / pointer.read_text().strip()
         return target if (target / META).is_file() else None
 
-    def save(self, step: int, states: dict[str, Any], meta: dict[str, Any]) -> Path:
+    def save(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, trainer_state: dict,
+             meta: dict[str, Any], before_finalize=None) -> Path:
+        """Collective: every rank calls it. `before_finalize` is a hook for fault-injection tests."""
         final = self.root / step_dir_name(step)
         if final.exists():
             raise CheckpointError(f"checkpoint {final} already exists; refusing to overwrite it")
-        self.root.mkdir(parents=True, exist_ok=True)
-        tmp = self.root / f".tmp-{final.name}-{os.getpid()}"
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir()
-        sizes = {}
-        for file_name in STATE_FILES:
-            torch.save(states[file_name], tmp / file_name)
-            sizes[file_name] = (tmp / file_name).stat().st_size
-        (tmp / META).write_text(json.dumps({**meta, "step": step, "files": sizes}, indent=2))
-        _fsync_dir(tmp)
-        os.rename(tmp, final)
-        pointer_tmp = self.root / f".{LATEST}.tmp-{os.getpid()}"
-        pointer_tmp.write_text(final.name + "\n")
-        os.replace(pointer_tmp, self.root / LATEST)
-        _fsync_dir(self.root)
+        tmp = self.root / f".tmp-{final.name}"
+        if _is_main():
+            self.root.mkdir(parents=True, exist_ok=True)
+            if tmp.exists():  # left by a crashed save of an earlier attempt: never behind `latest`
+                shutil.rmtree(tmp)
+            tmp.mkdir()
+        _barrier()
+        model_state, optimizer_state = get_state_dict(model, optimizer)
+        with _single_process_quiet():
+            dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=str(tmp), no_dist=not dist.is_initialized())
+        if before_finalize is not None:
+            before_finalize()
+        _barrier()
+        if _is_main():
+            torch.save(trainer_state, tmp / TRAINER_STATE)
+            sizes = {p.name: p.stat().st_size for p in sorted(tmp.iterdir())}
+            (tmp / META).write_text(json.dumps({**meta, "step": step, "files": sizes}, indent=2))
+            _fsync_dir(tmp)
+            os.rename(tmp, final)
+            pointer_tmp = self.root / f".{LATEST}.tmp"
+            pointer_tmp.write_text(final.name + "\n")
+            os.replace(pointer_tmp, self.root / LATEST)
+            _fsync_dir(self.root)
+        _barrier()  # nobody moves on (or exits) before the checkpoint is complete
         return final
 
     def resolve(self, spec: Optional[str], key: str) -> Optional[Path]:
@@ -81,25 +109,55 @@ class CheckpointManager:
         raise CheckpointError(f"{key}={spec}: not a checkpoint (no {META} and no `{LATEST}` inside)")
 
     @staticmethod
-    def load(path: Path, key: str, map_location: torch.device) -> tuple[dict[str, Any], dict[str, Any]]:
-        """(meta, states). Any missing, truncated or unreadable file is a CheckpointError naming it."""
+    def verify(path: Path, key: str) -> dict[str, Any]:
+        """meta.json, and every file it lists present with its recorded size."""
         try:
             meta = json.loads((path / META).read_text())
         except (OSError, ValueError) as error:
             raise CheckpointError(f"{key}: {path / META} is unreadable or corrupt ({error})") from error
-        states = {}
-        for file_name in STATE_FILES:
-            file = path / file_name
-            expected = meta.get("files", {}).get(file_name)
+        for name, expected in meta.get("files", {}).items():
+            file = path / name
             if not file.is_file():
                 raise CheckpointError(f"{key}: {file} is missing (incomplete checkpoint)")
-            if expected is not None and file.stat().st_size != expected:
+            if file.stat().st_size != expected:
                 raise CheckpointError(f"{key}: {file} has {file.stat().st_size} bytes, expected {expected} (truncated or corrupt)")
-            try:
-                states[file_name] = torch.load(file, map_location=map_location, weights_only=False)
-            except Exception as error:  # noqa: BLE001 - any unpickling failure means a corrupt file
-                raise CheckpointError(f"{key}: {file} cannot be loaded ({type(error).__name__}: {error})") from error
-        return meta, states
+        return meta
+
+    @staticmethod
+    def load(path: Path, key: str, model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer], model_name: str) -> dict:
+        """Load into the current layout (collective). optimizer=None loads the weights only. Returns trainer state."""
+        CheckpointManager.verify(path, key)
+        if optimizer is None:
+            model_state = get_state_dict(model, [], options=StateDictOptions())[0]
+            state = {"model": model_state}
+        else:
+            model_state, optimizer_state = get_state_dict(model, optimizer)
+            state = {"model": model_state, "optimizer": optimizer_state}
+        try:
+            with _single_process_quiet():
+                dcp.load(state, checkpoint_id=str(path), no_dist=not dist.is_initialized())
+        except (Exception, CheckpointException) as error:  # DCP's CheckpointException is a BaseException
+            lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+            cause = lines[-1] if lines else type(error).__name__  # DCP wraps each rank's traceback: the last line says why
+            if "Missing key" in cause or "size mismatch" in cause.lower() or "shape" in cause.lower():
+                raise CheckpointError(f"checkpoint {path} does not fit model {model_name}: {cause}") from error
+            raise CheckpointError(f"{key}: {path} cannot be loaded ({cause})") from error
+        if optimizer is None:
+            set_state_dict(model, [], model_state_dict=state["model"], optim_state_dict={})
+            return {}
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+        try:
+            return torch.load(path / TRAINER_STATE, map_location="cpu", weights_only=False)
+        except Exception as error:  # noqa: BLE001
+            raise CheckpointError(f"{key}: {path / TRAINER_STATE} cannot be loaded ({type(error).__name__}: {error})") from error
+
+
+@contextlib.contextmanager
+def _single_process_quiet():
+    """DCP warns that it assumes a single process when no process group exists: that is exactly our intent."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
 
 
 def _fsync_dir(path: Path) -> None:

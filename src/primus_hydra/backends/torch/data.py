@@ -77,12 +77,15 @@ class TokenBatches:
                 f"module.data.path={path}: {len(self.tokens)} tokens is too short for module.seq_length={seq_length}"
             )
 
-    def batch(self, step: int, micro_index: int, batch_size: int, rank: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        rng = np.random.default_rng([self.seed, step, micro_index, rank])
+    def sequence(self, step: int, index: int) -> np.ndarray:
+        """Sequence `index` of the global batch of `step`: the same tokens whatever the parallel layout."""
+        rng = np.random.default_rng([self.seed, step, index])
         if self.tokens is None:  # mock
-            window = rng.integers(0, self.vocab_size, size=(batch_size, self.seq_length + 1), dtype=np.int64)
-        else:
-            starts = rng.integers(0, len(self.tokens) - self.seq_length - 1, size=batch_size)
-            window = np.stack([np.asarray(self.tokens[s : s + self.seq_length + 1], dtype=np.int64) for s in starts])
-        window = torch.from_numpy(window)
+            return rng.integers(0, self.vocab_size, size=self.seq_length + 1, dtype=np.int64)
+        start = int(rng.integers(0, len(self.tokens) - self.seq_length - 1))
+        return np.asarray(self.tokens[start : start + self.seq_length + 1], dtype=np.int64)
+
+    def batch(self, step: int, first_index: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sequences first_index .. first_index + batch_size - 1 of the step's global batch, as (inputs, targets)."""
+        window = torch.from_numpy(np.stack([self.sequence(step, first_index + i) for i in range(batch_size)]))
         return window[:, :-1], window[:, 1:]

@@ -105,15 +105,16 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, seq, _ = x.shape
-        q = self.wq(x).view(batch, seq, self.n_heads, self.head_dim)
-        k = self.wk(x).view(batch, seq, self.n_kv_heads, self.head_dim)
-        v = self.wv(x).view(batch, seq, self.n_kv_heads, self.head_dim)
+        # -1 heads: under tensor parallelism each rank holds a slice of the heads
+        q = self.wq(x).view(batch, seq, -1, self.head_dim)
+        k = self.wk(x).view(batch, seq, -1, self.head_dim)
+        v = self.wv(x).view(batch, seq, -1, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         cos, sin = self.rope(seq, x.device)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.n_kv_heads != self.n_heads)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
         return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
 
 
@@ -144,14 +145,14 @@ class LatentAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, seq, _ = x.shape
         q = self.wq_b(self.q_norm(self.wq_a(x))) if hasattr(self, "wq_a") else self.wq(x)
-        q = q.view(batch, seq, self.n_heads, self.nope_dim + self.rope_dim)
+        q = q.view(batch, seq, -1, self.nope_dim + self.rope_dim)
         q_nope, q_rope = q.split([self.nope_dim, self.rope_dim], dim=-1)
         kv_latent, k_rope = self.wkv_a(x).split([self.kv_lora_rank, self.rope_dim], dim=-1)
-        kv = self.wkv_b(self.kv_norm(kv_latent)).view(batch, seq, self.n_heads, self.nope_dim + self.v_dim)
+        kv = self.wkv_b(self.kv_norm(kv_latent)).view(batch, seq, -1, self.nope_dim + self.v_dim)
         k_nope, v = kv.split([self.nope_dim, self.v_dim], dim=-1)
         cos, sin = self.rope(seq, x.device)
         q_rope = apply_rotary(q_rope, cos, sin)
-        k_rope = apply_rotary(k_rope.unsqueeze(2), cos, sin).expand(-1, -1, self.n_heads, -1)
+        k_rope = apply_rotary(k_rope.unsqueeze(2), cos, sin).expand(-1, -1, q_nope.shape[2], -1)
         q = torch.cat([q_nope, q_rope], dim=-1).transpose(1, 2)
         k = torch.cat([k_nope, k_rope], dim=-1).transpose(1, 2)
         out = F.scaled_dot_product_attention(q, k, v.transpose(1, 2), is_causal=True, scale=self.softmax_scale)
@@ -190,11 +191,14 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
+    """The decoder. A pipeline stage is the same class with some parts removed (set to None / deleted from
+    `layers`), so parameter names stay those of the full model: checkpoints reshard between layouts."""
+
     def __init__(self, args):
         super().__init__()
         self.args = args
         self.tok_embeddings = nn.Embedding(args.vocab_size, args.hidden_size)
-        self.layers = nn.ModuleList(Block(args, i) for i in range(args.num_layers))
+        self.layers = nn.ModuleDict({str(i): Block(args, i) for i in range(args.num_layers)})
         self.norm = RMSNorm(args.hidden_size, args.norm_eps)
         self.output = None if args.tie_embeddings else nn.Linear(args.hidden_size, args.vocab_size, bias=False)
 
@@ -214,13 +218,16 @@ class Transformer(nn.Module):
                 nn.init.normal_(param, 0.0, std)
 
     def moe_aux_loss(self) -> torch.Tensor:
-        losses = [layer.feed_forward.aux_loss for layer in self.layers if hasattr(layer.feed_forward, "aux_loss")]
+        losses = [layer.feed_forward.aux_loss for layer in self.layers.values() if hasattr(layer.feed_forward, "aux_loss")]
         return torch.stack(losses).sum() if losses else torch.zeros(())
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        x = self.tok_embeddings(tokens)
-        for layer in self.layers:
+        """Token ids -> logits. A middle or last pipeline stage receives hidden states instead of ids."""
+        x = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
+        for layer in self.layers.values():
             x = layer(x)
+        if self.norm is None:  # not the last pipeline stage
+            return x
         x = self.norm(x)
         return self.output(x) if self.output is not None else x @ self.tok_embeddings.weight.t()
 

@@ -1,28 +1,38 @@
-"""The native trainer: AdamW, warmup + decay, grad accumulation and clipping, bf16 autocast, atomic checkpoints,
-metrics and progress. Seeded and deterministic on CPU: a resumed run reproduces an uninterrupted one bitwise."""
+"""The native trainer: AdamW, warmup + decay, grad accumulation and clipping, bf16 autocast, DDP / FSDP2 / TP /
+PP through torch's own APIs, sharded atomic checkpoints, metrics and progress. Seeded and deterministic on CPU:
+a resumed run reproduces an uninterrupted one bitwise, and every parallel layout the single-process loss curve."""
 from __future__ import annotations
 
 import contextlib
 import gc
 import logging
 import math
+import os
+import signal
 import sys
 import time
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 
 from primus_hydra.backends.base import BaseTrainer
 from primus_hydra.backends.torch.checkpoint import CheckpointManager
 from primus_hydra.backends.torch.data import TokenBatches
+from primus_hydra.backends.torch.distributed import (
+    ParallelState, clip_grad_norm, destroy_parallel_state, init_parallel_state, mean_over_data_parallel, sum_over_pipeline,
+)
 from primus_hydra.backends.torch.metrics import MetricsLogger, measure_matmul_peak_tflops
 from primus_hydra.backends.torch.model import build_model_on_meta, materialize
 from primus_hydra.backends.torch.optim import build_optimizer, learning_rate
+from primus_hydra.backends.torch.parallelize import parallelize
+from primus_hydra.backends.torch.pipeline import PipelineRunner
 from primus_hydra.config.model_math import training_flops_per_token
 from primus_hydra.errors import CheckpointError, PrimusError
+from primus_hydra.runtime.fault_injection import inject_fault
 
 log = logging.getLogger("primus_hydra.train")
 
@@ -49,25 +59,37 @@ class TorchTrainer(BaseTrainer):
         if args["deterministic"] and self.device.type == "cpu":
             torch.use_deterministic_algorithms(True)
         torch.manual_seed(args["seed"])
+        self.parallel = init_parallel_state(args["parallel"], self.device, self.dist, args["timeout_s"])
         self.autocast_dtype = torch.bfloat16 if args["precision"] == "bf16" else None
+        self.stop_signal: Optional[int] = None
+        if args["checkpoint"]["on_signal"]:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, self._remember_signal)
         peak = args["peak_tflops_per_device"]
         if peak is None and self.device.type == "cpu":
             peak = measure_matmul_peak_tflops(self.device, self.autocast_dtype or torch.float32)
             log.info("MFU baseline: measured CPU matmul peak %.3f TFLOP/s (set platform.peak_tflops_per_device to override)", peak)
         self.peak_tflops = peak
-        log.info("device: %s | precision: %s | torch %s | threads %d", self.device, args["precision"], torch.__version__, torch.get_num_threads())
+        p = self.parallel
+        log.info("device: %s | precision: %s | torch %s | threads %d | layout: world %d = pp %d x dp %d x tp %d%s",
+                 self.device, args["precision"], torch.__version__, torch.get_num_threads(), p.world_size, p.pp, p.dp,
+                 p.tp, " (fsdp)" if p.fsdp else "")
 
     def init(self) -> None:
         args = self.backend_args
         model_args = OmegaConf.create(args["model"])
+        # the full model is initialised identically on every rank, then split: any layout starts from the same weights
         self.model = materialize(build_model_on_meta(model_args), self.device, args["seed"])
         self.num_parameters = sum(p.numel() for p in self.model.parameters())
         log.info("model %s: %s parameters", model_args.name, f"{self.num_parameters:,}")
-        self.step_model = torch.compile(self.model) if args["compile"] else self.model
+        self.train_module = parallelize(self.model, self.parallel)
+        if args["compile"]:
+            self.train_module = torch.compile(self.train_module)
         opt = args["optimizer"]
         self.optimizer = build_optimizer(self.model, opt["lr"], opt["weight_decay"], (opt["adam_beta1"], opt["adam_beta2"]), opt["adam_eps"])
         data = args["data"]
         self.data = TokenBatches(data["source"], data["path"], data["token_dtype"], model_args.vocab_size, args["seq_length"], args["seed"])
+        self.pipeline = PipelineRunner(self.model, self.parallel, self.device, args) if self.parallel.pp > 1 else None
         self.flops_per_token = training_flops_per_token(model_args, args["seq_length"])
         self.start_step = 0
         self.checkpoints = CheckpointManager(Path(args["checkpoint"]["dir"]))
@@ -85,8 +107,8 @@ class TorchTrainer(BaseTrainer):
         if step >= total:
             log.info("nothing to train: resumed at step %d of %d", step, total)
             return None
-        log.info("training steps %d..%d: %d micro-batch(es) of %d x %d tokens per step", step + 1, total,
-                 args["grad_accum_steps"], args["micro_batch_size"], args["seq_length"])
+        log.info("training steps %d..%d: %d micro-batch(es) of %d x %d tokens per step and data-parallel rank",
+                 step + 1, total, args["grad_accum_steps"], args["micro_batch_size"], args["seq_length"])
         # Objects alive now (config, model, optimizer) stay alive: keep the cyclic GC from rescanning them every
         # few steps (Primus disables GC around train for the same reason).
         gc.collect()
@@ -99,10 +121,15 @@ class TorchTrainer(BaseTrainer):
                 if bar is not None:
                     bar.set_postfix(loss=f"{loss:.4f}", lr=f"{record['lr']:.2e}", tok_s=f"{record['tokens_per_s']:,.0f}", refresh=False)
                     bar.update(1)
+                inject_fault("step", self.dist.rank, step)
+                stop_signal = self._agreed_stop_signal()
                 stop_early = bool(exit_interval) and step % exit_interval == 0 and step < total
-                if (interval and step % interval == 0) or stop_early:
+                if (interval and step % interval == 0) or stop_early or stop_signal:
                     self.save_checkpoint(step)
                     saved_step = step
+                if stop_signal:
+                    log.warning("stopping at step %d on %s, after saving its checkpoint", step, signal.Signals(stop_signal).name)
+                    return loss
                 if stop_early:
                     log.info("exit_interval=%d reached: stopping at step %d (resume with module.checkpoint.resume)", exit_interval, step)
                     return loss
@@ -118,6 +145,8 @@ class TorchTrainer(BaseTrainer):
             if png:
                 log.info("loss curve: %s", png)
             self.metrics = None
+        if not on_error:  # after a failure, peers may be gone: tearing the group down could block
+            destroy_parallel_state()
 
     # -- one step ---------------------------------------------------------------------------------------
     def _train_step(self, step: int) -> dict[str, Any]:
@@ -127,38 +156,53 @@ class TorchTrainer(BaseTrainer):
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         started = time.perf_counter()
-        self.model.train()
+        self.train_module.train()
         self.optimizer.zero_grad(set_to_none=True)
-        accum = args["grad_accum_steps"]
-        loss_sum = torch.zeros((), device=self.device)
-        aux_sum = torch.zeros((), device=self.device)
-        for micro in range(accum):
-            inputs, targets = self.data.batch(step, micro, args["micro_batch_size"], rank=self.dist.rank)
-            inputs, targets = inputs.to(self.device, non_blocking=True), targets.to(self.device, non_blocking=True)
-            with self._autocast():
-                logits = self.step_model(inputs)
-            loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
-            aux = self.model.moe_aux_loss().to(self.device)
-            ((loss + aux) / accum).backward()
-            loss_sum += loss.detach() / accum
-            aux_sum += aux.detach() / accum
-        clip = opt["clip_grad"] or float("inf")
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip, foreach=False)
+        if self.pipeline is not None:
+            loss_sum, aux_sum = self.pipeline.step(self.data, step)
+        else:
+            loss_sum, aux_sum = self._forward_backward(step)
+        grad_norm = clip_grad_norm(self.model.parameters(), opt["clip_grad"], self.parallel)
         self.optimizer.step()
-        loss_value, grad_value = loss_sum.item(), grad_norm.item()
+        loss_value = mean_over_data_parallel(loss_sum, self.parallel).item()
         if not math.isfinite(loss_value):
             raise TrainingDivergedError(f"loss is {loss_value} at step {step + 1} (lr {lr:.3e}); lower module.lr or check the data")
         elapsed = time.perf_counter() - started
-        tokens = accum * args["micro_batch_size"] * args["seq_length"]
+        tokens = args["global_batch_size"] * args["seq_length"] / self.parallel.world_size  # per rank, as MFU is
         tflops = self.flops_per_token * tokens / elapsed / 1e12
         record = {
-            "step": step + 1, "loss": loss_value, "lr": lr, "grad_norm": grad_value,
-            "tokens_per_s": tokens / elapsed, "tflops": tflops,
+            "step": step + 1, "loss": loss_value, "lr": lr, "grad_norm": grad_norm,
+            "tokens_per_s": args["global_batch_size"] * args["seq_length"] / elapsed, "tflops": tflops,
             "mfu": tflops / self.peak_tflops if self.peak_tflops else None, "step_time_s": elapsed,
         }
         if self.model.args.moe.num_experts:
-            record["moe_aux_loss"] = aux_sum.item()
+            record["moe_aux_loss"] = mean_over_data_parallel(aux_sum, self.parallel).item()
         return record
+
+    def _forward_backward(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gradient accumulation over this data-parallel rank's micro-batches; returns (mean loss, mean aux loss)."""
+        args = self.backend_args
+        accum, micro_batch = args["grad_accum_steps"], args["micro_batch_size"]
+        loss_sum = torch.zeros((), device=self.device)
+        aux_sum = torch.zeros((), device=self.device)
+        for micro in range(accum):
+            first = (self.parallel.dp_rank * accum + micro) * micro_batch
+            inputs, targets = self.data.batch(step, first, micro_batch)
+            inputs, targets = inputs.to(self.device, non_blocking=True), targets.to(self.device, non_blocking=True)
+            sync = micro == accum - 1  # DDP: all-reduce gradients once, after the last micro-batch
+            with self._no_sync(sync), self._autocast():
+                logits = self.train_module(inputs)
+            loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
+            aux = self.model.moe_aux_loss().to(self.device)
+            with self._no_sync(sync):
+                ((loss + aux) / accum).backward()
+            loss_sum += loss.detach() / accum
+            aux_sum += aux.detach() / accum
+        return loss_sum, aux_sum
+
+    def _no_sync(self, sync: bool):
+        no_sync = getattr(self.train_module, "no_sync", None)
+        return contextlib.nullcontext() if sync or no_sync is None else no_sync()
 
     def _autocast(self):
         if self.autocast_dtype is None:
@@ -177,36 +221,47 @@ class TorchTrainer(BaseTrainer):
         bar = stack.enter_context(tqdm(total=total, initial=start, desc="train", unit="step", dynamic_ncols=True))
         return _BarContext(stack, bar)
 
-    # -- checkpoints ------------------------------------------------------------------------------------
-    def save_checkpoint(self, step: int) -> Optional[Path]:
-        if not self.dist.is_main:
+    # -- signals ----------------------------------------------------------------------------------------
+    def _remember_signal(self, signum, frame) -> None:
+        self.stop_signal = signum
+
+    def _agreed_stop_signal(self) -> Optional[int]:
+        """Ranks may see a signal at different steps; they agree (max over ranks) so that all save together."""
+        if not self.backend_args["checkpoint"]["on_signal"]:
             return None
-        states = {
-            "model.pt": self.model.state_dict(),
-            "optimizer.pt": self.optimizer.state_dict(),
-            "trainer_state.pt": {"step": step, "torch_rng": torch.get_rng_state(),
-                                 "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
-        }
+        flag = torch.tensor(self.stop_signal or 0, device=self.device)
+        if dist.is_initialized():
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return int(flag.item()) or None
+
+    # -- checkpoints ------------------------------------------------------------------------------------
+    def save_checkpoint(self, step: int) -> Path:
+        trainer_state = {"step": step, "torch_rng": torch.get_rng_state(),
+                         "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+        p = self.parallel
         meta = {"model": self.backend_args["model"]["name"], "backend": "torch", "stage": self.backend_args["stage"],
-                "world_size": self.dist.world_size, "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
-        path = self.checkpoints.save(step, states, meta)
+                "world_size": p.world_size, "layout": {"pp": p.pp, "dp": p.dp, "tp": p.tp, "fsdp": p.fsdp},
+                "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        path = self.checkpoints.save(step, self.model, self.optimizer, trainer_state, meta,
+                                     before_finalize=lambda: inject_fault("save", self.dist.rank, step))
         log.info("checkpoint saved: %s", path)
         return path
 
     def _restore(self) -> Optional[Path]:
         ckpt = self.backend_args["checkpoint"]
+        resume = ckpt["resume"]
+        if resume is None and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0:
+            resume = "auto"  # a restarted worker continues from the job's last checkpoint
         existing = self.checkpoints.steps()
-        resume_from = self.checkpoints.resolve(ckpt["resume"], "module.checkpoint.resume")
-        if ckpt["resume"] is None and existing:
+        resume_from = self.checkpoints.resolve(resume, "module.checkpoint.resume")
+        if resume is None and existing:
             raise CheckpointError(
                 f"module.checkpoint.dir={self.checkpoints.root} already holds checkpoints (step {existing[-1]}); "
                 f"set module.checkpoint.resume=auto to continue from them, or choose another dir"
             )
+        model_name = self.model.args.name
         if resume_from is not None:
-            meta, states = CheckpointManager.load(resume_from, "module.checkpoint.resume", self.device)
-            self._load_model_state(states["model.pt"], resume_from)
-            self.optimizer.load_state_dict(states["optimizer.pt"])
-            trainer_state = states["trainer_state.pt"]
+            trainer_state = CheckpointManager.load(resume_from, "module.checkpoint.resume", self.model, self.optimizer, model_name)
             self.start_step = int(trainer_state["step"])
             torch.set_rng_state(trainer_state["torch_rng"])
             later = [s for s in existing if s > self.start_step]
@@ -220,17 +275,9 @@ class TorchTrainer(BaseTrainer):
             log.warning("module.stage=sft without module.checkpoint.load: fine-tuning starts from random weights")
         elif ckpt["load"]:
             source = self.checkpoints.resolve(ckpt["load"], "module.checkpoint.load")
-            _, states = CheckpointManager.load(source, "module.checkpoint.load", self.device)
-            self._load_model_state(states["model.pt"], source)
+            CheckpointManager.load(source, "module.checkpoint.load", self.model, None, model_name)
             log.info("initial weights loaded from %s", source)
         return resume_from
-
-    def _load_model_state(self, state: dict, source: Path) -> None:
-        try:
-            self.model.load_state_dict(state)
-        except RuntimeError as error:
-            first = str(error).strip().splitlines()[0]
-            raise CheckpointError(f"checkpoint {source} does not fit model {self.model.args.name}: {first}") from error
 
 
 class _BarContext:

@@ -1,0 +1,108 @@
+"""Process groups and the device mesh of one job: (pp, dp, tp), tp innermost so that a TP group shares a node.
+
+Also the few collectives the training loop needs on top of torch's parallel wrappers: averaging a logged value
+over data-parallel ranks, and the global gradient norm across DTensor/plain parameters and pipeline stages.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Iterable, Optional
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.tensor import DTensor
+
+from primus_hydra.runtime.distributed_env import DistributedEnv
+
+
+@dataclass
+class ParallelState:
+    world_size: int = 1
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    fsdp: bool = False
+    mesh: Optional[DeviceMesh] = None
+
+    def _coordinate(self, dim: str) -> int:
+        return self.mesh.get_local_rank(dim) if self.mesh is not None else 0
+
+    def _group(self, dim: str):
+        return self.mesh.get_group(dim) if self.mesh is not None else None
+
+    @property
+    def dp_rank(self) -> int:
+        return self._coordinate("dp")
+
+    @property
+    def pp_rank(self) -> int:
+        return self._coordinate("pp")
+
+    @property
+    def dp_group(self):
+        return self._group("dp")
+
+    @property
+    def pp_group(self):
+        return self._group("pp")
+
+    @property
+    def is_last_stage(self) -> bool:
+        return self.pp_rank == self.pp - 1
+
+
+def init_parallel_state(parallel: dict, device: torch.device, dist_env: DistributedEnv, timeout_s: float) -> ParallelState:
+    """Join the job's process group (gloo on CPU, NCCL/RCCL on GPU) and build its mesh; one process: no group."""
+    state = ParallelState(world_size=dist_env.world_size, dp=parallel["dp"], tp=parallel["tp"], pp=parallel["pp"], fsdp=parallel["fsdp"])
+    if dist_env.world_size == 1:
+        return state
+    if not dist.is_initialized():
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s), rank=dist_env.rank, world_size=dist_env.world_size)
+    state.mesh = init_device_mesh(device.type, (state.pp, state.dp, state.tp), mesh_dim_names=("pp", "dp", "tp"))
+    return state
+
+
+def destroy_parallel_state() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def mean_over_data_parallel(value: torch.Tensor, state: ParallelState) -> torch.Tensor:
+    """The batch mean of a per-rank mean (every DP rank sees the same number of tokens)."""
+    if state.dp == 1:
+        return value
+    value = value.clone()
+    dist.all_reduce(value, op=dist.ReduceOp.SUM, group=state.dp_group)
+    return value / state.dp
+
+
+def sum_over_pipeline(value: torch.Tensor, state: ParallelState) -> torch.Tensor:
+    if state.pp == 1:
+        return value
+    value = value.clone()
+    dist.all_reduce(value, op=dist.ReduceOp.SUM, group=state.pp_group)
+    return value
+
+
+def clip_grad_norm(parameters: Iterable[torch.nn.Parameter], max_norm: float, state: ParallelState) -> float:
+    """Global L2 norm of all gradients (sharded DTensors, replicated plain tensors, every pipeline stage), then
+    clip in place. Returns the norm before clipping, as a float (the same on every rank)."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    sharded = [g for g in grads if isinstance(g, DTensor)]
+    local = [g for g in grads if not isinstance(g, DTensor)]
+    squared = torch.zeros((), dtype=torch.float32, device=grads[0].device if grads else "cpu")
+    if sharded:
+        norm = torch.nn.utils.get_total_norm(sharded, foreach=False)
+        squared = squared + norm.full_tensor().float() ** 2
+    if local:
+        squared = squared + torch.nn.utils.get_total_norm(local, foreach=False).float() ** 2
+    total = math.sqrt(sum_over_pipeline(squared, state).item())
+    if max_norm > 0 and total > max_norm:
+        scale = max_norm / (total + 1e-6)
+        for grad in grads:
+            grad.mul_(scale)
+    return total

@@ -1,0 +1,40 @@
+"""Pipeline parallelism with torch.distributed.pipelining: this rank's stage of the model (see
+parallelize.keep_pipeline_stage) driven by a GPipe or 1F1B schedule over the step's micro-batches."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+from primus_hydra.backends.torch.data import TokenBatches
+from primus_hydra.backends.torch.distributed import ParallelState, sum_over_pipeline
+
+SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+
+
+class PipelineRunner:
+    def __init__(self, stage_module: torch.nn.Module, state: ParallelState, device: torch.device, args: dict):
+        self.state, self.device = state, device
+        self.micro_batches, self.micro_batch_size = args["grad_accum_steps"], args["micro_batch_size"]
+        stage = PipelineStage(stage_module, state.pp_rank, state.pp, device, group=state.pp_group)
+        schedule = SCHEDULES[args["parallel"]["pp_schedule"]]
+        # scale_grads: gradients are averaged over micro-batches, as gradient accumulation does without PP
+        self.schedule = schedule(stage, n_microbatches=self.micro_batches, loss_fn=self._loss, scale_grads=True)
+
+    @staticmethod
+    def _loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
+
+    def step(self, data: TokenBatches, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One forward/backward of all micro-batches; returns (mean loss, 0 aux loss) on every stage."""
+        inputs, targets = data.batch(step, 0, self.micro_batches * self.micro_batch_size)
+        inputs, targets = inputs.to(self.device), targets.to(self.device)
+        losses: list[torch.Tensor] = []
+        if self.state.pp_rank == 0:
+            self.schedule.step(inputs)
+        elif self.state.is_last_stage:
+            self.schedule.step(target=targets, losses=losses)
+        else:
+            self.schedule.step()
+        loss = torch.stack(losses).detach().mean() if losses else torch.zeros((), device=self.device)
+        return sum_over_pipeline(loss, self.state), torch.zeros((), device=self.device)

@@ -1,0 +1,1 @@
+"""The orchestrator's side of a job: what this machine has, and the knobs resolved from it (no torch import)."""
