@@ -20,6 +20,14 @@ class _RankFilter(logging.Filter):
         return True
 
 
+FILE_ONLY = {"file_only": True}  # extra= for records that the console already shows in another form
+
+
+class _SkipFileOnly(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(record, "file_only", False)
+
+
 def setup_rank_logging(dist: DistributedEnv, run_dir: Path) -> logging.Handler:
     """Attach the per-rank file handler; returns it so that the runtime can detach it at the end."""
     log_dir = Path(run_dir) / "logs"
@@ -31,9 +39,11 @@ def setup_rank_logging(dist: DistributedEnv, run_dir: Path) -> logging.Handler:
     root.addHandler(handler)
     if root.level > logging.INFO or root.level == logging.NOTSET:
         root.setLevel(logging.INFO)
-    if not dist.is_main:
-        for console in root.handlers:
-            if isinstance(console, logging.StreamHandler) and not isinstance(console, logging.FileHandler):
+    for console in root.handlers:
+        if isinstance(console, logging.StreamHandler) and not isinstance(console, logging.FileHandler):
+            if not any(isinstance(f, _SkipFileOnly) for f in console.filters):
+                console.addFilter(_SkipFileOnly())
+            if not dist.is_main:
                 console.setLevel(logging.WARNING)
     return handler
 

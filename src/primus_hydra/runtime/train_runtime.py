@@ -24,7 +24,7 @@ from primus_hydra.patches.loader import load_patch_modules, raise_load_errors
 from primus_hydra.patches.registry import REGISTRY, PatchContext, resolve_enabled_ids
 from primus_hydra.patches.runner import run_patches
 from primus_hydra.runtime.distributed_env import DistributedEnv, detect_distributed_env
-from primus_hydra.runtime.logging_setup import setup_rank_logging, teardown_rank_logging
+from primus_hydra.runtime.logging_setup import FILE_ONLY, setup_rank_logging, teardown_rank_logging
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,9 @@ class PrimusRuntime:
         except BaseException as error:
             # a user error is its own one-line explanation; anything else gets its traceback in the logs
             with_traceback = not isinstance(error, (PrimusError, KeyboardInterrupt))
-            log.error("run failed: %s: %s", type(error).__name__, error, exc_info=with_traceback)
+            # user errors reach the console as the CLI's one `error:` line; the run dir's logs get them here
+            log.error("run failed: %s: %s", type(error).__name__, error, exc_info=with_traceback,
+                      extra=FILE_ONLY if not with_traceback else None)
             self._safe_cleanup()
             raise
         finally:

@@ -13,9 +13,20 @@ class TrainTask:
         self.run_dir = run_dir
 
     def run(self) -> Any:
-        from primus_hydra.runtime.train_runtime import PrimusRuntime
+        """In this process when it is already a rank of a job (torchrun, srun) or the job has one process;
+        otherwise start the workers with torch's elastic agent, handing them this composed config."""
+        from primus_hydra.config.validate import configured_world_size
+        from primus_hydra.runtime.distributed_env import detect_distributed_env
 
-        return PrimusRuntime(self.cfg, self.run_dir or hydra_run_dir()).run()
+        run_dir = self.run_dir or hydra_run_dir()
+        inside_job = detect_distributed_env().is_distributed
+        if inside_job or self.cfg.task.dry_run or configured_world_size(self.cfg) == 1:
+            from primus_hydra.runtime.train_runtime import PrimusRuntime
+
+            return PrimusRuntime(self.cfg, run_dir).run()
+        from primus_hydra.launch.elastic import launch_elastic_job
+
+        return launch_elastic_job(self.cfg, run_dir)
 
 
 def hydra_run_dir() -> Path:

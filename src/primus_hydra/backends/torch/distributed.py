@@ -92,10 +92,13 @@ def clip_grad_norm(parameters: Iterable[torch.nn.Parameter], max_norm: float, st
     """Global L2 norm of all gradients (sharded DTensors, replicated plain tensors, every pipeline stage), then
     clip in place. Returns the norm before clipping, as a float (the same on every rank)."""
     grads = [p.grad for p in parameters if p.grad is not None]
-    sharded = [g for g in grads if isinstance(g, DTensor)]
+    by_mesh: dict = {}  # with TP + FSDP, norms are sharded on the 2-D mesh while TP weights are on (dp, tp)
+    for grad in grads:
+        if isinstance(grad, DTensor):
+            by_mesh.setdefault(grad.device_mesh, []).append(grad)
     local = [g for g in grads if not isinstance(g, DTensor)]
     squared = torch.zeros((), dtype=torch.float32, device=grads[0].device if grads else "cpu")
-    if sharded:
+    for sharded in by_mesh.values():
         norm = torch.nn.utils.get_total_norm(sharded, foreach=False)
         squared = squared + norm.full_tensor().float() ** 2
     if local:

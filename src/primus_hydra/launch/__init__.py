@@ -1,0 +1,1 @@
+"""Starting the job's processes: torch's elastic agent in the orchestrator process (multi-node Slurm later)."""

@@ -1,0 +1,123 @@
+"""Single- and multi-node launch with torch's elastic agent, run in-process by the orchestrator (the code path
+torchrun uses, without building a command line). The orchestrator never touches a GPU: it counts devices
+without torch, checks the port, writes the job config, and reports a failed rank in one line."""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import uuid
+from pathlib import Path
+from typing import Any
+
+from hydra.utils import get_class
+from omegaconf import DictConfig
+
+from primus_hydra.config.validate import configured_world_size
+from primus_hydra.errors import ConfigValidationError, PrimusError
+from primus_hydra.launch.job_config import write_job_config
+from primus_hydra.launch.ports import resolve_master_port
+from primus_hydra.orchestrator.resources import count_visible_gpus, resolve_nproc_per_node
+from primus_hydra.runtime.distributed_env import DistributedEnv
+
+log = logging.getLogger(__name__)
+
+USER_ERROR_TYPES = {"PrimusError", "ConfigValidationError", "BackendUnavailableError", "DataError", "CheckpointError",
+                    "PatchError", "TrainingDivergedError"}
+
+
+class WorkerFailedError(PrimusError):
+    exit_code = 1
+
+
+class JobInterruptedError(PrimusError):
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.exit_code = 128 + signum
+
+
+def check_before_launch(cfg: DictConfig, run_dir: Path, nproc: int) -> None:
+    """What would otherwise fail in every worker after start-up: device count and the backend's own rules."""
+    gpus = count_visible_gpus()
+    wants_gpu = cfg.platform.device == "cuda" or (cfg.platform.device == "auto" and gpus > 0)
+    if wants_gpu and nproc > gpus:
+        raise ConfigValidationError([
+            f"launch.nproc_per_node={nproc} exceeds the {gpus} visible GPU(s) of this node; "
+            f"use launch.nproc_per_node=auto or <= {gpus} (or platform.device=cpu)"
+        ])
+    world = configured_world_size(cfg)
+    planned = DistributedEnv(launcher="planned", world_size=world)  # the job as it will run, seen from here
+    adapter = get_class(cfg.backend._target_)(cfg=cfg, run_dir=run_dir, dist=planned)
+    failures = adapter.validate()
+    if failures:
+        raise ConfigValidationError(failures)
+
+
+def hoist_thread_budget(nproc: int) -> str:
+    """Workers share this node's cores: OMP_NUM_THREADS = cores // workers unless the user set it (torchrun sets 1).
+    Set here, before any worker starts; workers inherit it and never change it."""
+    if "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // nproc))
+    return os.environ["OMP_NUM_THREADS"]
+
+
+def launch_elastic_job(cfg: DictConfig, run_dir: Path) -> Any:
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    from primus_hydra.launch.worker import worker_main
+
+    launch = cfg.launch
+    nproc = resolve_nproc_per_node(launch.nproc_per_node)
+    check_before_launch(cfg, run_dir, nproc)
+    port = resolve_master_port(launch.master_addr, launch.master_port, launch.nnodes, launch.node_rank)
+    threads = hoist_thread_budget(nproc)
+    job_config = write_job_config(cfg, run_dir)
+    worker_logs = run_dir / "logs" / "workers"
+    config = LaunchConfig(
+        min_nodes=launch.nnodes,
+        max_nodes=launch.nnodes,
+        nproc_per_node=nproc,
+        run_id=f"primus-{uuid.uuid4().hex[:8]}" if launch.nnodes == 1 else "primus",
+        rdzv_backend=launch.rdzv_backend,
+        rdzv_endpoint=f"{launch.master_addr}:{port}",
+        rdzv_configs={"rank": launch.node_rank} if launch.rdzv_backend == "static" else {},
+        max_restarts=launch.max_restarts,
+        monitor_interval=launch.monitor_interval,
+        start_method="spawn",
+        # local rank 0 talks to the terminal (progress bar, log lines); the others write files only
+        logs_specs=DefaultLogsSpecs(log_dir=str(worker_logs), redirects={r: Std.ALL for r in range(1, nproc)}),
+        shutdown_timeout=launch.shutdown_timeout_s,
+    )
+    log.info("launching %d worker(s) per node x %d node(s), rendezvous %s:%d (%s), %s thread(s) per worker", nproc,
+             launch.nnodes, launch.master_addr, port, launch.rdzv_backend, threads)
+    try:
+        results = elastic_launch(config, worker_main)(str(job_config), str(run_dir))
+    except ChildFailedError as error:
+        raise _describe_failure(error, run_dir) from None
+    except SignalException as error:
+        name = signal.Signals(error.sigval).name
+        raise JobInterruptedError(
+            f"stopped by {name}: all workers were stopped (with module.checkpoint.on_signal=true they saved a checkpoint first)",
+            int(error.sigval),
+        ) from None
+    return results.get(0)
+
+
+def _describe_failure(error, run_dir: Path) -> PrimusError:
+    rank, failure = error.get_first_failure()
+    message = failure.message.get("message", "") if isinstance(failure.message, dict) else str(failure.message)
+    type_name, _, text = message.partition(": ")
+    if type_name in USER_ERROR_TYPES and text:
+        user_error = PrimusError("\n".join(f"rank {rank}: {line}" for line in text.splitlines()))
+        user_error.exit_code = failure.exitcode if failure.exitcode > 0 else 2
+        return user_error
+    where = run_dir / "logs" / f"rank_{rank}.log"
+    stderr = Path(failure.error_file).parent / "stderr.log" if failure.error_file and failure.error_file != "<N/A>" else None
+    if stderr is not None and stderr.is_file():
+        where = f"{where} and {stderr}"
+    exit_text = f"signal {failure.signal_name()}" if failure.exitcode < 0 else f"exit code {failure.exitcode}"
+    summary = (message.splitlines() or ["no error recorded"])[0]
+    return WorkerFailedError(f"rank {rank} failed ({exit_text}): {summary}; its log: {where}")
