@@ -49,6 +49,9 @@ def _sweep_point_label() -> str:
 
 def main() -> None:
     register_schemas()
+    from primus_hydra.launch.external import overrides_for_external_launch
+
+    sys.argv += overrides_for_external_launch(sys.argv[1:])
     # Let composition errors reach us instead of Hydra's multi-line report, so that we can print one line.
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:

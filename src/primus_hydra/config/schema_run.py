@@ -25,7 +25,7 @@ class LaunchConfig:
     node_rank: int = 0
     master_addr: str = "127.0.0.1"
     master_port: Any = "auto"  # auto: a free port | an integer
-    rdzv_backend: str = "static"  # static | c10d
+    rdzv_backend: str = "c10d"  # c10d (restartable) | static (fixed node ranks, no restarts)
     max_restarts: int = 0  # restart all workers after a failure this many times; they resume from the last checkpoint
     monitor_interval: float = 0.1  # seconds between the agent's health checks of its workers
     timeout_s: float = 600.0  # collective timeout: a stuck rank fails the job after this long

@@ -294,6 +294,10 @@ def _launch(cfg: DictConfig, failures: list[str]) -> None:
     port = launch.master_port
     if not (str(port) == "auto" or (str(port).isdigit() and 1 <= int(port) <= 65535)):
         failures.append(f"launch.master_port={port}: must be 'auto' or a port number 1-65535")
+    if launch.rdzv_backend == "static" and launch.max_restarts > 0:
+        failures.append(
+            f"launch.max_restarts={launch.max_restarts} needs launch.rdzv_backend=c10d (torch's static rendezvous cannot restart workers)"
+        )
     if not 0 <= launch.node_rank < launch.nnodes:
         failures.append(f"launch.node_rank={launch.node_rank}: must be between 0 and launch.nnodes-1 = {launch.nnodes - 1}")
     for key in ("max_restarts", "shutdown_timeout_s"):

@@ -1,0 +1,185 @@
+"""Multi-process training on this machine (gloo on CPU), launched by the orchestrator's elastic agent:
+every parallel layout reproduces the single-process loss curve, checkpoints reshard, faults end the job
+promptly with the failed rank named, and bad layouts stop before any worker starts."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SMALL = ["module.warmup_iters=1", "module.micro_batch_size=2", "module.global_batch_size=8", "module.seq_length=32",
+         "module.log.interval=1", "module.log.tensorboard=false", "module.log.plot=false", "module.checkpoint.interval=0",
+         "module.checkpoint.save_final=false"]
+LAYOUTS = {
+    "dp2": ["launch.nproc_per_node=2"],
+    "fsdp2": ["launch.nproc_per_node=2", "module.parallel.fsdp=true"],
+    "tp2": ["launch.nproc_per_node=2", "module.parallel.tp=2"],
+    "pp2_1f1b": ["launch.nproc_per_node=2", "module.parallel.pp=2"],
+    "pp2_gpipe": ["launch.nproc_per_node=2", "module.parallel.pp=2", "module.parallel.pp_schedule=gpipe"],
+    "tp2_dp2": ["launch.nproc_per_node=4", "module.parallel.tp=2"],
+}
+
+
+def primus(run_dir: Path, *args: str, env: dict | None = None, timeout: int = 180) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "OMP_NUM_THREADS")}
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "primus_hydra", f"hydra.run.dir={run_dir}", *args], capture_output=True,
+                          text=True, timeout=timeout, env=full_env, cwd=run_dir.parent)
+
+
+def losses(run_dir: Path) -> dict[int, float]:
+    """step -> loss; a step logged twice (a restarted attempt) counts as its last record."""
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in records}
+
+
+def assert_same_curve(actual: dict[int, float], expected: dict[int, float], rel: float = 1e-4) -> None:
+    assert list(actual) == list(expected)
+    for step, loss in expected.items():
+        assert actual[step] == pytest.approx(loss, rel=rel), f"step {step}: {actual[step]} vs {loss}"
+
+
+@pytest.fixture(scope="module")
+def single_process_curve(tmp_path_factory) -> dict[int, float]:
+    run_dir = tmp_path_factory.mktemp("single") / "run"
+    result = primus(run_dir, "module.train_iters=6", *SMALL)
+    assert result.returncode == 0, result.stderr
+    return losses(run_dir)
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_parallel_layout_reproduces_the_single_process_curve(tmp_path, single_process_curve, layout):
+    result = primus(tmp_path / "run", "module.train_iters=6", *SMALL, *LAYOUTS[layout])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert_same_curve(losses(tmp_path / "run"), single_process_curve)
+    run_dir = tmp_path / "run"
+    world = 4 if layout == "tp2_dp2" else 2
+    assert sorted(p.name for p in (run_dir / "logs").glob("rank_*.log")) == [f"rank_{r}.log" for r in range(world)]
+    assert (run_dir / ".hydra" / "config.yaml").is_file() and (run_dir / ".primus" / "job_config.yaml").is_file()
+
+
+@pytest.mark.parametrize("layout", ["dp2", "fsdp2", "tp2"])
+def test_checkpoint_from_a_parallel_layout_resumes_on_one_process(tmp_path, single_process_curve, layout):
+    first = primus(tmp_path / "first", "module.train_iters=6", "module.exit_interval=3", *SMALL, *LAYOUTS[layout])
+    assert first.returncode == 0, first.stderr[-3000:]
+    meta = json.loads((tmp_path / "first" / "checkpoints" / "step_0000003" / "meta.json").read_text())
+    assert meta["world_size"] == 2
+    second = primus(tmp_path / "second", "module.train_iters=6", *SMALL,
+                    f"module.checkpoint.resume={tmp_path / 'first' / 'checkpoints'}")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert_same_curve({**losses(tmp_path / "first"), **losses(tmp_path / "second")}, single_process_curve)
+
+
+def test_user_torchrun_shares_one_run_dir_and_is_not_launched_again(tmp_path, single_process_curve):
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    env["PRIMUS_OUTPUT_ROOT"] = str(tmp_path / "outputs")
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "primus_hydra",
+                             "module.train_iters=6", *SMALL], capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = [p.parent for p in (tmp_path / "outputs").glob("*/*/metrics.jsonl")]
+    assert run_dir.name.startswith("torchrun-")
+    assert len(list((tmp_path / "outputs").glob("**/.hydra"))) == 1  # only rank 0 writes Hydra's files
+    assert not (run_dir / ".primus").exists()  # no second launch inside the job
+    assert_same_curve(losses(run_dir), single_process_curve)
+
+
+def test_a_raising_rank_fails_the_job_naming_it(tmp_path):
+    started = time.monotonic()
+    result = primus(tmp_path / "run", "module.train_iters=20", *SMALL, *LAYOUTS["dp2"], env={"PRIMUS_FAULT": "raise:1:2"})
+    assert result.returncode == 1
+    assert time.monotonic() - started < 60
+    (line,) = [l for l in result.stderr.splitlines() if l.startswith("error:")]
+    assert line.startswith("error: rank 1 failed (exit code 1): InjectedFault: injected fault on rank 1 at step 2; its log:")
+    assert "rank_1.log" in line
+
+
+def test_a_killed_rank_fails_the_job_naming_it(tmp_path):
+    started = time.monotonic()
+    result = primus(tmp_path / "run", "module.train_iters=40", *SMALL, *LAYOUTS["dp2"], env={"PRIMUS_FAULT": "kill:1:2"})
+    assert result.returncode == 1
+    assert time.monotonic() - started < 60
+    assert "error: rank 1 failed (signal SIGKILL)" in result.stderr
+
+
+def test_a_rank_killed_during_a_save_leaves_latest_loadable(tmp_path, single_process_curve):
+    checkpointing = [a for a in SMALL if not a.startswith("module.checkpoint.interval")] + ["module.checkpoint.interval=2"]
+    result = primus(tmp_path / "run", "module.train_iters=6", *checkpointing, *LAYOUTS["dp2"],
+                    env={"PRIMUS_FAULT": "kill_during_save:1:4"})
+    assert result.returncode == 1 and "rank 1 failed (signal SIGKILL)" in result.stderr
+    checkpoints = tmp_path / "run" / "checkpoints"
+    assert (checkpoints / "latest").read_text().strip() == "step_0000002"
+    assert (checkpoints / ".tmp-step_0000004").is_dir() and not (checkpoints / "step_0000004").exists()
+    resumed = primus(tmp_path / "resumed", "module.train_iters=6", *SMALL, f"module.checkpoint.resume={checkpoints}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert_same_curve(losses(tmp_path / "resumed"), {s: l for s, l in single_process_curve.items() if s > 2})
+
+
+def test_max_restarts_resumes_from_the_last_checkpoint(tmp_path, single_process_curve):
+    checkpointing = [a for a in SMALL if not a.startswith("module.checkpoint.interval")] + ["module.checkpoint.interval=2"]
+    result = primus(tmp_path / "run", "module.train_iters=6", *checkpointing, *LAYOUTS["dp2"], "launch.max_restarts=1",
+                    env={"PRIMUS_FAULT": "kill:1:3"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert_same_curve(losses(tmp_path / "run"), single_process_curve)
+    log = (tmp_path / "run" / "logs" / "rank_0.log").read_text()
+    assert "resumed from" in log and "step_0000002" in log
+
+
+def test_sigterm_to_the_main_process_checkpoints_then_stops_every_worker(tmp_path):
+    run_dir = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    process = subprocess.Popen([sys.executable, "-m", "primus_hydra", f"hydra.run.dir={run_dir}", "module.train_iters=10000",
+                                *SMALL, *LAYOUTS["dp2"], "module.checkpoint.on_signal=true"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (run_dir / "metrics.jsonl").exists():
+        time.sleep(0.2)
+    while time.monotonic() < deadline and len((run_dir / "metrics.jsonl").read_text().splitlines()) < 3:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGTERM
+    assert "error: stopped by SIGTERM" in stderr
+    latest = (run_dir / "checkpoints" / "latest").read_text().strip()
+    assert int(latest.removeprefix("step_")) >= 3
+    assert "stopping at step" in (run_dir / "logs" / "rank_0.log").read_text()
+
+
+@pytest.mark.parametrize(
+    "args, env, expected",
+    [
+        (["launch.nproc_per_node=2", "platform.device=cuda"], {"CUDA_VISIBLE_DEVICES": "0"},
+         "error: launch.nproc_per_node=2 exceeds the 1 visible GPU(s) of this node"),
+        (["launch.nproc_per_node=2", "module.parallel.tp=2", "module.parallel.fsdp=true"], {},
+         "error: module.parallel.fsdp=true needs dp > 1 to shard over (world 2 = tp 2 x pp 1)"),
+        (["launch.nproc_per_node=4", "module.parallel.pp=2", "module.parallel.tp=2"], {},
+         "error: module.parallel.pp=2 with tp=2, dp=1: backend=torch runs pp alone"),
+        (["launch.nproc_per_node=2", "model=moe_tiny", "module.parallel.tp=2"], {},
+         "error: module.parallel.tp=2: backend=torch shards dense GQA models only (moe_tiny uses MoE)"),
+        (["launch.nproc_per_node=3"], {}, "error: module.global_batch_size=8 is not divisible by module.micro_batch_size*dp = 2*3 = 6"),
+        (["launch.nproc_per_node=2", "module.parallel.tp=3"], {},
+         "error: world size 2 (launch.nnodes x launch.nproc_per_node) is not divisible by tp*pp*cp = 3*1*1 = 3"),
+    ],
+    ids=["more_procs_than_gpus", "fsdp_without_dp", "pp_with_tp", "tp_with_moe", "batch_not_divisible", "world_layout"],
+)
+def test_bad_layout_is_one_line_before_any_worker_starts(tmp_path, args, env, expected):
+    result = primus(tmp_path / "run", "module.train_iters=2", *SMALL, *args, env=env, timeout=60)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.splitlines()[0].startswith(expected), result.stderr
+    assert not (tmp_path / "run" / "logs" / "workers").exists()
+
+
+def test_busy_master_port_is_one_line(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = primus(tmp_path / "run", "module.train_iters=2", *SMALL, *LAYOUTS["dp2"], f"launch.master_port={port}", timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith(f"error: launch.master_port={port} is busy on 127.0.0.1")
