@@ -79,19 +79,26 @@ def test_appended_unknown_key_in_nested_moe_block(compose_config):
 
 
 @pytest.mark.parametrize(
-    "override, expected",
-    [("module.parallel.fsdp=true", "module.parallel.fsdp=true: backend=torch runs one process for now"),
-     ("module.parallel.tp=2", "module.parallel.tp=2: backend=torch runs one process for now"),
-     ("launch.nproc_per_node=2", "world size 2: backend=torch trains in a single process for now"),
-     ("model.moe.capacity_factor=1.25", "model.moe.capacity_factor=1.25: backend=torch routes dropless only")],
+    "overrides, expected",
+    [(["module.parallel.fsdp=true"], "module.parallel.fsdp=true needs dp > 1 to shard over (world 1 = tp 1 x pp 1)"),
+     (["module.parallel.sequence_parallel=true"], "module.parallel.sequence_parallel=true: backend=torch does not implement"),
+     (["model.moe.capacity_factor=1.25"], "model.moe.capacity_factor=1.25: backend=torch routes dropless only"),
+     (["module.parallel.pp_schedule=zb"], "module.parallel.pp_schedule=zb: allowed: 1f1b, gpipe")],
 )
-def test_torch_backend_rejects_what_it_cannot_do_yet(compose_config, tmp_path, override, expected):
+def test_torch_backend_rejects_what_it_does_not_implement(compose_config, tmp_path, overrides, expected):
     from primus_hydra.runtime.train_runtime import PrimusRuntime
 
-    overrides = [override, "module.global_batch_size=16"] + (["launch.nproc_per_node=2"] if "tp=" in override else [])
     with pytest.raises(ConfigValidationError) as info:
         PrimusRuntime(compose_config(*overrides), tmp_path).run()
     assert any(line.startswith(expected) for line in info.value.failures)
+
+
+def test_a_multi_process_layout_is_not_run_in_one_process(compose_config, tmp_path):
+    from primus_hydra.errors import PrimusError
+    from primus_hydra.runtime.train_runtime import PrimusRuntime
+
+    with pytest.raises(PrimusError, match=r"world size 2 needs 2 processes, but this one was not started as a rank"):
+        PrimusRuntime(compose_config("launch.nproc_per_node=2", "module.global_batch_size=16"), tmp_path).run()
 
 
 def test_dp_auto_fills_the_world(compose_config):

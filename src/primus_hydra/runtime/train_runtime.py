@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from primus_hydra.config.values import option, to_plain_data
 from primus_hydra.backends.base import BackendAdapter, BaseTrainer
-from primus_hydra.config.validate import validate_config
+from primus_hydra.config.validate import configured_world_size, validate_config
 from primus_hydra.errors import ConfigValidationError, PatchError, PrimusError
 from primus_hydra.patches.loader import load_patch_modules, raise_load_errors
 from primus_hydra.patches.registry import REGISTRY, PatchContext, resolve_enabled_ids
@@ -54,6 +54,12 @@ class PrimusRuntime:
 
     def run(self) -> Any:
         validate_config(self.cfg, world_size=self.dist.world_size if self.dist.is_distributed else None)
+        planned = configured_world_size(self.cfg)
+        if planned > 1 and not self.dist.is_distributed and not self.cfg.task.dry_run:
+            raise PrimusError(
+                f"world size {planned} needs {planned} processes, but this one was not started as a rank of a job; "
+                f"run it through `python -m primus_hydra` (which launches them) or torchrun/srun"
+            )
         log_handler = setup_rank_logging(self.dist, self.run_dir)
         try:
             return self._run_phases()

@@ -6,6 +6,7 @@ over data-parallel ranks, and the global gradient norm across DTensor/plain para
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Iterable, Optional
@@ -61,9 +62,23 @@ def init_parallel_state(parallel: dict, device: torch.device, dist_env: Distribu
         return state
     if not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s), rank=dist_env.rank, world_size=dist_env.world_size)
+        timeout = timedelta(seconds=timeout_s)
+        dist.init_process_group(backend=backend, store=_attempt_store(dist_env, timeout), timeout=timeout,
+                                rank=dist_env.rank, world_size=dist_env.world_size)
     state.mesh = init_device_mesh(device.type, (state.pp, state.dp, state.tp), mesh_dim_names=("pp", "dp", "tp"))
     return state
+
+
+def _attempt_store(dist_env: DistributedEnv, timeout: timedelta) -> dist.Store:
+    """The job's key-value store, namespaced by restart attempt. The elastic agent keeps one store across
+    restarts, so a restarted rank could otherwise read its peers' addresses from the failed attempt."""
+    use_agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
+    store = dist.TCPStore(
+        host_name=dist_env.master_addr, port=dist_env.master_port, world_size=dist_env.world_size,
+        is_master=not use_agent_store and dist_env.rank == 0, timeout=timeout, multi_tenant=not use_agent_store,
+    )
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or "0"
+    return dist.PrefixStore(f"primus/attempt_{attempt}", store)
 
 
 def destroy_parallel_state() -> None:
