@@ -65,7 +65,7 @@ def test_parallel_layout_reproduces_the_single_process_curve(tmp_path, single_pr
     assert (run_dir / ".hydra" / "config.yaml").is_file() and (run_dir / ".primus" / "job_config.yaml").is_file()
 
 
-@pytest.mark.parametrize("layout", ["dp2", "fsdp2", "tp2"])
+@pytest.mark.parametrize("layout", ["dp2", "fsdp2", "tp2", "pp2_1f1b"])
 def test_checkpoint_from_a_parallel_layout_resumes_on_one_process(tmp_path, single_process_curve, layout):
     first = primus(tmp_path / "first", "module.train_iters=6", "module.exit_interval=3", *SMALL, *LAYOUTS[layout])
     assert first.returncode == 0, first.stderr[-3000:]
@@ -159,7 +159,7 @@ def test_sigterm_to_the_main_process_checkpoints_then_stops_every_worker(tmp_pat
         (["launch.nproc_per_node=2", "module.parallel.tp=2", "module.parallel.fsdp=true"], {},
          "error: module.parallel.fsdp=true needs dp > 1 to shard over (world 2 = tp 2 x pp 1)"),
         (["launch.nproc_per_node=4", "module.parallel.pp=2", "module.parallel.tp=2"], {},
-         "error: module.parallel.pp=2 with tp=2, dp=1: backend=torch runs pp alone"),
+         "error: module.parallel.pp=2 with tp=2, dp=1, fsdp=false: backend=torch runs pp alone"),
         (["launch.nproc_per_node=2", "model=moe_tiny", "module.parallel.tp=2"], {},
          "error: module.parallel.tp=2: backend=torch shards dense GQA models only (moe_tiny uses MoE)"),
         (["launch.nproc_per_node=3"], {}, "error: module.global_batch_size=8 is not divisible by module.micro_batch_size*dp = 2*3 = 6"),
@@ -184,3 +184,10 @@ def test_busy_master_port_is_one_line(tmp_path):
         result = primus(tmp_path / "run", "module.train_iters=2", *SMALL, *LAYOUTS["dp2"], f"launch.master_port={port}", timeout=60)
     assert result.returncode == 2
     assert result.stderr.strip().startswith(f"error: launch.master_port={port} is busy on 127.0.0.1")
+
+
+def test_a_restart_before_any_checkpoint_trains_again_from_the_start(tmp_path, single_process_curve):
+    result = primus(tmp_path / "run", "module.train_iters=6", *SMALL, *LAYOUTS["dp2"], "launch.max_restarts=1",
+                    env={"PRIMUS_FAULT": "kill:1:1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert_same_curve(losses(tmp_path / "run"), single_process_curve)

@@ -18,7 +18,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PRIMUS = [sys.executable, "-m", "primus_hydra", "launch.nproc_per_node=2", "module.train_iters=1", "module.warmup_iters=0",
           "module.data.source=mock", "module.global_batch_size=16", "module.checkpoint.save_final=false"]
-BARE = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "0", str(HERE / "bare_torchrun_step.py")]
+BARE = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(HERE / "bare_torchrun_step.py")]
 
 
 def seconds_to_first_step(command: list[str], workdir: str) -> float:
@@ -30,7 +30,7 @@ def seconds_to_first_step(command: list[str], workdir: str) -> float:
     for line in process.stdout:
         if elapsed is None and "step 1/" in line:
             elapsed = time.perf_counter() - started
-    process.wait()
+    process.wait(timeout=300)
     if process.returncode != 0 or elapsed is None:
         raise RuntimeError(f"{command[:4]} failed with exit code {process.returncode}")
     return elapsed

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
 from primus_hydra.backends.base import BackendAdapter, BaseTrainer
+from primus_hydra.config.targets import load_target
 from primus_hydra.config.validate import job_world_size, resolve_dp
 from primus_hydra.config.values import option, plain
 from primus_hydra.errors import BackendUnavailableError, ConfigValidationError
@@ -116,7 +116,7 @@ class ExternalBackendAdapter(BackendAdapter):
         if stage not in self.trainer_classes:
             supported = ", ".join(self.trainer_classes)
             raise ConfigValidationError([f"module.stage={stage}: backend={self.name} supports {supported}"])
-        return get_class(self.trainer_classes[stage])
+        return load_target(self.trainer_classes[stage], "backend trainer")
 
 
 class PendingIntegrationTrainer(BaseTrainer):

@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from primus_hydra.config.schema_model import ModelConfig
@@ -50,6 +49,8 @@ BACKEND_SCHEMAS = {
 
 def register_schemas() -> None:
     """Store the schemas in Hydra's ConfigStore (idempotent; called before composition)."""
+    from hydra.core.config_store import ConfigStore  # workers load a composed config and never need it
+
     store = ConfigStore.instance()
     store.store(name="primus_schema", node=PrimusConfig, provider="primus_hydra")
     for name, schema in BACKEND_SCHEMAS.items():

@@ -10,7 +10,7 @@ from omegaconf import MISSING
 @dataclass
 class PlatformConfig:
     name: str = MISSING
-    env: Dict[str, str] = field(default_factory=dict)  # applied with setdefault semantics before workers start
+    env: Dict[str, str] = field(default_factory=dict)  # applied in each worker's runtime with setdefault semantics
     device: str = "auto"  # auto | cpu | cuda (ROCm builds of torch report as cuda)
     gpus_per_node: Any = "auto"  # "auto" (detected) or an integer
     peak_tflops_per_device: Optional[float] = None  # dense bf16 peak for MFU; null: measured on CPU, unknown on GPU
@@ -29,7 +29,7 @@ class LaunchConfig:
     max_restarts: int = 0  # restart all workers after a failure this many times; they resume from the last checkpoint
     monitor_interval: float = 0.1  # seconds between the agent's health checks of its workers
     timeout_s: float = 600.0  # collective timeout: a stuck rank fails the job after this long
-    shutdown_timeout_s: int = 10  # after a failure or signal: seconds from SIGTERM to SIGKILL for the other workers
+    shutdown_timeout_s: int = 30  # after a failure or signal: seconds from SIGTERM to SIGKILL (time for an on_signal checkpoint)
 
 
 @dataclass

@@ -89,7 +89,7 @@ def configured_world_size(cfg: DictConfig) -> int:
     nproc = cfg.launch.nproc_per_node
     if not (str(nproc) == "auto" or str(nproc).isdigit()):
         return int(cfg.launch.nnodes)  # reported by the launch rule
-    return int(cfg.launch.nnodes) * resolve_nproc_per_node(nproc)
+    return int(cfg.launch.nnodes) * resolve_nproc_per_node(nproc, cfg.platform.device)
 
 
 def job_world_size(cfg: DictConfig, dist) -> int:

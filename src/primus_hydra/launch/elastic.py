@@ -3,6 +3,7 @@ torchrun uses, without building a command line). The orchestrator never touches 
 without torch, checks the port, writes the job config, and reports a failed rank in one line."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -10,9 +11,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from hydra.utils import get_class
 from omegaconf import DictConfig
 
+from primus_hydra.config.targets import load_target
 from primus_hydra.config.validate import configured_world_size
 from primus_hydra.errors import ConfigValidationError, PrimusError
 from primus_hydra.launch.job_config import write_job_config
@@ -47,18 +48,29 @@ def check_before_launch(cfg: DictConfig, run_dir: Path, nproc: int) -> None:
         ])
     world = configured_world_size(cfg)
     planned = DistributedEnv(launcher="planned", world_size=world)  # the job as it will run, seen from here
-    adapter = get_class(cfg.backend._target_)(cfg=cfg, run_dir=run_dir, dist=planned)
+    adapter = load_target(cfg.backend._target_, "backend._target_")(cfg=cfg, run_dir=run_dir, dist=planned)
     failures = adapter.validate()
     if failures:
         raise ConfigValidationError(failures)
 
 
-def hoist_thread_budget(nproc: int) -> str:
+def thread_budget(nproc: int) -> dict[str, str]:
     """Workers share this node's cores: OMP_NUM_THREADS = cores // workers unless the user set it (torchrun sets 1).
-    Set here, before any worker starts; workers inherit it and never change it."""
-    if "OMP_NUM_THREADS" not in os.environ:
-        os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // nproc))
-    return os.environ["OMP_NUM_THREADS"]
+    Decided here, before any worker starts; workers inherit it and never change it."""
+    if "OMP_NUM_THREADS" in os.environ:
+        return {}
+    return {"OMP_NUM_THREADS": str(max(1, len(os.sched_getaffinity(0)) // nproc))}
+
+
+@contextlib.contextmanager
+def worker_environment(variables: dict[str, str]):
+    """Variables for the workers only: spawned workers copy this process's environment at start."""
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for key in variables:
+            os.environ.pop(key, None)
 
 
 def launch_elastic_job(cfg: DictConfig, run_dir: Path) -> Any:
@@ -70,10 +82,11 @@ def launch_elastic_job(cfg: DictConfig, run_dir: Path) -> Any:
     from primus_hydra.launch.worker import worker_main
 
     launch = cfg.launch
-    nproc = resolve_nproc_per_node(launch.nproc_per_node)
+    nproc = resolve_nproc_per_node(launch.nproc_per_node, cfg.platform.device)
     check_before_launch(cfg, run_dir, nproc)
     port = resolve_master_port(launch.master_addr, launch.master_port, launch.nnodes, launch.node_rank)
-    threads = hoist_thread_budget(nproc)
+    worker_env = thread_budget(nproc)
+    threads = worker_env.get("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS"))
     job_config = write_job_config(cfg, run_dir)
     worker_logs = run_dir / "logs" / "workers"
     config = LaunchConfig(
@@ -90,11 +103,13 @@ def launch_elastic_job(cfg: DictConfig, run_dir: Path) -> Any:
         # local rank 0 talks to the terminal (progress bar, log lines); the others write files only
         logs_specs=DefaultLogsSpecs(log_dir=str(worker_logs), redirects={r: Std.ALL for r in range(1, nproc)}),
         shutdown_timeout=launch.shutdown_timeout_s,
+        signals_to_handle="SIGTERM,SIGINT,SIGHUP",
     )
     log.info("launching %d worker(s) per node x %d node(s), rendezvous %s:%d (%s), %s thread(s) per worker", nproc,
              launch.nnodes, launch.master_addr, port, launch.rdzv_backend, threads)
     try:
-        results = elastic_launch(config, worker_main)(str(job_config), str(run_dir))
+        with worker_environment(worker_env):
+            results = elastic_launch(config, worker_main)(str(job_config), str(run_dir))
     except ChildFailedError as error:
         raise _describe_failure(error, run_dir) from None
     except SignalException as error:

@@ -27,6 +27,6 @@ def resolve_master_port(addr: str, port, nnodes: int, node_rank: int) -> int:
         if nnodes > 1:
             raise PrimusError("launch.master_port=auto works on one node only; with launch.nnodes>1 give every node the same port")
         return find_free_port(addr)
-    if node_rank == 0:  # the master hosts the store: its port must be free here
+    if nnodes == 1:  # this node hosts the store: its port must be free here
         ensure_port_free(addr, int(port))
     return int(port)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,8 @@ def configure_worker_logging(rank: int) -> None:
 
 @record
 def worker_main(job_config_path: str, run_dir: str) -> Any:
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a forked worker must not keep the agent's handlers
+        signal.signal(signum, signal.SIG_DFL)
     configure_worker_logging(int(os.environ.get("RANK", "0")))
     from primus_hydra.launch.job_config import load_job_config
     from primus_hydra.runtime.train_runtime import PrimusRuntime

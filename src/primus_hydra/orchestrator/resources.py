@@ -42,8 +42,8 @@ def count_visible_gpus() -> int:
     return _probe(["amd-smi", "list"], "GPU:") or _probe(["rocm-smi", "--showid"], "GPU[")
 
 
-def resolve_nproc_per_node(value) -> int:
-    """launch.nproc_per_node: an explicit integer wins; auto = visible GPUs, else 1 (one CPU process)."""
+def resolve_nproc_per_node(value, device: str = "auto") -> int:
+    """launch.nproc_per_node: an explicit integer wins; auto = visible GPUs (unless platform.device=cpu), else 1."""
     if str(value) == "auto":
-        return count_visible_gpus() or 1
+        return (count_visible_gpus() if device != "cpu" else 0) or 1
     return int(value)

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 import yaml
-from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
 from primus_hydra.config.values import option, to_plain_data
 from primus_hydra.backends.base import BackendAdapter, BaseTrainer
+from primus_hydra.config.targets import load_target
 from primus_hydra.config.validate import configured_world_size, validate_config
 from primus_hydra.errors import ConfigValidationError, PatchError, PrimusError
 from primus_hydra.patches.loader import load_patch_modules, raise_load_errors
@@ -89,7 +89,7 @@ class PrimusRuntime:
             self.dist.world_size, self.run_dir,
         )
         self._mark("adapter")
-        adapter_class = get_class(cfg.backend._target_)
+        adapter_class = load_target(cfg.backend._target_, "backend._target_")
         self.adapter = adapter = adapter_class(cfg=cfg, run_dir=self.run_dir, dist=self.dist)
         applied.update(apply_env_block(adapter.env_defaults()))
         if applied:
@@ -119,7 +119,7 @@ class PrimusRuntime:
             return self._write_dry_run()
 
         self._mark("trainer")
-        trainer_class = get_class(cfg.backend.trainer) if cfg.backend.trainer else adapter.load_trainer_class(
+        trainer_class = load_target(cfg.backend.trainer, "backend.trainer") if cfg.backend.trainer else adapter.load_trainer_class(
             option(cfg.module.stage)
         )
         self.trainer = trainer = trainer_class(self.backend_args, cfg, self.run_dir, self.dist)

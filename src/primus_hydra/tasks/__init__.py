@@ -6,7 +6,7 @@ from omegaconf import DictConfig
 
 def run_task(cfg: DictConfig):
     """Build the task named by `cfg.task._target_` and run it; returns what the task returns (e.g. final loss)."""
-    from hydra.utils import get_class
+    from primus_hydra.config.targets import load_target
 
-    task_class = get_class(cfg.task._target_)
+    task_class = load_target(cfg.task._target_, "task._target_")
     return task_class(cfg).run()

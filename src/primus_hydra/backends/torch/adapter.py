@@ -41,7 +41,9 @@ class TorchAdapter(BackendAdapter):
             if special:
                 failures.append(f"module.parallel.pp={p.pp}: backend=torch pipelines dense GQA models only ({model.name} uses {', '.join(special)})")
             if p.tp > 1 or dp > 1 or p.fsdp:
-                failures.append(f"module.parallel.pp={p.pp} with tp={p.tp}, dp={dp}: backend=torch runs pp alone (tp=1, dp=1, fsdp=false)")
+                failures.append(
+                    f"module.parallel.pp={p.pp} with tp={p.tp}, dp={dp}, fsdp={str(p.fsdp).lower()}: backend=torch runs pp alone (tp=1, dp=1, fsdp=false)"
+                )
             accum = cfg.module.global_batch_size // (cfg.module.micro_batch_size * dp)
             if p.pp_schedule == "1f1b" and accum < p.pp:
                 failures.append(

@@ -18,9 +18,6 @@ from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
 from primus_hydra.errors import CheckpointError
 
@@ -67,10 +64,11 @@ class CheckpointManager:
         tmp = self.root / f".tmp-{final.name}"
         if _is_main():
             self.root.mkdir(parents=True, exist_ok=True)
-            if tmp.exists():  # left by a crashed save of an earlier attempt: never behind `latest`
-                shutil.rmtree(tmp)
+            for stale in self.root.glob(".tmp-step_*"):  # left by crashed saves: never behind `latest`
+                shutil.rmtree(stale)
             tmp.mkdir()
         _barrier()
+        dcp, get_state_dict, _ = _dcp()
         model_state, optimizer_state = get_state_dict(model, optimizer)
         with _single_process_quiet():
             dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=str(tmp), no_dist=not dist.is_initialized())
@@ -127,8 +125,11 @@ class CheckpointManager:
     def load(path: Path, key: str, model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer], model_name: str) -> dict:
         """Load into the current layout (collective). optimizer=None loads the weights only. Returns trainer state."""
         CheckpointManager.verify(path, key)
+        dcp, get_state_dict, set_state_dict = _dcp()
+        from torch.distributed.checkpoint.api import CheckpointException
+
         if optimizer is None:
-            model_state = get_state_dict(model, [], options=StateDictOptions())[0]
+            model_state = get_state_dict(model, [])[0]
             state = {"model": model_state}
         else:
             model_state, optimizer_state = get_state_dict(model, optimizer)
@@ -150,6 +151,14 @@ class CheckpointManager:
             return torch.load(path / TRAINER_STATE, map_location="cpu", weights_only=False)
         except Exception as error:  # noqa: BLE001
             raise CheckpointError(f"{key}: {path / TRAINER_STATE} cannot be loaded ({type(error).__name__}: {error})") from error
+
+
+def _dcp():
+    """torch.distributed.checkpoint takes ~0.4 s to import: only when a checkpoint is written or read."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    return dcp, get_state_dict, set_state_dict
 
 
 @contextlib.contextmanager

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Iterable, Optional
@@ -14,7 +15,6 @@ from typing import Iterable, Optional
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.tensor import DTensor
 
 from primus_hydra.runtime.distributed_env import DistributedEnv
 
@@ -26,13 +26,19 @@ class ParallelState:
     tp: int = 1
     pp: int = 1
     fsdp: bool = False
-    mesh: Optional[DeviceMesh] = None
+    mesh: Optional[DeviceMesh] = None  # only the dimensions larger than 1 (DDP alone needs none)
 
     def _coordinate(self, dim: str) -> int:
-        return self.mesh.get_local_rank(dim) if self.mesh is not None else 0
+        if self.mesh is not None and dim in self.mesh.mesh_dim_names:
+            return self.mesh.get_local_rank(dim)
+        if self.mesh is None and getattr(self, dim) > 1:  # the one distributed dimension spans the world
+            return dist.get_rank()
+        return 0
 
     def _group(self, dim: str):
-        return self.mesh.get_group(dim) if self.mesh is not None else None
+        if self.mesh is not None and dim in self.mesh.mesh_dim_names:
+            return self.mesh.get_group(dim)
+        return None  # the default group (or no group at all)
 
     @property
     def dp_rank(self) -> int:
@@ -65,7 +71,10 @@ def init_parallel_state(parallel: dict, device: torch.device, dist_env: Distribu
         timeout = timedelta(seconds=timeout_s)
         dist.init_process_group(backend=backend, store=_attempt_store(dist_env, timeout), timeout=timeout,
                                 rank=dist_env.rank, world_size=dist_env.world_size)
-    state.mesh = init_device_mesh(device.type, (state.pp, state.dp, state.tp), mesh_dim_names=("pp", "dp", "tp"))
+    # Each mesh dimension is a process group to set up (a full-mesh connect on gloo): build only what is used
+    dims = [(name, size) for name, size in (("pp", state.pp), ("dp", state.dp), ("tp", state.tp)) if size > 1]
+    if dims != [("dp", state.dp)] or state.fsdp:  # DDP over the whole world uses the default group
+        state.mesh = init_device_mesh(device.type, tuple(size for _, size in dims), mesh_dim_names=tuple(name for name, _ in dims))
     return state
 
 
@@ -107,6 +116,8 @@ def clip_grad_norm(parameters: Iterable[torch.nn.Parameter], max_norm: float, st
     """Global L2 norm of all gradients (sharded DTensors, replicated plain tensors, every pipeline stage), then
     clip in place. Returns the norm before clipping, as a float (the same on every rank)."""
     grads = [p.grad for p in parameters if p.grad is not None]
+    # DTensor exists only if a layout imported torch.distributed.tensor (TP, FSDP2); DDP and one process never do
+    DTensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", ())
     by_mesh: dict = {}  # with TP + FSDP, norms are sharded on the 2-D mesh while TP weights are on (dp, tp)
     for grad in grads:
         if isinstance(grad, DTensor):

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import platform
 import time
 from pathlib import Path
 from typing import Optional
@@ -15,6 +17,38 @@ log = logging.getLogger("primus_hydra.train")
 
 METRICS_FILE = "metrics.jsonl"
 LOSS_PLOT_FILE = "loss_curve.png"
+
+
+PEAK_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "primus_hydra" / "cpu_matmul_peak.json"
+
+
+def cpu_matmul_peak_tflops(dtype: torch.dtype) -> float:
+    """The measured matmul peak of this CPU at this thread count, cached per machine (measuring costs start-up time)."""
+    key = f"{platform.node()}|{_cpu_model()}|threads={torch.get_num_threads()}|{dtype}"
+    try:
+        cache = json.loads(PEAK_CACHE.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    if key not in cache:
+        cache[key] = measure_matmul_peak_tflops(torch.device("cpu"), dtype)
+        try:
+            PEAK_CACHE.parent.mkdir(parents=True, exist_ok=True)
+            tmp = PEAK_CACHE.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(json.dumps(cache, indent=1))
+            tmp.replace(PEAK_CACHE)
+        except OSError:
+            pass  # a read-only home: measure again next time
+    return float(cache[key])
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
 
 
 def measure_matmul_peak_tflops(device: torch.device, dtype: torch.dtype, seconds: float = 0.3) -> float:

@@ -4,25 +4,26 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor import Replicate
-from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 from torch.nn.parallel import DistributedDataParallel
 
 from primus_hydra.backends.torch.distributed import ParallelState
 from primus_hydra.backends.torch.model import Transformer
 
-# Megatron's split: q/k/v and gate/up column-wise (each rank owns whole heads / a slice of the FFN width),
-# o and down row-wise (partial sums reduced once per block).
-BLOCK_TP_PLAN = {
-    "attention.wq": ColwiseParallel(),
-    "attention.wk": ColwiseParallel(),
-    "attention.wv": ColwiseParallel(),
-    "attention.wo": RowwiseParallel(),
-    "feed_forward.w1": ColwiseParallel(),
-    "feed_forward.w3": ColwiseParallel(),
-    "feed_forward.w2": RowwiseParallel(),
-}
+
+def block_tp_plan() -> dict:
+    """Megatron's split: q/k/v and gate/up column-wise (each rank owns whole heads / a slice of the FFN width),
+    o and down row-wise (partial sums reduced once per block)."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    return {
+        "attention.wq": ColwiseParallel(),
+        "attention.wk": ColwiseParallel(),
+        "attention.wv": ColwiseParallel(),
+        "attention.wo": RowwiseParallel(),
+        "feed_forward.w1": ColwiseParallel(),
+        "feed_forward.w3": ColwiseParallel(),
+        "feed_forward.w2": RowwiseParallel(),
+    }
 
 
 def stage_layer_ids(num_layers: int, pp: int, pp_rank: int) -> list[str]:
@@ -45,17 +46,24 @@ def keep_pipeline_stage(model: Transformer, state: ParallelState) -> Transformer
 
 
 def apply_tensor_parallel(model: Transformer, state: ParallelState) -> None:
+    # DTensor, FSDP2 and pipelining take ~0.4 s each to import: only the layouts that use them pay for it
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
     tp_mesh = state.mesh["tp"]
     root_plan = {"tok_embeddings": RowwiseParallel(input_layouts=Replicate())} if model.tok_embeddings is not None else {}
     if model.output is not None:
         root_plan["output"] = ColwiseParallel(output_layouts=Replicate())  # every TP rank computes the same loss
     if root_plan:
         parallelize_module(model, tp_mesh, root_plan)
+    plan = block_tp_plan()
     for block in model.layers.values():
-        parallelize_module(block, tp_mesh, BLOCK_TP_PLAN)
+        parallelize_module(block, tp_mesh, plan)
 
 
 def apply_fsdp(model: Transformer, state: ParallelState) -> None:
+    from torch.distributed.fsdp import fully_shard
+
     dp_mesh = state.mesh["dp"]
     for block in model.layers.values():
         fully_shard(block, mesh=dp_mesh)
