@@ -151,3 +151,23 @@ def test_primus_patches_none_disables_every_patch(tmp_path):
     assert result.returncode == 0, result.stderr
     (run_dir,) = run_dirs(tmp_path)
     assert "patch applied" not in (run_dir / "logs" / "rank_0.log").read_text()
+
+
+def test_sigterm_with_on_signal_checkpoints_a_single_process_run(tmp_path):
+    import signal
+    import time
+
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    process = subprocess.Popen([sys.executable, "-m", "primus_hydra", f"hydra.run.dir={tmp_path / 'run'}", "module.train_iters=100000",
+                                "module.seq_length=32", "module.checkpoint.on_signal=true", "module.log.tensorboard=false"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not metrics.exists() or len(metrics.read_text().splitlines()) < 2):
+        time.sleep(0.1)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGTERM
+    assert stderr.strip().startswith("error: stopped by SIGTERM at step")
+    step = int((tmp_path / "run" / "checkpoints" / "latest").read_text().strip().removeprefix("step_"))
+    assert step == len(metrics.read_text().splitlines())

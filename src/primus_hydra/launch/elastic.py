@@ -24,7 +24,7 @@ from primus_hydra.runtime.distributed_env import DistributedEnv
 log = logging.getLogger(__name__)
 
 USER_ERROR_TYPES = {"PrimusError", "ConfigValidationError", "BackendUnavailableError", "DataError", "CheckpointError",
-                    "PatchError", "TrainingDivergedError"}
+                    "PatchError", "TrainingDivergedError", "StoppedBySignalError"}
 
 
 class WorkerFailedError(PrimusError):

@@ -40,6 +40,14 @@ class TrainingDivergedError(PrimusError):
     exit_code = 3
 
 
+class StoppedBySignalError(PrimusError):
+    """Raised after the on_signal checkpoint: the process exits right away with 128 + the signal number."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.exit_code = 128 + signum
+
+
 def resolve_device(requested: str, local_rank: int) -> torch.device:
     if requested == "cpu" or (requested == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
@@ -131,8 +139,9 @@ class TorchTrainer(BaseTrainer):
                     self.save_checkpoint(step)
                     saved_step = step
                 if stop_signal:
-                    log.warning("stopping at step %d on %s, after saving its checkpoint", step, signal.Signals(stop_signal).name)
-                    return loss
+                    name = signal.Signals(stop_signal).name
+                    log.warning("stopping at step %d on %s, after saving its checkpoint", step, name)
+                    raise StoppedBySignalError(f"stopped by {name} at step {step}; its checkpoint is in {self.checkpoints.root}", stop_signal)
                 if stop_early:
                     log.info("exit_interval=%d reached: stopping at step %d (resume with module.checkpoint.resume)", exit_interval, step)
                     return loss
