@@ -191,3 +191,13 @@ def test_a_restart_before_any_checkpoint_trains_again_from_the_start(tmp_path, s
                     env={"PRIMUS_FAULT": "kill:1:1"})
     assert result.returncode == 0, result.stderr[-3000:]
     assert_same_curve(losses(tmp_path / "run"), single_process_curve)
+
+
+def test_a_stuck_rank_times_out_instead_of_hanging_the_job(tmp_path):
+    started = time.monotonic()
+    result = primus(tmp_path / "run", "module.train_iters=40", *SMALL, *LAYOUTS["dp2"], "launch.timeout_s=5",
+                    "launch.shutdown_timeout_s=2", env={"PRIMUS_FAULT": "hang:1:2"}, timeout=120)
+    assert result.returncode == 1
+    assert time.monotonic() - started < 60
+    (line,) = [l for l in result.stderr.splitlines() if l.startswith("error:")]
+    assert line.startswith("error: rank 0 failed (exit code 1): ")  # rank 0 waited for rank 1 and gave up

@@ -5,9 +5,11 @@ over data-parallel ranks, and the global gradient norm across DTensor/plain para
 """
 from __future__ import annotations
 
+import gc
 import math
 import os
 import sys
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Iterable, Optional
@@ -91,8 +93,18 @@ def _attempt_store(dist_env: DistributedEnv, timeout: timedelta) -> dist.Store:
 
 
 def destroy_parallel_state() -> None:
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    """Leave the job's process group cleanly.
+
+    torch 2.13 + gloo can deadlock when the last reference to a process group is dropped from Python: the
+    destructor joins gloo's worker thread while holding the GIL, and that thread may still be destroying a
+    finished collective whose tensors need the GIL. A barrier, a collection of our references and a short
+    GIL-free pause let gloo's thread finish before the group is destroyed."""
+    if not dist.is_initialized():
+        return
+    dist.barrier()
+    gc.collect()
+    time.sleep(0.05)
+    dist.destroy_process_group()
 
 
 def mean_over_data_parallel(value: torch.Tensor, state: ParallelState) -> torch.Tensor:

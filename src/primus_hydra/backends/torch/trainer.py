@@ -158,6 +158,9 @@ class TorchTrainer(BaseTrainer):
                 log.info("loss curve: %s", png)
             self.metrics = None
         if not on_error:  # after a failure, peers may be gone: tearing the group down could block
+            # Drop what holds the process group (DDP's reducer) while the group is still registered, so that
+            # the group is freed by destroy_parallel_state and not by a Python dealloc (see its docstring).
+            self.train_module = self.model = self.optimizer = self.pipeline = None
             destroy_parallel_state()
 
     # -- one step ---------------------------------------------------------------------------------------
