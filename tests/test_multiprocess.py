@@ -201,3 +201,18 @@ def test_a_stuck_rank_times_out_instead_of_hanging_the_job(tmp_path):
     assert time.monotonic() - started < 60
     (line,) = [l for l in result.stderr.splitlines() if l.startswith("error:")]
     assert line.startswith("error: rank 0 failed (exit code 1): ")  # rank 0 waited for rank 1 and gave up
+
+
+def test_two_nodes_rendezvous_through_c10d_and_train_the_same_curve(tmp_path, single_process_curve):
+    """Two orchestrators on this machine play two nodes (one worker each) sharing a run dir, as on a shared FS."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "OMP_NUM_THREADS")}
+    common = [sys.executable, "-m", "primus_hydra", f"hydra.run.dir={tmp_path / 'run'}", "module.train_iters=6", *SMALL,
+              "launch.nnodes=2", "launch.nproc_per_node=1", f"launch.master_port={port}"]
+    nodes = [subprocess.Popen([*common, f"launch.node_rank={rank}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env, cwd=tmp_path) for rank in (0, 1)]
+    outputs = [node.communicate(timeout=180) for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs[0][1][-2000:] + outputs[1][1][-2000:]
+    assert_same_curve(losses(tmp_path / "run"), single_process_curve)
