@@ -51,9 +51,9 @@ def _cpu_model() -> str:
     return platform.processor() or "cpu"
 
 
-def measure_matmul_peak_tflops(device: torch.device, dtype: torch.dtype, seconds: float = 0.3) -> float:
+def measure_matmul_peak_tflops(device: torch.device, dtype: torch.dtype, seconds: float = 0.25) -> float:
     """Achievable dense matmul TFLOP/s of this device: the MFU denominator when the platform gives no peak."""
-    size = 512
+    size = 1024
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
     for _ in range(3):

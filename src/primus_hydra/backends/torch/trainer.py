@@ -77,6 +77,7 @@ class TorchTrainer(BaseTrainer):
             peak = cpu_matmul_peak_tflops(self.autocast_dtype or torch.float32)
             log.info("MFU baseline: measured CPU matmul peak %.3f TFLOP/s (set platform.peak_tflops_per_device to override)", peak)
         self.peak_tflops = peak
+        self.peak_is_measured = args["peak_tflops_per_device"] is None
         p = self.parallel
         log.info("device: %s | precision: %s | torch %s | threads %d | layout: world %d = pp %d x dp %d x tp %d%s",
                  self.device, args["precision"], torch.__version__, torch.get_num_threads(), p.world_size, p.pp, p.dp,
@@ -185,6 +186,9 @@ class TorchTrainer(BaseTrainer):
         elapsed = time.perf_counter() - started
         tokens = args["global_batch_size"] * args["seq_length"] / self.parallel.world_size  # per rank, as MFU is
         tflops = self.flops_per_token * tokens / elapsed / 1e12
+        if self.peak_is_measured and self.peak_tflops and tflops > self.peak_tflops:
+            # a measured peak is a lower bound (a busy machine, a small matmul): the best step seen replaces it
+            self.peak_tflops = tflops
         record = {
             "step": step + 1, "loss": loss_value, "lr": lr, "grad_norm": grad_norm,
             "tokens_per_s": args["global_batch_size"] * args["seq_length"] / elapsed, "tflops": tflops,
