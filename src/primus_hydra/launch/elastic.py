@@ -84,7 +84,7 @@ def launch_elastic_job(cfg: DictConfig, run_dir: Path) -> Any:
     launch = cfg.launch
     nproc = resolve_nproc_per_node(launch.nproc_per_node, cfg.platform.device)
     check_before_launch(cfg, run_dir, nproc)
-    port = resolve_master_port(launch.master_addr, launch.master_port, launch.nnodes, launch.node_rank)
+    port = resolve_master_port(launch.master_addr, launch.master_port, launch.nnodes)
     worker_env = thread_budget(nproc)
     threads = worker_env.get("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS"))
     job_config = write_job_config(cfg, run_dir)

@@ -22,7 +22,7 @@ def ensure_port_free(addr: str, port: int) -> None:
             ) from None
 
 
-def resolve_master_port(addr: str, port, nnodes: int, node_rank: int) -> int:
+def resolve_master_port(addr: str, port, nnodes: int) -> int:
     if str(port) == "auto":
         if nnodes > 1:
             raise PrimusError("launch.master_port=auto works on one node only; with launch.nnodes>1 give every node the same port")
