@@ -20,6 +20,7 @@ from primus_hydra.config.schema_run import (
     MegatronBridgeBackendConfig,
     PatchesConfig,
     PlatformConfig,
+    SweepConfig,
     TaskConfig,
     TorchBackendConfig,
     TorchTitanBackendConfig,
@@ -35,6 +36,7 @@ class PrimusConfig:
     task: TaskConfig = MISSING
     launch: LaunchConfig = field(default_factory=LaunchConfig)
     patches: PatchesConfig = field(default_factory=PatchesConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
 
 
 BACKEND_SCHEMAS = {

@@ -30,6 +30,18 @@ class LaunchConfig:
     monitor_interval: float = 0.1  # seconds between the agent's health checks of its workers
     timeout_s: float = 600.0  # collective timeout: a stuck rank fails the job after this long
     shutdown_timeout_s: int = 30  # after a failure or signal: seconds from SIGTERM to SIGKILL (time for an on_signal checkpoint)
+    # Slurm (platform=slurm / hydra/launcher=primus_slurm); the job's size and queue settings are hydra.launcher.*
+    mode: str = "srun"  # srun: one Slurm task per device | torchrun: one task per node running the elastic agent
+    wait: bool = True  # false: return right after submission, printing job ids and run dirs (see task=status)
+
+
+@dataclass
+class SweepConfig:
+    """Multirun points on this machine (hydra/launcher=primus_local)."""
+
+    max_parallel: Any = "auto"  # auto: what the resource plan allows | an integer cap
+    probe: bool = False  # run the first point alone for a few steps, measure its peak memory, tighten the plan
+    probe_steps: int = 5
 
 
 @dataclass
