@@ -6,7 +6,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$root/.venv"
 python="${PYTHON:-python3}"
 stamp="$venv/.setup-stamp"
-want="$(cat "$root/pyproject.toml" "$root/constraints.txt" | sha256sum | cut -d' ' -f1)"
+want="$(cat "$root/pyproject.toml" "$root/constraints.txt" "$root/setup.py" "${BASH_SOURCE[0]}" | sha256sum | cut -d' ' -f1)"
 
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" && -x "$venv/bin/python" ]]; then
   exit 0
@@ -18,6 +18,7 @@ fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 # torch first and pinned: the CPU build on this kind of machine lies in the local wheel folder.
 "$venv/bin/pip" install -q -c "$root/constraints.txt" "torch==2.13.0" numpy 2> >(grep -v "is neither a file nor a directory" >&2)
-"$venv/bin/pip" install -q -c "$root/constraints.txt" -e "$root[torch,dev]" 2> >(grep -v "is neither a file nor a directory" >&2)
+# compat mode: src/ on sys.path, so new hydra_plugins.* portions are found without reinstalling
+"$venv/bin/pip" install -q -c "$root/constraints.txt" --config-settings editable_mode=compat -e "$root[torch,dev]" 2> >(grep -v "is neither a file nor a directory" >&2)
 echo "$want" > "$stamp"
 echo "[setup] done" >&2
