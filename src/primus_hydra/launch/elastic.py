@@ -46,8 +46,12 @@ def check_before_launch(cfg: DictConfig, run_dir: Path, nproc: int) -> None:
             f"launch.nproc_per_node={nproc} exceeds the {gpus} visible GPU(s) of this node; "
             f"use launch.nproc_per_node=auto or <= {gpus} (or platform.device=cpu)"
         ])
-    world = configured_world_size(cfg)
-    planned = DistributedEnv(launcher="planned", world_size=world)  # the job as it will run, seen from here
+    check_backend_layout(cfg, run_dir, configured_world_size(cfg))
+
+
+def check_backend_layout(cfg: DictConfig, run_dir: Path, world_size: int) -> None:
+    """The backend adapter's own rules for the job as it will run (e.g. tp x pp dividing the world size)."""
+    planned = DistributedEnv(launcher="planned", world_size=world_size)
     adapter = load_target(cfg.backend._target_, "backend._target_")(cfg=cfg, run_dir=run_dir, dist=planned)
     failures = adapter.validate()
     if failures:
