@@ -1,0 +1,233 @@
+"""The GPUs this process may use and their free memory, found without importing torch or initialising CUDA/HIP.
+
+Sources, first match wins: `PRIMUS_AUTO_NUM_GPUS` (stands in for the device listing), `nvidia-smi`, `amd-smi`,
+`rocm-smi`. Each tool runs with a timeout; a missing tool, a timeout or unreadable output means "unknown", never
+a crash. The visible-devices mask (CUDA_VISIBLE_DEVICES; ROCR_VISIBLE_DEVICES then HIP_VISIBLE_DEVICES) selects
+from the listing; without a listing the mask alone says how many GPUs there are. MIG instances are not counted:
+`nvidia-smi --query-gpu` lists physical GPUs only.
+"""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+from primus_hydra.errors import ConfigValidationError
+
+PROBE_TIMEOUT_S = 5
+NO_DEVICE_ENTRIES = ("-1", "none", "void", "nodevfiles")
+MIB_PER_GIB = 1024.0
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int  # the id to put in the visible-devices variable (`mask_variable` of MachineResources)
+    vendor: str  # nvidia | amd
+    free_gib: Optional[float]  # None: unknown
+
+
+@dataclass(frozen=True)
+class _Listed:
+    """A device as the vendor tool (or PRIMUS_AUTO_NUM_GPUS) lists it, before the mask is applied."""
+
+    ordinal: int
+    uuid: str
+    free_gib: Optional[float]
+
+
+@dataclass(frozen=True)
+class GpuDetection:
+    gpus: tuple[GpuInfo, ...]
+    vendor: Optional[str]
+    mask_variable: Optional[str]  # the variable a launcher sets to give a child process some of these GPUs
+    absent_mask_entries: tuple[str, ...]  # mask entries that name no listed device (reported by validation)
+    source: str  # where the count came from
+    free_source: str  # where the free memory came from
+
+
+def parse_number_env(environ: Mapping[str, str], name: str, *, integer: bool = False,
+                     allow_zero: bool = True) -> Optional[float]:
+    """A numeric override from the environment: None when unset; one line naming the variable when invalid."""
+    raw = environ.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    kind = "an integer" if integer else "a number"
+    floor = ">= 0" if allow_zero else "> 0"
+    try:
+        value = int(raw) if integer else float(raw)
+    except ValueError:
+        raise ConfigValidationError([f"{name}={raw}: must be {kind} {floor}"]) from None
+    if math.isnan(value) or math.isinf(value) or value < 0 or (value == 0 and not allow_zero):
+        raise ConfigValidationError([f"{name}={raw}: must be {kind} {floor}"])
+    return value
+
+
+def parse_free_vram_env(environ: Mapping[str, str]) -> Optional[list[float]]:
+    raw = environ.get("PRIMUS_AUTO_FREE_VRAM_GB")
+    if raw is None or raw.strip() == "":
+        return None
+    values = []
+    for entry in raw.replace(",", " ").split():
+        value = parse_number_env({"PRIMUS_AUTO_FREE_VRAM_GB": entry}, "PRIMUS_AUTO_FREE_VRAM_GB")
+        values.append(value)
+    return values
+
+
+def _run(command: list[str], environ: Mapping[str, str]) -> Optional[str]:
+    if shutil.which(command[0], path=environ.get("PATH")) is None:
+        return None
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False,
+                                env=dict(environ))
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout if result.returncode == 0 else None
+
+
+def _float_or_none(text: str) -> Optional[float]:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def list_nvidia(environ: Mapping[str, str]) -> Optional[list[_Listed]]:
+    # The query ignores CUDA_VISIBLE_DEVICES and lists physical GPUs (never MIG instances), which is what the
+    # mask refers to.
+    output = _run(["nvidia-smi", "--query-gpu=index,uuid,memory.free", "--format=csv,noheader,nounits"], environ)
+    if output is None:
+        return None
+    listed = []
+    for line in output.splitlines():
+        fields = [field.strip() for field in line.split(",")]
+        if len(fields) < 3 or not fields[0].isdigit():
+            continue
+        free_mib = _float_or_none(fields[2])
+        listed.append(_Listed(int(fields[0]), fields[1], None if free_mib is None else free_mib / MIB_PER_GIB))
+    return listed or None
+
+
+def _amd_free_gib(entry: dict) -> Optional[float]:
+    usage = entry.get("mem_usage") or entry.get("usage") or entry
+    free = usage.get("free_vram") if isinstance(usage, dict) else None
+    if isinstance(free, dict):
+        value = _float_or_none(free.get("value"))
+        unit = str(free.get("unit", "MB")).upper()
+        if value is None:
+            return None
+        return value / (1024.0 ** 3) if unit == "B" else value / (MIB_PER_GIB * 1024.0) if unit == "KB" else (
+            value if unit == "GB" else value / MIB_PER_GIB)
+    return None
+
+
+def list_amd_smi(environ: Mapping[str, str]) -> Optional[list[_Listed]]:
+    output = _run(["amd-smi", "metric", "--mem-usage", "--json"], environ)
+    if output is None:
+        return None
+    try:
+        data = json.loads(output)
+    except ValueError:
+        return None
+    if isinstance(data, dict):  # some releases wrap the list
+        data = data.get("gpu_data", [data])
+    listed = []
+    for entry in data if isinstance(data, list) else []:
+        if isinstance(entry, dict) and str(entry.get("gpu", "")).isdigit():
+            listed.append(_Listed(int(entry["gpu"]), "", _amd_free_gib(entry)))
+    return listed or None
+
+
+def list_rocm_smi(environ: Mapping[str, str]) -> Optional[list[_Listed]]:
+    output = _run(["rocm-smi", "--showmeminfo", "vram", "--json"], environ)
+    if output is None:
+        return None
+    try:
+        data = json.loads(output)
+    except ValueError:
+        return None
+    listed = []
+    for card, fields in data.items() if isinstance(data, dict) else []:
+        if not (card.startswith("card") and card[4:].isdigit() and isinstance(fields, dict)):
+            continue
+        total = _float_or_none(fields.get("VRAM Total Memory (B)"))
+        used = _float_or_none(fields.get("VRAM Total Used Memory (B)"))
+        free = None if total is None or used is None else max(0.0, total - used) / 1024.0 ** 3
+        listed.append(_Listed(int(card[4:]), "", free))
+    return sorted(listed, key=lambda device: device.ordinal) or None
+
+
+def _mask_entries(mask: str) -> list[str]:
+    entries = [entry.strip() for entry in mask.split(",") if entry.strip()]
+    if not entries or entries[0].lower() in NO_DEVICE_ENTRIES:
+        return []
+    return entries
+
+
+def _select(listed: Optional[list[_Listed]], entries: list[str]) -> tuple[list[_Listed], list[str]]:
+    """The listed devices the mask names, in mask order, and the entries that name none of them."""
+    if listed is None:  # no listing: the mask is authoritative, memory unknown
+        return [_Listed(int(e) if e.isdigit() else position, e, None) for position, e in enumerate(entries)], []
+    chosen, absent = [], []
+    for entry in entries:
+        match = [d for d in listed if (entry.isdigit() and d.ordinal == int(entry)) or (d.uuid and d.uuid.startswith(entry))]
+        if match:
+            chosen.append(match[0])
+        else:
+            absent.append(entry)
+    return chosen, absent
+
+
+def detect_gpus(environ: Mapping[str, str]) -> GpuDetection:
+    amd_masks = [name for name in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES") if name in environ]
+    forced = parse_number_env(environ, "PRIMUS_AUTO_NUM_GPUS", integer=True)
+    listed, vendor, source = None, None, "none found"
+    if forced is not None:
+        vendor = "amd" if amd_masks and "CUDA_VISIBLE_DEVICES" not in environ else "nvidia"
+        listed, source = [_Listed(i, "", None) for i in range(int(forced))], "PRIMUS_AUTO_NUM_GPUS"
+    else:
+        for name, lister in (("nvidia", list_nvidia), ("amd", list_amd_smi), ("amd", list_rocm_smi)):
+            listed = lister(environ)
+            if listed is not None:
+                vendor, source = name, {list_nvidia: "nvidia-smi", list_amd_smi: "amd-smi", list_rocm_smi: "rocm-smi"}[lister]
+                break
+    if vendor is None:  # no tool answered: a mask still says how many devices this process sees
+        vendor = "amd" if amd_masks and "CUDA_VISIBLE_DEVICES" not in environ else "nvidia"
+    absent: list[str] = []
+    mask_variable = "CUDA_VISIBLE_DEVICES" if vendor == "nvidia" else "HIP_VISIBLE_DEVICES"
+    if vendor == "nvidia" and "CUDA_VISIBLE_DEVICES" in environ:
+        listed, absent = _select(listed, _mask_entries(environ["CUDA_VISIBLE_DEVICES"]))
+        source = f"CUDA_VISIBLE_DEVICES over {source}"
+    elif vendor == "amd" and amd_masks:
+        # ROCR selects physical devices; HIP then indexes into what ROCR left. A child's HIP_VISIBLE_DEVICES is
+        # read the same way, so ids are positions in the ROCR selection.
+        if "ROCR_VISIBLE_DEVICES" in environ:
+            listed, absent = _select(listed, _mask_entries(environ["ROCR_VISIBLE_DEVICES"]))
+            listed = [_Listed(position, d.uuid, d.free_gib) for position, d in enumerate(listed)]
+        if "HIP_VISIBLE_DEVICES" in environ:
+            listed, more = _select(listed, _mask_entries(environ["HIP_VISIBLE_DEVICES"]))
+            absent += more
+        source = f"{'+'.join(amd_masks)} over {source}"
+    listed = listed or []
+    free_source = source if any(d.free_gib is not None for d in listed) else "unknown"
+    free_override = parse_free_vram_env(environ)
+    if free_override is not None and listed:
+        if len(free_override) == 1:
+            free = free_override * len(listed)
+        elif forced is not None and len(free_override) == int(forced):  # one value per listed (physical) GPU
+            free = [free_override[d.ordinal] if d.ordinal < len(free_override) else None for d in listed]
+        elif len(free_override) == len(listed):
+            free = free_override
+        else:
+            raise ConfigValidationError([
+                f"PRIMUS_AUTO_FREE_VRAM_GB has {len(free_override)} values for {len(listed)} visible GPU(s); "
+                f"give one value, or one per GPU"
+            ])
+        listed = [_Listed(d.ordinal, d.uuid, f) for d, f in zip(listed, free)]
+        free_source = "PRIMUS_AUTO_FREE_VRAM_GB"
+    gpus = tuple(GpuInfo(d.ordinal, vendor, d.free_gib) for d in listed)
+    return GpuDetection(gpus, vendor if gpus else None, mask_variable if gpus else None, tuple(absent), source,
+                        free_source)

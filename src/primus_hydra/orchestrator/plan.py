@@ -1,0 +1,292 @@
+"""The resource plan: every `auto` knob of a job (or a sweep's points) resolved against this machine.
+
+`build_resource_plan(cfg, resources, sweep_points=)` reads the config and the detected resources and applies the
+rules in rules.py; an explicit value in the config (or a variable the user exported) is never replaced. The
+plan is reported as one table on stderr and as resources.json; `task=plan` prints it as JSON. No torch import.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Mapping, Optional
+
+from omegaconf import DictConfig
+
+from primus_hydra.config.values import option
+from primus_hydra.errors import ConfigValidationError
+from primus_hydra.orchestrator import rules
+from primus_hydra.orchestrator.gpu_probe import parse_number_env
+from primus_hydra.orchestrator.resources import MachineResources, detect_resources, nproc_for
+
+FALLBACK_PER_JOB_GIB = 4.0  # a training rank whose working set cannot be estimated
+PROBE_DEVICE_MARGIN = 1.15  # a measured peak is raised by this much before it sizes jobs
+PROBE_HOST_MARGIN = 1.10
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+COMPILE_THREADS_VARIABLE = "TORCHINDUCTOR_COMPILE_THREADS"
+# backend=torch builds each step's batch from (seed, step) in the training process: no DataLoader children.
+BACKENDS_WITHOUT_LOADER_PROCESSES = ("torch",)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one concurrently running sweep point goes."""
+
+    gpu_ids: tuple[int, ...]  # nproc_per_node ids for the visible-devices variable; () on CPU
+    cpu_ids: tuple[int, ...]  # a share of this process's CPUs (for pinning, optional)
+    threads: int  # CPU threads of each of the point's processes
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """The config values the plan depends on, as plain data (kept so a probe can re-plan without the cfg)."""
+
+    nproc_per_node: object
+    nnodes: int
+    device: str
+    num_workers: object
+    compile: bool
+    max_parallel: object
+    backend: str
+    estimate_gib: Optional[float]  # None: the model could not be estimated
+
+
+@dataclass
+class ResourcePlan:
+    nproc_per_node: int
+    num_workers: int
+    threads_per_worker: int
+    worker_env: dict[str, str]
+    per_job_gib: float
+    per_job_source: str  # estimate | fallback | env | probe
+    jobs_per_gpu: Optional[int]  # None on CPU-only machines
+    parallel_jobs: int  # sweep points that may run at once; 1 = serial
+    slots: list[Slot]
+    auto: dict[str, bool]
+    warnings: list[str]
+    host_gib_per_job: float
+    sweep_points: int
+    resources: MachineResources
+    inputs: PlanInputs
+
+    def to_dict(self) -> dict:
+        data = {name: getattr(self, name) for name in (
+            "nproc_per_node", "num_workers", "threads_per_worker", "worker_env", "per_job_source", "jobs_per_gpu",
+            "parallel_jobs", "sweep_points", "auto", "warnings")}
+        data["per_job_gib"] = round(self.per_job_gib, 2)
+        data["host_gib_per_job"] = round(self.host_gib_per_job, 2)
+        data["slots"] = [{"gpu_ids": list(s.gpu_ids), "cpu_ids": list(s.cpu_ids), "threads": s.threads} for s in self.slots]
+        data["resources"] = self.resources.to_dict()
+        return data
+
+    def format_table(self) -> str:
+        r = self.resources
+        free = ", ".join("?" if g.free_gib is None else f"{g.free_gib:.1f}" for g in r.gpus) or "-"
+        ram = "unknown" if r.ram_available_gib is None else f"{r.ram_available_gib:.1f} GiB"
+        rows = [
+            ("launch.nproc_per_node", self.nproc_per_node, "launch.nproc_per_node"),
+            ("module.data.num_workers", self.num_workers, "module.data.num_workers"),
+            ("threads per process", self.threads_per_worker, "threads"),
+            ("per-job GiB per device", f"{self.per_job_gib:.2f} ({self.per_job_source})", "per_job_gib"),
+            ("jobs per GPU", "-" if self.jobs_per_gpu is None else self.jobs_per_gpu, "jobs_per_gpu"),
+            ("parallel sweep points", f"{self.parallel_jobs} of {self.sweep_points}", "sweep.max_parallel"),
+        ]
+        lines = [f"resource plan: {r.num_gpus} GPU(s) [free GiB: {free}], {r.vcpus} vCPU(s), {ram} RAM available"]
+        lines += [f"  {name:<24} {str(value):<22} {'auto' if self.auto.get(key) else 'set'}" for name, value, key in rows]
+        if self.worker_env:
+            lines.append("  env for workers: " + " ".join(f"{k}={v}" for k, v in sorted(self.worker_env.items())))
+        lines += [f"warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+
+def plan_inputs(cfg: DictConfig, num_gpus: int) -> PlanInputs:
+    from primus_hydra.orchestrator.working_set import estimate_rank_gib
+
+    sweep = cfg.get("sweep")
+    nnodes = int(cfg.launch.nnodes)
+    try:
+        world = nnodes * nproc_for(cfg.launch.nproc_per_node, cfg.platform.device, num_gpus)
+        estimate = estimate_rank_gib(cfg.model, cfg.module, world,
+                                     distributed_optimizer=bool(cfg.backend.get("use_distributed_optimizer", False)))
+    except Exception:  # an incomplete or exotic model: the generic fallback sizes it
+        estimate = None
+    return PlanInputs(
+        nproc_per_node=_plain(cfg.launch.nproc_per_node), nnodes=nnodes, device=str(cfg.platform.device),
+        num_workers=_plain(cfg.module.data.num_workers), compile=bool(cfg.module.get("compile", False)),
+        max_parallel=_plain(sweep.max_parallel) if sweep is not None else "auto", backend=str(cfg.backend.name),
+        estimate_gib=estimate,
+    )
+
+
+def _plain(value):
+    return option(value) if not isinstance(value, (int, float)) else value
+
+
+def build_resource_plan(cfg: DictConfig, resources: MachineResources | None = None, *, sweep_points: int = 1,
+                        environ: Mapping[str, str] = os.environ) -> ResourcePlan:
+    resources = resources if resources is not None else detect_resources(environ)
+    return plan_from_inputs(plan_inputs(cfg, resources.num_gpus), resources, sweep_points=sweep_points, environ=environ)
+
+
+def plan_from_inputs(inputs: PlanInputs, resources: MachineResources, *, sweep_points: int = 1,
+                     environ: Mapping[str, str] = os.environ, measured: Optional[tuple[float, Optional[float]]] = None,
+                     ) -> ResourcePlan:
+    """measured: (device GiB, host GiB or None) from a probe; it only ever raises the per-job sizes."""
+    warnings: list[str] = []
+    auto = {"launch.nproc_per_node": str(inputs.nproc_per_node) == "auto",
+            "module.data.num_workers": str(inputs.num_workers) == "auto",
+            "sweep.max_parallel": str(inputs.max_parallel) == "auto"}
+    nproc = nproc_for(inputs.nproc_per_node, inputs.device, resources.num_gpus)
+    gpus = resources.gpus if inputs.device != "cpu" else ()
+    on_gpu = bool(gpus)
+
+    per_job, source = _per_job_gib(inputs, environ)
+    if measured is not None:
+        per_job, source = max(per_job, PROBE_DEVICE_MARGIN * measured[0]), "probe"
+    auto["per_job_gib"] = source in ("estimate", "fallback")
+    host_per_process = rules.HOST_GIB_PER_PROCESS
+    if measured is not None and measured[1] is not None:
+        host_per_process = max(host_per_process, PROBE_HOST_MARGIN * measured[1])
+    if not on_gpu:  # the working set lives in host memory
+        host_per_process += max(0.0, per_job - _context_overhead())
+
+    # concurrency: device memory, then host RAM, then cores
+    hard_cap = parse_number_env(environ, "PRIMUS_AUTO_JOBS_PER_GPU_HARD_CAP", integer=True, allow_zero=False)
+    jobs_per_gpu, groups = None, 1
+    if on_gpu:
+        groups = max(1, len(gpus) // nproc)
+        jobs_per_gpu = _jobs_per_gpu(gpus[: groups * nproc], per_job, hard_cap, warnings)
+        capacity = groups * max(1, jobs_per_gpu)
+    else:
+        capacity = resources.vcpus // nproc
+    capacity = min(capacity, resources.vcpus // nproc)
+    host_cap = rules.jobs_in_host_memory(resources.ram_available_gib, nproc * host_per_process)
+    if host_cap is not None:
+        capacity = min(capacity, host_cap)
+    parallel = _parallel_jobs(inputs, capacity, sweep_points, warnings)
+
+    # per-process knobs, for the processes that will really run side by side
+    loader = _num_workers(inputs, resources, parallel * nproc, environ)
+    loader_processes = 0 if inputs.backend in BACKENDS_WITHOUT_LOADER_PROCESSES else loader
+    host_per_job = nproc * (host_per_process + rules.HOST_GIB_PER_LOADER * loader_processes)
+    if auto["sweep.max_parallel"] and loader_processes:
+        host_cap = rules.jobs_in_host_memory(resources.ram_available_gib, host_per_job)
+        if host_cap is not None and host_cap < parallel:
+            parallel = max(1, host_cap)
+    processes = parallel * nproc
+    threads = rules.threads_per_process(resources.vcpus, processes, loader_processes,
+                                        in_process=processes == 1)
+    worker_env, auto["threads"] = _worker_env(inputs, resources, threads, processes, environ)
+    if jobs_per_gpu is not None and parallel < groups * jobs_per_gpu:
+        jobs_per_gpu = max(1, math.ceil(parallel / groups))
+    auto["jobs_per_gpu"] = jobs_per_gpu is not None
+    slots = _slots(gpus, nproc, groups, parallel, resources.cpu_ids, threads)
+    return ResourcePlan(nproc, loader, threads, worker_env, per_job, source, jobs_per_gpu, parallel, slots, auto,
+                        warnings, host_per_job, max(1, sweep_points), resources, inputs)
+
+
+def _context_overhead() -> float:
+    from primus_hydra.orchestrator.working_set import CONTEXT_OVERHEAD_GIB
+
+    return CONTEXT_OVERHEAD_GIB
+
+
+def _per_job_gib(inputs: PlanInputs, environ: Mapping[str, str]) -> tuple[float, str]:
+    forced = parse_number_env(environ, "PRIMUS_AUTO_PER_JOB_GB", allow_zero=False)
+    if forced is not None:
+        return forced, "env"
+    if inputs.estimate_gib is not None:
+        return inputs.estimate_gib, "estimate"
+    return FALLBACK_PER_JOB_GIB, "fallback"
+
+
+def _jobs_per_gpu(gpus, per_job: float, hard_cap: Optional[float], warnings: list[str]) -> int:
+    free = [g.free_gib for g in gpus if g.free_gib is not None]
+    if len(free) < len(gpus):
+        warnings.append("free GPU memory unknown: 1 job per GPU (set PRIMUS_AUTO_FREE_VRAM_GB to size by memory)")
+        return 1
+    smallest = min(free)
+    if max(free) >= 1.5 * smallest:
+        warnings.append(f"free GPU memory is uneven ({smallest:.1f} to {max(free):.1f} GiB): sized by the smallest")
+    fit = rules.jobs_per_device(smallest, per_job, int(hard_cap) if hard_cap is not None else None)
+    if fit < 1:
+        warnings.append(
+            f"the per-job estimate {per_job:.1f} GiB exceeds the usable free memory of the GPU(s) "
+            f"({rules.usable_after_reserve(smallest, rules.DEVICE_RESERVE_MIN_GIB):.1f} of {smallest:.1f} GiB): "
+            f"1 job per GPU, one at a time; it may run out of memory (more tp/pp/fsdp, a smaller micro batch)"
+        )
+        return 1
+    return fit
+
+
+def _parallel_jobs(inputs: PlanInputs, capacity: int, sweep_points: int, warnings: list[str]) -> int:
+    points = max(1, sweep_points)
+    if str(inputs.max_parallel) != "auto":
+        explicit = int(inputs.max_parallel)
+        if explicit > capacity and points > 1:
+            warnings.append(f"sweep.max_parallel={explicit} exceeds what fits on this machine ({max(capacity, 1)}): honoring it")
+        return max(1, min(explicit, points))
+    if capacity < 1:
+        if points > 1:
+            warnings.append("not even one job fits in host memory/cores after the reserve: sweep points run one at a time")
+        return 1
+    return min(capacity, points)
+
+
+def _num_workers(inputs: PlanInputs, resources: MachineResources, processes: int, environ: Mapping[str, str]) -> int:
+    value = inputs.num_workers
+    if str(value) != "auto":
+        if isinstance(value, bool) or not str(value).isdigit():
+            raise ConfigValidationError([f"module.data.num_workers={value}: must be 'auto' or an integer >= 0"])
+        return int(value)
+    cap = parse_number_env(environ, "PRIMUS_AUTO_DATALOADER_HARD_CAP", integer=True)
+    return rules.auto_dataloader_num_workers(processes, resources.vcpus, resources.ram_available_gib,
+                                             rules.DATALOADER_HARD_CAP if cap is None else int(cap))
+
+
+def _worker_env(inputs: PlanInputs, resources: MachineResources, threads: int, processes: int,
+                environ: Mapping[str, str]) -> tuple[dict[str, str], bool]:
+    """The variables to hoist into every worker: only those the user has not set. `auto` in
+    TORCHINDUCTOR_COMPILE_THREADS is replaced by a number even without compile (Inductor calls int() on it)."""
+    env = {name: str(threads) for name in THREAD_VARIABLES if name not in environ}
+    compile_value = environ.get(COMPILE_THREADS_VARIABLE)
+    if compile_value is not None and compile_value.strip() != "auto" and not compile_value.strip().isdigit():
+        raise ConfigValidationError([f"{COMPILE_THREADS_VARIABLE}={compile_value}: must be 'auto' or a positive integer"])
+    if compile_value is not None and compile_value.strip() == "auto" or (compile_value is None and inputs.compile):
+        env[COMPILE_THREADS_VARIABLE] = str(rules.compile_threads(resources.vcpus, processes))
+    return env, "OMP_NUM_THREADS" not in environ
+
+
+def _slots(gpus, nproc: int, groups: int, parallel: int, cpu_ids: tuple[int, ...], threads: int) -> list[Slot]:
+    """Points spread over the GPU groups first (round robin), then stack; CPUs split into contiguous shares."""
+    slots = []
+    share = max(1, len(cpu_ids) // max(1, parallel))
+    for i in range(parallel):
+        gpu_ids = tuple(g.index for g in gpus[(i % groups) * nproc: (i % groups + 1) * nproc]) if gpus else ()
+        start = (i * share) % max(1, len(cpu_ids))
+        slots.append(Slot(gpu_ids, tuple(cpu_ids[start: start + share]), threads))
+    return slots
+
+
+def tighten_with_measured_peak(plan: ResourcePlan, peak_gib: float, host_peak_gib: Optional[float] = None, *,
+                               environ: Mapping[str, str] = os.environ) -> ResourcePlan:
+    """Re-plan with a probe's measured peak (device GiB of one rank; host GiB of one process, optional).
+    Never loosens: concurrency only goes down; explicit values are untouched."""
+    new = plan_from_inputs(plan.inputs, plan.resources, sweep_points=plan.sweep_points, environ=environ,
+                           measured=(peak_gib, host_peak_gib))
+    parallel = min(new.parallel_jobs, plan.parallel_jobs) if plan.auto["sweep.max_parallel"] else plan.parallel_jobs
+    jobs_per_gpu = plan.jobs_per_gpu if plan.jobs_per_gpu is None or new.jobs_per_gpu is None else min(
+        plan.jobs_per_gpu, new.jobs_per_gpu)
+    return replace(new, per_job_gib=max(new.per_job_gib, plan.per_job_gib), parallel_jobs=parallel,
+                   jobs_per_gpu=jobs_per_gpu, slots=new.slots[:parallel],
+                   warnings=plan.warnings + [w for w in new.warnings if w not in plan.warnings])
+
+
+def write_resources_json(plan: ResourcePlan, directory: Path | str) -> Path:
+    path = Path(directory) / "resources.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(plan.to_dict(), indent=2) + "\n")
+    return path
+
