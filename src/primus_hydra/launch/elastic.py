@@ -3,7 +3,6 @@ torchrun uses, without building a command line). The orchestrator never touches 
 without torch, checks the port, writes the job config, and reports a failed rank in one line."""
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
@@ -18,7 +17,9 @@ from primus_hydra.config.validate import configured_world_size
 from primus_hydra.errors import ConfigValidationError, PrimusError
 from primus_hydra.launch.job_config import write_job_config
 from primus_hydra.launch.ports import resolve_master_port
-from primus_hydra.orchestrator.resources import count_visible_gpus, resolve_nproc_per_node
+from primus_hydra.orchestrator.apply import worker_environment
+from primus_hydra.orchestrator.plan import ResourcePlan, build_resource_plan
+from primus_hydra.orchestrator.resources import count_visible_gpus
 from primus_hydra.runtime.distributed_env import DistributedEnv
 
 log = logging.getLogger(__name__)
@@ -58,26 +59,9 @@ def check_backend_layout(cfg: DictConfig, run_dir: Path, world_size: int) -> Non
         raise ConfigValidationError(failures)
 
 
-def thread_budget(nproc: int) -> dict[str, str]:
-    """Workers share this node's cores: OMP_NUM_THREADS = cores // workers unless the user set it (torchrun sets 1).
-    Decided here, before any worker starts; workers inherit it and never change it."""
-    if "OMP_NUM_THREADS" in os.environ:
-        return {}
-    return {"OMP_NUM_THREADS": str(max(1, len(os.sched_getaffinity(0)) // nproc))}
-
-
-@contextlib.contextmanager
-def worker_environment(variables: dict[str, str]):
-    """Variables for the workers only: spawned workers copy this process's environment at start."""
-    os.environ.update(variables)
-    try:
-        yield
-    finally:
-        for key in variables:
-            os.environ.pop(key, None)
-
-
-def launch_elastic_job(cfg: DictConfig, run_dir: Path) -> Any:
+def launch_elastic_job(cfg: DictConfig, run_dir: Path, plan: ResourcePlan | None = None) -> Any:
+    """plan: the orchestrator's resource plan (tasks/train.py applies it); its worker_env (threads per worker,
+    compile threads) is decided here, before any worker starts; workers inherit it and never change it."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -86,10 +70,11 @@ def launch_elastic_job(cfg: DictConfig, run_dir: Path) -> Any:
     from primus_hydra.launch.worker import worker_main
 
     launch = cfg.launch
-    nproc = resolve_nproc_per_node(launch.nproc_per_node, cfg.platform.device)
+    plan = plan if plan is not None else build_resource_plan(cfg)
+    nproc = plan.nproc_per_node
     check_before_launch(cfg, run_dir, nproc)
     port = resolve_master_port(launch.master_addr, launch.master_port, launch.nnodes)
-    worker_env = thread_budget(nproc)
+    worker_env = plan.worker_env
     threads = worker_env.get("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS"))
     job_config = write_job_config(cfg, run_dir)
     worker_logs = run_dir / "logs" / "workers"

@@ -16,17 +16,22 @@ class TrainTask:
         """In this process when it is already a rank of a job (torchrun, srun) or the job has one process;
         otherwise start the workers with torch's elastic agent, handing them this composed config."""
         from primus_hydra.config.validate import configured_world_size
+        from primus_hydra.orchestrator.apply import apply_resource_plan, worker_environment
         from primus_hydra.runtime.distributed_env import detect_distributed_env
 
         run_dir = self.run_dir or hydra_run_dir()
         inside_job = detect_distributed_env().is_distributed
+        plan = apply_resource_plan(self.cfg, report_dir=None if inside_job else run_dir)
         if inside_job or self.cfg.task.dry_run or configured_world_size(self.cfg) == 1:
             from primus_hydra.runtime.train_runtime import PrimusRuntime
 
-            return PrimusRuntime(self.cfg, run_dir).run()
+            # set before this process imports torch, so its OpenMP/BLAS pools start at the planned size;
+            # inside a torchrun/srun job the launcher owns these variables
+            with worker_environment({} if inside_job else plan.worker_env):
+                return PrimusRuntime(self.cfg, run_dir).run()
         from primus_hydra.launch.elastic import launch_elastic_job
 
-        return launch_elastic_job(self.cfg, run_dir)
+        return launch_elastic_job(self.cfg, run_dir, plan)
 
 
 def hydra_run_dir() -> Path:
