@@ -63,6 +63,8 @@ live_pid() {
   return 0
 }
 
+has_pid() { [[ -n "$(live_pid "$1")" ]]; }
+
 all_running() {
   local d
   for d in "${DAEMONS[@]}"; do [[ -n "$(live_pid "$d")" ]] || return 1; done
@@ -227,6 +229,13 @@ EOF
   echo "export SLURM_CONF=$H/etc/slurm.conf" > "$H/env.sh"
 }
 
+# After a start: the daemon's pid file names a live process of the right program (a daemon that exits right after
+# forking, e.g. because its port is taken by an orphan whose pid file was lost, is reported here).
+await_pid() {
+  local d="$1" logf="$2"
+  wait_for "$d" 10 has_pid "$d" || die "$d did not stay up; see $logf"
+}
+
 # --- start functions -------------------------------------------------------------------------------------------
 start_munged() {
   local m="$H/munge"
@@ -240,6 +249,7 @@ start_munged() {
     --pid-file="$m/munged.pid" --log-file="$m/munged.log" --seed-file="$m/munged.seed" </dev/null >/dev/null 2>&1 \
     || die "munged failed to start; see $m/munged.log"
   wait_for munged 10 test -S "$m/munge.socket" || die "munged socket missing; see $m/munged.log"
+  await_pid munged "$m/munged.log"
 }
 
 mysql_client() { mariadb --no-defaults --socket="$H/mysql/mysql.sock" -uroot "$@"; }
@@ -261,6 +271,7 @@ start_mariadbd() {
     --skip-name-resolve --innodb-buffer-pool-size=128M --innodb-log-file-size=64M --innodb-lock-wait-timeout=900 \
     --skip-log-bin --performance-schema=OFF </dev/null >/dev/null 2>&1 &
   wait_for mariadbd 30 mysql_client -e "select 1" || die "MariaDB did not come up within 30 s; see $m/mariadbd.err"
+  await_pid mariadbd "$m/mariadbd.err"
   mysql_client <<EOF || die "could not create the slurm DB user"
 CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '$DB_PASS';
 CREATE DATABASE IF NOT EXISTS slurm_acct_db;
@@ -273,6 +284,7 @@ start_slurmdbd() {
   SLURM_CONF="$H/etc/slurm.conf" /usr/sbin/slurmdbd </dev/null >/dev/null 2>&1 \
     || die "slurmdbd failed to start; see $H/log/slurmdbd.log"
   wait_for slurmdbd 30 sacctmgr -n list cluster || die "slurmdbd does not answer within 30 s; see $H/log/slurmdbd.log"
+  await_pid slurmdbd "$H/log/slurmdbd.log"
   if ! sacctmgr -n -P list cluster format=cluster 2>/dev/null | grep -qx "$CLUSTER"; then
     sacctmgr -i add cluster "$CLUSTER" >/dev/null || die "sacctmgr add cluster failed; see $H/log/slurmdbd.log"
   fi
@@ -283,6 +295,7 @@ start_slurmctld() {
   /usr/sbin/slurmctld -f "$H/etc/slurm.conf" </dev/null >/dev/null 2>&1 \
     || die "slurmctld failed to start; see $H/log/slurmctld.log"
   wait_for slurmctld 30 scontrol ping || die "slurmctld does not answer within 30 s; see $H/log/slurmctld.log"
+  await_pid slurmctld "$H/log/slurmctld.log"
 }
 
 start_slurmd() {
@@ -291,6 +304,7 @@ start_slurmd() {
   rm -f "$H/run/slurmd-$n.pid"
   /usr/sbin/slurmd -f "$H/etc/slurm.conf" -N "$n" </dev/null >/dev/null 2>&1 \
     || die "slurmd $n failed to start; see $H/log/slurmd-$n.log"
+  await_pid "slurmd-$n" "$H/log/slurmd-$n.log"
 }
 
 # The highest job id in the accounting DB (0 when none), +1: see FirstJobId in write_configs.
