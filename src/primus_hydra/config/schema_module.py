@@ -57,7 +57,7 @@ class DataConfig:
     source: DataSource = DataSource.text
     path: Optional[str] = None  # text: a file or folder of text files (null: Python's stdlib); tokens: a file
     token_dtype: str = "uint16"  # tokens: uint16 | uint32
-    num_workers: Any = 0  # data loader worker processes ("auto" arrives with the orchestrator)
+    num_workers: Any = "auto"  # DataLoader worker processes per rank: auto (the resource plan) | an integer >= 0
 
 
 @dataclass
@@ -88,6 +88,7 @@ class ModuleConfig:
     adam_eps: float = 1e-8
     clip_grad: float = 1.0  # 0: no clipping
     precision: Precision = Precision.fp32  # GPU recipes choose bf16
+    compile: bool = False  # torch.compile the model (backend=torch; torchtitan's compile.enable); sizes Inductor's compile threads
     seed: int = 1234
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)

@@ -70,7 +70,6 @@ class BackendConfig:
 
 @dataclass
 class TorchBackendConfig(BackendConfig):
-    compile: bool = False  # torch.compile the model
     num_threads: Optional[int] = None  # torch intra-op threads; null: leave torch's default
     deterministic: bool = True  # torch.use_deterministic_algorithms on CPU
 

@@ -83,7 +83,7 @@ class TorchAdapter(BackendAdapter):
             "timeout_s": cfg.launch.timeout_s,
             "device": cfg.platform.device,
             "peak_tflops_per_device": cfg.platform.peak_tflops_per_device,
-            "compile": cfg.backend.compile,
+            "compile": cfg.module.compile,
             "deterministic": cfg.backend.deterministic,
             "num_threads": cfg.backend.num_threads,
             **plain(cfg.backend.extra_args),

@@ -44,7 +44,7 @@ def build_torchtitan_job_config(cfg: DictConfig, run_dir, world_size: int) -> di
         "parallelism": parallelism_section(cfg, world_size),
         "checkpoint": checkpoint_section(cfg),
         "activation_checkpoint": {"mode": backend.activation_checkpoint},
-        "compile": {"enable": backend.compile},
+        "compile": {"enable": backend.compile or m.compile},
         "metrics": {"log_freq": m.log.interval, "enable_tensorboard": m.log.tensorboard, "save_tb_folder": "tensorboard"},
         "debug": {"seed": m.seed},
         "model_args": model_args_section(cfg.model, m.seq_length),

@@ -1,0 +1,62 @@
+"""task=plan: the resource plan this config would get on this machine, as JSON on stdout (no torch, no files).
+
+A single run prints one indented JSON document. A multirun (-m) prints one compact JSON object per point and
+line (JSON Lines), each planned for the sweep's full number of points and tagged with the point's overrides.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Optional
+
+from omegaconf import DictConfig
+
+
+class PlanTask:
+    def __init__(self, cfg: DictConfig):
+        self.cfg = cfg
+
+    def run(self) -> dict:
+        from primus_hydra.config.validate import validate_config
+        from primus_hydra.orchestrator.plan import build_resource_plan
+
+        validate_config(self.cfg)  # the callback validates single runs only; sweep points come through here
+        point = _sweep_point()
+        plan = build_resource_plan(self.cfg, sweep_points=_sweep_points() if point else 1)
+        data = plan.to_dict()
+        if point is None:
+            print(json.dumps(data, indent=2))
+        else:
+            print(json.dumps({"point": point, **data}))
+        for warning in plan.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+        return data
+
+
+def _sweep_point() -> Optional[dict]:
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized() or str(HydraConfig.get().mode) != "RunMode.MULTIRUN":
+        return None
+    job = HydraConfig.get().job
+    return {"num": job.num, "overrides": list(HydraConfig.get().overrides.task)}
+
+
+def _sweep_points() -> int:
+    """The number of points of this multirun: the product of the sweep overrides' lengths on the command line
+    (Hydra's basic sweeper takes their cartesian product). Glob sweeps count as one."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    overrides = [arg for arg in sys.argv[1:] if not arg.startswith("-")]
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception:  # whatever Hydra accepted but we cannot count: plan for one point
+        return 1
+    points = 1
+    for override in parsed:
+        if override.is_sweep_override() and not override.is_hydra_override():
+            try:
+                points *= max(1, len(list(override.sweep_iterator())))
+            except Exception:
+                pass
+    return points
