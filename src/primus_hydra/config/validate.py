@@ -313,3 +313,6 @@ def _patches(cfg: DictConfig, failures: list[str]) -> None:
     enabled = str(cfg.patches.enabled).strip()
     if not enabled:
         failures.append("patches.enabled is empty; allowed: all, none, or a comma-separated list of patch ids")
+
+
+from primus_hydra.config import validate_resources  # noqa: E402,F401  (registers the resource rules)

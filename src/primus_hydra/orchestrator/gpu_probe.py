@@ -46,6 +46,7 @@ class GpuDetection:
     absent_mask_entries: tuple[str, ...]  # mask entries that name no listed device (reported by validation)
     source: str  # where the count came from
     free_source: str  # where the free memory came from
+    mask_error: Optional[str] = None  # the absent entries as one line
 
 
 def parse_number_env(environ: Mapping[str, str], name: str, *, integer: bool = False,
@@ -197,6 +198,7 @@ def detect_gpus(environ: Mapping[str, str]) -> GpuDetection:
     if vendor is None:  # no tool answered: a mask still says how many devices this process sees
         vendor = "amd" if amd_masks and "CUDA_VISIBLE_DEVICES" not in environ else "nvidia"
     absent: list[str] = []
+    listing = (source, sorted(d.ordinal for d in listed)) if listed is not None else None
     mask_variable = "CUDA_VISIBLE_DEVICES" if vendor == "nvidia" else "HIP_VISIBLE_DEVICES"
     if vendor == "nvidia" and "CUDA_VISIBLE_DEVICES" in environ:
         listed, absent = _select(listed, _mask_entries(environ["CUDA_VISIBLE_DEVICES"]))
@@ -229,5 +231,11 @@ def detect_gpus(environ: Mapping[str, str]) -> GpuDetection:
         listed = [_Listed(d.ordinal, d.uuid, f) for d, f in zip(listed, free)]
         free_source = "PRIMUS_AUTO_FREE_VRAM_GB"
     gpus = tuple(GpuInfo(d.ordinal, vendor, d.free_gib) for d in listed)
+    error = None
+    if absent and listing is not None:
+        masks = " ".join(f"{name}={environ[name]}" for name in ("CUDA_VISIBLE_DEVICES", *amd_masks)
+                         if name in environ and (name == "CUDA_VISIBLE_DEVICES") == (vendor == "nvidia"))
+        error = (f"{masks} names device(s) {', '.join(absent)} that this machine does not have; "
+                 f"{listing[0]} lists {len(listing[1])} GPU(s): {', '.join(map(str, listing[1])) or 'none'}")
     return GpuDetection(gpus, vendor if gpus else None, mask_variable if gpus else None, tuple(absent), source,
-                        free_source)
+                        free_source, error)

@@ -32,6 +32,7 @@ class MachineResources:
     sources: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
     mask_variable: Optional[str] = None  # CUDA_VISIBLE_DEVICES | HIP_VISIBLE_DEVICES: where GpuInfo.index goes
     absent_mask_entries: tuple[str, ...] = ()  # visible-devices entries naming no device of this machine
+    mask_error: Optional[str] = None  # the one line validation reports for them
 
     @property
     def num_gpus(self) -> int:
@@ -72,7 +73,7 @@ def _detect(environ: Mapping[str, str], cgroup_root: Path, proc_root: Path) -> M
     ram, ram_source = detect_ram_gib(environ, cgroup_root, proc_root)
     sources = {"gpus": gpus.source, "free_vram": gpus.free_source, "vcpus": cpu_source, "ram": ram_source}
     return MachineResources(gpus.gpus, len(cpu_ids), cpu_ids, ram, sources, gpus.mask_variable,
-                            gpus.absent_mask_entries)
+                            gpus.absent_mask_entries, gpus.mask_error)
 
 
 def count_visible_gpus() -> int:
