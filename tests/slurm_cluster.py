@@ -1,0 +1,90 @@
+"""Helpers for tests that need the local Slurm cluster (scripts/local_slurm.sh). Not a test module.
+
+`require_slurm()` skips the calling test with a reason when no cluster answers, unless PRIMUS_REQUIRE_SLURM=1
+(set by scripts/test.sh after a successful bring-up): then the test fails instead, so CI cannot silently skip.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable, List, Tuple, TypeVar
+
+REPO = Path(__file__).resolve().parents[1]
+LOCAL_SLURM = REPO / "scripts" / "local_slurm.sh"
+NODES = ("n1", "n2")
+_READY_STATES = {"idle", "mix", "mixed", "alloc", "allocated"}
+
+T = TypeVar("T")
+
+
+def slurm_conf_path() -> str | None:
+    """The slurm.conf clients use: $SLURM_CONF, or None when it is unset or missing."""
+    conf = os.environ.get("SLURM_CONF")
+    return conf if conf and Path(conf).is_file() else None
+
+
+def _run(cmd: List[str], timeout_s: float = 10.0) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+
+
+def cluster_available() -> Tuple[bool, str]:
+    """(True, "") when SLURM_CONF is set and sinfo answers within 5 s with n1 and n2 usable; else (False, why)."""
+    conf = os.environ.get("SLURM_CONF")
+    if not conf:
+        return False, "SLURM_CONF is not set (bring a cluster up with: bash scripts/local_slurm.sh up)"
+    if not Path(conf).is_file():
+        return False, f"SLURM_CONF={conf} does not exist"
+    try:
+        out = _run(["sinfo", "-h", "-N", "-o", "%N %t"], timeout_s=5)
+    except FileNotFoundError:
+        return False, "sinfo is not installed"
+    except subprocess.TimeoutExpired:
+        return False, "sinfo did not answer within 5 s (is slurmctld running?)"
+    if out.returncode != 0:
+        return False, f"sinfo failed: {(out.stderr or out.stdout).strip()[:200]}"
+    states = dict(line.split()[:2] for line in out.stdout.splitlines() if len(line.split()) >= 2)
+    # a suffix (idle* = not responding, idle~ = powered down, ...) makes a node unusable
+    bad = {n: states.get(n, "missing") for n in NODES if states.get(n) not in _READY_STATES}
+    if bad:
+        return False, "nodes not usable: " + ", ".join(f"{n}={s}" for n, s in sorted(bad.items()))
+    return True, ""
+
+
+def require_slurm() -> None:
+    """Skip the calling test when no cluster is available; fail instead when PRIMUS_REQUIRE_SLURM=1."""
+    import pytest
+
+    ok, reason = cluster_available()
+    if ok:
+        return
+    if os.environ.get("PRIMUS_REQUIRE_SLURM") == "1":
+        pytest.fail(f"PRIMUS_REQUIRE_SLURM=1 but no Slurm cluster: {reason}", pytrace=False)
+    pytest.skip(f"no Slurm cluster: {reason}")
+
+
+def sacct_state(job_id: str | int) -> str:
+    """The accounting state of a job's allocation (COMPLETED, FAILED, CANCELLED, ...); "" when not recorded yet."""
+    out = _run(["sacct", "-j", str(job_id), "-X", "-n", "-P", "-o", "State"], timeout_s=10)
+    lines = [line.strip() for line in out.stdout.splitlines() if line.strip()]
+    # "CANCELLED by 0" -> "CANCELLED"; the last line is the latest record of a requeued job
+    return lines[-1].split()[0] if lines else ""
+
+
+def squeue_job_ids() -> List[str]:
+    """Ids of all jobs slurmctld still lists (pending, running, completing)."""
+    out = _run(["squeue", "-h", "-o", "%i"], timeout_s=10)
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+
+
+def wait_until(predicate: Callable[[], T], timeout_s: float, interval_s: float = 0.2) -> T:
+    """Poll `predicate` until it returns something truthy and return that; AssertionError after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"condition not met within {timeout_s} s: {getattr(predicate, '__name__', predicate)}")
+        time.sleep(interval_s)
