@@ -1,0 +1,90 @@
+"""task=plan on the command line: the plan as JSON on stdout, no torch import, no files, bad input in one line."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+# Runs the CLI and reports on stderr, at exit, whether torch was imported.
+WRAPPER = (
+    "import atexit, runpy, sys\n"
+    "atexit.register(lambda: print('torch imported:', 'torch' in sys.modules, file=sys.stderr))\n"
+    "sys.argv = ['primus_hydra', *sys.argv[1:]]\n"
+    "runpy.run_module('primus_hydra', run_name='__main__')\n"
+)
+FAKE_8_GPU_NODE = {"PRIMUS_AUTO_NUM_GPUS": "8", "PRIMUS_AUTO_FREE_VRAM_GB": "80", "PRIMUS_AUTO_PER_JOB_GB": "4",
+                   "PRIMUS_AUTO_VCPUS": "176", "PRIMUS_AUTO_RAM_GB": "2000"}
+
+
+def primus_plan(cwd, *args, env=None):
+    full_env = {k: v for k, v in os.environ.items()
+                if not k.startswith("PRIMUS_AUTO_") and k not in ("HYDRA_FULL_ERROR", "OMP_NUM_THREADS")}
+    full_env["PYTHONPATH"] = str(REPO / "src")
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-c", WRAPPER, *args], capture_output=True, text=True, cwd=cwd,
+                          env=full_env, timeout=120)
+
+
+def test_plan_prints_the_resolved_plan_as_json_and_writes_nothing(tmp_path):
+    result = primus_plan(tmp_path, "task=plan", "launch.nproc_per_node=auto", "module.micro_batch_size=1",
+                         env=FAKE_8_GPU_NODE)
+    assert result.returncode == 0, result.stderr[-2000:]
+    plan = json.loads(result.stdout)
+    assert plan["nproc_per_node"] == 8 and plan["auto"]["launch.nproc_per_node"] is True
+    assert plan["per_job_source"] == "env" and plan["jobs_per_gpu"] == 18
+    assert plan["resources"]["vcpus"] == 176 and len(plan["resources"]["gpus"]) == 8
+    assert "torch imported: False" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_plan_on_this_machine_needs_no_overrides(tmp_path):
+    result = primus_plan(tmp_path, "task=plan")
+    assert result.returncode == 0, result.stderr[-2000:]
+    plan = json.loads(result.stdout)
+    assert plan["nproc_per_node"] == 1 and plan["threads_per_worker"] >= 1 and plan["parallel_jobs"] == 1
+    assert "torch imported: False" in result.stderr
+
+
+def test_plan_of_a_sweep_plans_for_all_its_points(tmp_path):
+    result = primus_plan(tmp_path, "-m", "task=plan", "launch.nproc_per_node=1", "module.lr=1e-3,2e-3,3e-3",
+                         "model=llama_tiny,moe_tiny", env={**FAKE_8_GPU_NODE, "TMPDIR": str(tmp_path / "tmp")})
+    assert result.returncode == 0, result.stderr[-2000:]
+    points = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [p["point"]["num"] for p in points] == list(range(6))
+    assert {p["sweep_points"] for p in points} == {6} and {p["parallel_jobs"] for p in points} == {6}
+    assert "torch imported: False" in result.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["tmp"]  # Hydra's multirun.yaml only, in the temp folder
+
+
+@pytest.mark.parametrize("args, env, line", [
+    (["launch.nproc_per_node=atuo"], {}, "error: launch.nproc_per_node=atuo: must be 'auto' or an integer >= 1"),
+    (["module.data.num_workers=-2"], {}, "error: module.data.num_workers=-2: must be 'auto' or an integer >= 0"),
+    (["module.data.num_workers=many"], {}, "error: module.data.num_workers=many: must be 'auto' or an integer >= 0"),
+    (["sweep.max_parallel=0"], {}, "error: sweep.max_parallel=0: must be 'auto' or an integer >= 1"),
+    ([], {"PRIMUS_AUTO_VCPUS": "-4"}, "error: PRIMUS_AUTO_VCPUS=-4: must be an integer > 0"),
+    ([], {"PRIMUS_AUTO_PER_JOB_GB": "big"}, "error: PRIMUS_AUTO_PER_JOB_GB=big: must be a number > 0"),
+    ([], {"TORCHINDUCTOR_COMPILE_THREADS": "autoish"},
+     "error: TORCHINDUCTOR_COMPILE_THREADS=autoish: must be 'auto' or an integer >= 1"),
+    ([], {"PRIMUS_AUTO_NUM_GPUS": "2", "CUDA_VISIBLE_DEVICES": "1,4"},
+     "error: CUDA_VISIBLE_DEVICES=1,4 names device(s) 4 that this machine does not have; PRIMUS_AUTO_NUM_GPUS lists 2 GPU(s): 0, 1"),
+], ids=["nproc_misspelled", "workers_negative", "workers_text", "max_parallel_zero", "vcpus_negative", "per_job_text",
+        "compile_threads_text", "mask_absent_device"])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, env, line):
+    result = primus_plan(tmp_path, "task=plan", *args, env=env)
+    assert result.returncode == 2, result.stderr[-2000:]
+    errors = [l for l in result.stderr.splitlines() if l.startswith("error:")]
+    assert errors == [line] and result.stdout == ""
+
+
+def test_a_job_too_large_for_the_gpu_is_a_warning_not_an_error(tmp_path):
+    result = primus_plan(tmp_path, "task=plan", "model=llama3_8b", "launch.nproc_per_node=1",
+                         env={"PRIMUS_AUTO_NUM_GPUS": "1", "PRIMUS_AUTO_FREE_VRAM_GB": "24"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout)["jobs_per_gpu"] == 1
+    (warning,) = [l for l in result.stderr.splitlines() if l.startswith("warning:")]
+    assert warning.startswith("warning: the per-job estimate ") and "exceeds the usable free memory" in warning
