@@ -36,7 +36,7 @@ def test_plan_prints_the_resolved_plan_as_json_and_writes_nothing(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     plan = json.loads(result.stdout)
     assert plan["nproc_per_node"] == 8 and plan["auto"]["launch.nproc_per_node"] is True
-    assert plan["per_job_source"] == "env" and plan["jobs_per_gpu"] == 18
+    assert plan["per_job_source"] == "env" and plan["jobs_per_gpu"] == 1  # one point: one job on each of the 8 GPUs
     assert plan["resources"]["vcpus"] == 176 and len(plan["resources"]["gpus"]) == 8
     assert "torch imported: False" in result.stderr
     assert list(tmp_path.iterdir()) == []
