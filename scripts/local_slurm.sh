@@ -18,15 +18,18 @@
 #   munge/                             private munge key, socket, pid, log (owned by munge)
 #   mysql/                             private MariaDB datadir, socket, pid, error log (owned by mysql)
 # Ports (non-default, so that a real Slurm/MariaDB on the machine is not disturbed):
-#   slurmctld 17817, slurmd n1/n2 17001-17002, slurmdbd 17819, MariaDB 127.0.0.1:17306.
+#   slurmctld 17817, slurmd n1/n2 17001-17002, slurmdbd 17819, MariaDB 127.0.0.1:17306
+#   (${PRIMUS_SLURM_PORT_BASE:-17000} + 817, 1-2, 819, 306).
 set -euo pipefail
 
 H="${PRIMUS_SLURM_HOME:-/var/tmp/primus-slurm}"
 CLUSTER=primus
 NODES=(n1 n2)
-CTLD_PORT=17817
-DBD_PORT=17819
-DB_PORT=17306
+# PRIMUS_SLURM_PORT_BASE moves all ports (a second cluster next to a running one needs another home and base)
+PORT_BASE="${PRIMUS_SLURM_PORT_BASE:-17000}"
+CTLD_PORT=$((PORT_BASE + 817))
+DBD_PORT=$((PORT_BASE + 819))
+DB_PORT=$((PORT_BASE + 306))
 DB_PASS=primus-slurm-local   # a local, 127.0.0.1-only test database
 WAIT_IDLE_S="${PRIMUS_SLURM_WAIT_S:-60}"
 export SLURM_CONF="$H/etc/slurm.conf"
@@ -200,7 +203,7 @@ SlurmctldLogFile=$H/log/slurmctld.log
 SlurmdLogFile=$H/log/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
-NodeName=n[1-2] NodeHostname=$host NodeAddr=127.0.0.1 Port=[17001-17002] CPUs=2 RealMemory=8000 State=UNKNOWN
+NodeName=n[1-2] NodeHostname=$host NodeAddr=127.0.0.1 Port=[$((PORT_BASE + 1))-$((PORT_BASE + 2))] CPUs=2 RealMemory=8000 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 EOF
   mv -f "$H/etc/slurm.conf.new" "$H/etc/slurm.conf"

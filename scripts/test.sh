@@ -28,7 +28,8 @@ elif [[ "$(uname -s)" != Linux || "$(id -u)" != 0 ]] || ! command -v apt-get >/d
   echo "[test] warning: no local Slurm cluster (needs root, Linux and apt); the Slurm tests skip" >&2
 else
   # a cluster with any daemon running was started by someone else before us: use it, leave it running
-  if bash "$slurm" status 2>/dev/null | grep -q ' running '; then
+  slurm_status="$(bash "$slurm" status 2>/dev/null || true)"
+  if [[ "$slurm_status" == *" running "* ]]; then
     slurm_was_running=1
   else
     slurm_was_running=0
