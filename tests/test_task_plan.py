@@ -88,3 +88,16 @@ def test_a_job_too_large_for_the_gpu_is_a_warning_not_an_error(tmp_path):
     assert json.loads(result.stdout)["jobs_per_gpu"] == 1
     (warning,) = [l for l in result.stderr.splitlines() if l.startswith("warning:")]
     assert warning.startswith("warning: the per-job estimate ") and "exceeds the usable free memory" in warning
+
+
+def test_a_run_reports_its_plan_and_its_process_gets_the_planned_threads(tmp_path):
+    """The in-process run: the thread variables are set before torch is imported, so torch starts with them."""
+    run_dir = tmp_path / "run"
+    result = primus_plan(tmp_path, f"hydra.run.dir={run_dir}", "module.train_iters=1", "module.warmup_iters=0",
+                         "module.checkpoint.interval=0", "module.checkpoint.save_final=false", "module.log.plot=false",
+                         "module.log.tensorboard=false", env={"PRIMUS_AUTO_VCPUS": "1"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "resource plan: 0 GPU(s) [free GiB: -], 1 vCPU(s)" in result.stderr
+    saved = json.loads((run_dir / "resources.json").read_text())
+    assert saved["threads_per_worker"] == 1 and saved["worker_env"]["OMP_NUM_THREADS"] == "1"
+    assert "| threads 1 |" in (run_dir / "logs" / "rank_0.log").read_text()

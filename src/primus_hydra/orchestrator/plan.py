@@ -94,7 +94,8 @@ class ResourcePlan:
             ("parallel sweep points", f"{self.parallel_jobs} of {self.sweep_points}", "sweep.max_parallel"),
         ]
         lines = [f"resource plan: {r.num_gpus} GPU(s) [free GiB: {free}], {r.vcpus} vCPU(s), {ram} RAM available"]
-        lines += [f"  {name:<24} {str(value):<22} {'auto' if self.auto.get(key) else 'set'}" for name, value, key in rows]
+        lines += [f"  {name:<24} {str(value):<22} {'' if value == '-' else 'auto' if self.auto.get(key) else 'set'}".rstrip()
+                  for name, value, key in rows]
         if self.worker_env:
             lines.append("  env for workers: " + " ".join(f"{k}={v}" for k, v in sorted(self.worker_env.items())))
         lines += [f"warning: {w}" for w in self.warnings]
