@@ -125,14 +125,16 @@ def _amd_free_gib(entry: dict) -> Optional[float]:
     return None
 
 
-def list_amd_smi(environ: Mapping[str, str]) -> Optional[list[_Listed]]:
-    output = _run(["amd-smi", "metric", "--mem-usage", "--json"], environ)
-    if output is None:
-        return None
+def _run_json(command: list[str], environ: Mapping[str, str]):
+    output = _run(command, environ)
     try:
-        data = json.loads(output)
+        return None if output is None else json.loads(output)
     except ValueError:
         return None
+
+
+def list_amd_smi(environ: Mapping[str, str]) -> Optional[list[_Listed]]:
+    data = _run_json(["amd-smi", "metric", "--mem-usage", "--json"], environ)
     if isinstance(data, dict):  # some releases wrap the list
         data = data.get("gpu_data", [data])
     listed = []
@@ -143,13 +145,7 @@ def list_amd_smi(environ: Mapping[str, str]) -> Optional[list[_Listed]]:
 
 
 def list_rocm_smi(environ: Mapping[str, str]) -> Optional[list[_Listed]]:
-    output = _run(["rocm-smi", "--showmeminfo", "vram", "--json"], environ)
-    if output is None:
-        return None
-    try:
-        data = json.loads(output)
-    except ValueError:
-        return None
+    data = _run_json(["rocm-smi", "--showmeminfo", "vram", "--json"], environ)
     listed = []
     for card, fields in data.items() if isinstance(data, dict) else []:
         if not (card.startswith("card") and card[4:].isdigit() and isinstance(fields, dict)):
