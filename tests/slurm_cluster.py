@@ -14,7 +14,8 @@ from typing import Callable, List, Tuple, TypeVar
 REPO = Path(__file__).resolve().parents[1]
 LOCAL_SLURM = REPO / "scripts" / "local_slurm.sh"
 NODES = ("n1", "n2")
-_READY_STATES = {"idle", "mix", "mixed", "alloc", "allocated"}
+# sinfo %t states of a node that runs or can run jobs (comp: a job is completing; plnd: reserved by backfill)
+_READY_STATES = {"idle", "mix", "alloc", "comp", "plnd"}
 
 T = TypeVar("T")
 
@@ -45,8 +46,9 @@ def cluster_available() -> Tuple[bool, str]:
     if out.returncode != 0:
         return False, f"sinfo failed: {(out.stderr or out.stdout).strip()[:200]}"
     states = dict(line.split()[:2] for line in out.stdout.splitlines() if len(line.split()) >= 2)
-    # a suffix (idle* = not responding, idle~ = powered down, ...) makes a node unusable
-    bad = {n: states.get(n, "missing") for n in NODES if states.get(n) not in _READY_STATES}
+    # "-" marks a node planned by backfill; any other suffix (idle* = not responding, idle~ = powered down, ...)
+    # makes a node unusable
+    bad = {n: states.get(n, "missing") for n in NODES if states.get(n, "missing").rstrip("-") not in _READY_STATES}
     if bad:
         return False, "nodes not usable: " + ", ".join(f"{n}={s}" for n, s in sorted(bad.items()))
     return True, ""
