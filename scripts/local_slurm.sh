@@ -91,9 +91,9 @@ stop_daemon() {
   rm -f "$(pidfile_of "$d")"
 }
 
-# Wait (up to $2 s) until command "$3..." succeeds.
+# wait_for WHAT TIMEOUT_S CMD...: wait up to TIMEOUT_S s until CMD succeeds (WHAT only names it for readers).
 wait_for() {
-  local what="$1" timeout_s="$2"; shift 2
+  local timeout_s="$2"; shift 2
   local deadline=$(( $(now_ms) + timeout_s * 1000 ))
   until "$@" >/dev/null 2>&1; do
     (( $(now_ms) < deadline )) || return 1
@@ -127,7 +127,7 @@ install_packages() {
   } > "$H/log/apt.log" 2>&1 || rc=$?
   (( own_policy )) && rm -f /usr/sbin/policy-rc.d
   (( rc == 0 )) || { tail -n 20 "$H/log/apt.log" >&2; die "apt-get failed (rc $rc); see $H/log/apt.log"; }
-  log "packages installed in $(( ($(now_ms) - t0) ))ms"
+  log "packages installed in $(( $(now_ms) - t0 ))ms"
 }
 
 # --- /etc/hosts ------------------------------------------------------------------------------------------------

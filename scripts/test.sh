@@ -12,6 +12,7 @@ cd "$root"
 
 slurm="$root/scripts/local_slurm.sh"
 slurm_stop_at_exit=0
+# shellcheck disable=SC2317  # called by the EXIT trap
 stop_slurm() {
   if (( slurm_stop_at_exit )); then
     slurm_stop_at_exit=0
