@@ -49,6 +49,7 @@ class TaskConfig:
     _target_: str = MISSING
     name: str = MISSING
     dry_run: bool = False  # stop after build_args and write the backend's final arguments to the run dir
+    runs: Optional[str] = None  # task=status: a run or sweep dir (null: every run under outputs/ and multirun/)
 
 
 @dataclass

@@ -5,6 +5,7 @@ they load this file back into the typed schema.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -19,7 +20,7 @@ def write_job_config(cfg: DictConfig, run_dir: Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     container.pop("hydra", None)
-    tmp = target.with_suffix(".tmp")
+    tmp = target.with_suffix(f".tmp.{os.getpid()}")  # every node's agent may write it (same content) at once
     tmp.write_text(OmegaConf.to_yaml(OmegaConf.create(container)))
     tmp.replace(target)
     return target

@@ -21,6 +21,12 @@ class TrainTask:
 
         run_dir = self.run_dir or hydra_run_dir()
         inside_job = detect_distributed_env().is_distributed
+        if not inside_job and not self.cfg.task.dry_run:
+            from primus_hydra.launch.slurm.run import slurm_launcher_settings, submit_single_run
+
+            slurm = slurm_launcher_settings()
+            if slurm is not None:  # platform=slurm: this run is one Slurm job
+                return submit_single_run(self.cfg, run_dir, slurm)
         plan = apply_resource_plan(self.cfg, report_dir=None if inside_job else run_dir)
         if inside_job or self.cfg.task.dry_run or configured_world_size(self.cfg) == 1:
             from primus_hydra.runtime.train_runtime import PrimusRuntime

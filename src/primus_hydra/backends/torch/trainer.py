@@ -40,11 +40,17 @@ class TrainingDivergedError(PrimusError):
     exit_code = 3
 
 
+# SIGUSR2 is the preemption / time-limit notice of Slurm jobs (submitit's default; NCCL catches USR1)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2)
+_PREEMPTION_CODE = 100  # above every signal number, so that MAX over ranks picks a preemption
+
+
 class StoppedBySignalError(PrimusError):
     """Raised after the on_signal checkpoint: the process exits right away with 128 + the signal number."""
 
     def __init__(self, message: str, signum: int):
         super().__init__(message)
+        self.signum = signum
         self.exit_code = 128 + signum
 
 
@@ -70,7 +76,7 @@ class TorchTrainer(BaseTrainer):
         self.autocast_dtype = torch.bfloat16 if args["precision"] == "bf16" else None
         self.stop_signal: Optional[int] = None
         if args["checkpoint"]["on_signal"]:
-            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            for signum in STOP_SIGNALS:
                 signal.signal(signum, self._remember_signal)
         peak = args["peak_tflops_per_device"]
         if peak is None and self.device.type == "cpu":
@@ -242,16 +248,20 @@ class TorchTrainer(BaseTrainer):
 
     # -- signals ----------------------------------------------------------------------------------------
     def _remember_signal(self, signum, frame) -> None:
-        self.stop_signal = signum
+        # A preemption notice (USR2 from Slurm/submitit) says more than the SIGTERM that comes with it: it wins.
+        if self.stop_signal != signal.SIGUSR2:
+            self.stop_signal = signum
 
     def _agreed_stop_signal(self) -> Optional[int]:
-        """Ranks may see a signal at different steps; they agree (max over ranks) so that all save together."""
+        """Ranks may see a signal at different steps; they agree (max over ranks, USR2 first) so that all save together."""
         if not self.backend_args["checkpoint"]["on_signal"]:
             return None
-        flag = torch.tensor(self.stop_signal or 0, device=self.device)
+        code = _PREEMPTION_CODE if self.stop_signal == signal.SIGUSR2 else (self.stop_signal or 0)
+        flag = torch.tensor(code, device=self.device)
         if dist.is_initialized():
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return int(flag.item()) or None
+        agreed = int(flag.item())
+        return signal.SIGUSR2 if agreed == _PREEMPTION_CODE else (agreed or None)
 
     # -- checkpoints ------------------------------------------------------------------------------------
     def save_checkpoint(self, step: int) -> Path:

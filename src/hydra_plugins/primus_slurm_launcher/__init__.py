@@ -1,0 +1,1 @@
+"""hydra/launcher=primus_slurm (see primus_slurm_launcher.py)."""

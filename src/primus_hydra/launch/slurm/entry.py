@@ -1,0 +1,157 @@
+"""What runs on the Slurm nodes: the submitted callable (pickled by submitit, so it stays small and importable).
+
+srun mode: this process is one rank; it exports torch.distributed's variables from the Slurm task and runs
+the worker runtime on the composed config. torchrun mode: this process is the node's elastic agent (c10d
+rendezvous on the first node), which starts the node's ranks. Either way the config is the one composed and
+validated on the submitting machine; nothing is recomposed here.
+
+Preemption and time limits: Slurm (via submitit's --signal) sends USR2; the trainer checkpoints at the end of the
+step its ranks agree on, then rank 0 asks submitit to requeue this callable with `attempt + 1`, and the rerun
+resumes from that checkpoint in the same run dir.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Any, Mapping
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class SlurmTaskEnv:
+    """This task's place in the job, read from Slurm's variables (not from submitit's TorchDistributedEnvironment,
+    which would also set CUDA_VISIBLE_DEVICES=<local rank> on CPU-only nodes)."""
+
+    job_id: str
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    node_rank: int
+    nnodes: int
+    master_addr: str
+    master_port: int
+
+
+def master_port_for(job_id: str, restart_count: int) -> int:
+    """The same port on every node, from the job id; a requeued run gets another one (the old may be in TIME_WAIT)."""
+    digits = "".join(ch for ch in job_id if ch.isdigit()) or "0"
+    return 20000 + (int(digits) * 7 + restart_count * 7919) % 40000
+
+
+def read_slurm_task_env(hostnames: list[str], environ: Mapping[str, str] = os.environ) -> SlurmTaskEnv:
+    job_id = environ.get("SLURM_ARRAY_JOB_ID", "") and f"{environ['SLURM_ARRAY_JOB_ID']}_{environ.get('SLURM_ARRAY_TASK_ID', '0')}"
+    job_id = job_id or environ.get("SLURM_JOB_ID", "0")
+    world = int(environ.get("SLURM_NTASKS", "1"))
+    nnodes = int(environ.get("SLURM_JOB_NUM_NODES", environ.get("SLURM_NNODES", "1")))
+    master = environ.get("PRIMUS_MASTER_ADDR") or hostnames[0]
+    try:
+        socket.getaddrinfo(master, None)
+    except OSError:
+        from primus_hydra.errors import PrimusError
+
+        raise PrimusError(
+            f"the job's first node {master!r} does not resolve on {socket.gethostname()}: ranks could not meet there; "
+            "fix the cluster's name resolution or set PRIMUS_MASTER_ADDR (e.g. in hydra.launcher.setup)"
+        ) from None
+    return SlurmTaskEnv(
+        job_id=job_id,
+        rank=int(environ.get("SLURM_PROCID", "0")),
+        world_size=world,
+        local_rank=int(environ.get("SLURM_LOCALID", "0")),
+        local_world_size=max(world // max(nnodes, 1), 1),
+        node_rank=int(environ.get("SLURM_NODEID", "0")),
+        nnodes=nnodes,
+        master_addr=master,
+        master_port=master_port_for(job_id, int(environ.get("SLURM_RESTART_COUNT", "0") or 0)),
+    )
+
+
+def export_torch_distributed_env(task: SlurmTaskEnv) -> None:
+    os.environ.update({
+        "RANK": str(task.rank), "WORLD_SIZE": str(task.world_size), "LOCAL_RANK": str(task.local_rank),
+        "LOCAL_WORLD_SIZE": str(task.local_world_size), "GROUP_RANK": str(task.node_rank),
+        "MASTER_ADDR": task.master_addr, "MASTER_PORT": str(task.master_port),
+    })
+
+
+class PreemptionNotice:
+    """Holds back submitit's USR2 handler (which would requeue at once, killing ranks mid-checkpoint) until the
+    trainer has written its checkpoint; remembers that the notice came."""
+
+    def __init__(self) -> None:
+        self.submitit_handler = signal.getsignal(signal.SIGUSR2)
+        self.received = False
+        signal.signal(signal.SIGUSR2, self._remember)
+
+    def _remember(self, signum, frame) -> None:
+        self.received = True
+
+    def requeue_and_exit(self) -> None:
+        """Rank 0: let submitit dump our checkpoint() and `scontrol requeue` the job (it then exits)."""
+        handler = getattr(self.submitit_handler, "__self__", None)
+        if handler is None or not hasattr(handler, "checkpoint_and_try_requeue"):
+            raise RuntimeError("submitit's preemption handler is not installed: not running inside a submitit job")
+        handler.checkpoint_and_try_requeue(signal.SIGUSR2)
+
+
+@dataclasses.dataclass(frozen=True)
+class SlurmJobEntry:
+    job_config: str  # <run_dir>/.primus/job_config.yaml, written on the submitting machine
+    run_dir: str
+    mode: str  # srun | torchrun
+    attempt: int = 0  # 0 for the first run; +1 for every requeue after a preemption or time limit
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        """submitit calls this on the preemption signal: the requeued job resumes from the latest checkpoint."""
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(dataclasses.replace(self, attempt=self.attempt + 1))
+
+    def __call__(self) -> Any:
+        import submitit
+
+        from primus_hydra.launch.job_config import load_job_config
+
+        notice = PreemptionNotice()
+        task = read_slurm_task_env(submitit.JobEnvironment().hostnames)
+        cfg = load_job_config(Path(self.job_config))
+        cfg.module.checkpoint.on_signal = True  # a preempted or timed-out job must leave a checkpoint to resume from
+        if self.attempt > 0 and cfg.module.checkpoint.resume is None:
+            cfg.module.checkpoint.resume = "auto"
+        print(f"[primus] slurm job {task.job_id} attempt {self.attempt}: {self.mode} mode, rank {task.rank}/"
+              f"{task.world_size} on node {task.node_rank}/{task.nnodes}, master {task.master_addr}:{task.master_port}",
+              file=sys.stderr, flush=True)
+        try:
+            return self._run(cfg, task)
+        except BaseException as error:  # noqa: B902 - a preempted job must requeue whatever the stop looked like
+            # srun mode: the trainer took over USR2 and stopped with it; torchrun mode: this agent got the notice
+            preempted = notice.received or getattr(error, "signum", None) == signal.SIGUSR2
+            if not preempted or isinstance(error, KeyboardInterrupt):
+                raise
+            if task.rank == 0 if self.mode == "srun" else task.node_rank == 0:
+                print(f"[primus] preempted: checkpoint written, requeueing (attempt {self.attempt + 1})",
+                      file=sys.stderr, flush=True)
+                notice.requeue_and_exit()
+            raise SystemExit(0) from None  # no result file: the requeued run writes it
+
+    def _run(self, cfg, task: SlurmTaskEnv) -> Any:
+        if self.mode == "srun":
+            from primus_hydra.runtime.train_runtime import PrimusRuntime
+
+            export_torch_distributed_env(task)
+            return PrimusRuntime(cfg, Path(self.run_dir)).run()
+        from primus_hydra.launch.elastic import launch_elastic_job
+
+        cfg.launch.nnodes = task.nnodes
+        cfg.launch.node_rank = task.node_rank
+        cfg.launch.master_addr = task.master_addr
+        cfg.launch.master_port = task.master_port
+        cfg.launch.rdzv_backend = "c10d"
+        return launch_elastic_job(cfg, Path(self.run_dir))

@@ -1,0 +1,94 @@
+"""How many nodes, tasks and GPUs a Slurm job asks for, from the composed config and the launcher settings.
+
+srun mode: one Slurm task per process (per GPU); each task is a rank. torchrun mode: one task per node that
+runs torch's elastic agent, which starts the node's processes. The launcher settings (hydra.launcher.*) win
+where they are set; otherwise the shape follows launch.nnodes and launch.nproc_per_node.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+from omegaconf import DictConfig
+
+from primus_hydra.errors import ConfigValidationError
+
+LAUNCH_MODES = ("srun", "torchrun")
+
+
+@dataclass(frozen=True)
+class SlurmJobShape:
+    mode: str
+    nodes: int
+    processes_per_node: int  # ranks per node
+    gpus_per_node: Optional[int]
+
+    @property
+    def tasks_per_node(self) -> int:
+        return self.processes_per_node if self.mode == "srun" else 1
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.processes_per_node
+
+
+def _explicit_int(value: Any) -> Optional[int]:
+    return int(value) if value is not None and str(value) != "auto" else None
+
+
+def job_shape(cfg: DictConfig, settings: Mapping[str, Any]) -> SlurmJobShape:
+    mode = str(cfg.launch.mode)
+    if mode not in LAUNCH_MODES:
+        raise ConfigValidationError([f"launch.mode={mode}: allowed values are {', '.join(LAUNCH_MODES)}"])
+    gpus = settings.get("gpus_per_node")
+    if gpus is None:
+        gpus = _explicit_int(cfg.platform.gpus_per_node)
+    nodes = settings.get("nodes") or int(cfg.launch.nnodes)
+    processes = _explicit_int(cfg.launch.nproc_per_node)
+    if processes is None:  # auto: one process per GPU the job asks for, else one
+        processes = gpus or 1
+    tasks = settings.get("tasks_per_node")
+    if tasks is not None:
+        expected = processes if mode == "srun" else 1
+        if int(tasks) != expected:
+            raise ConfigValidationError([
+                f"hydra.launcher.tasks_per_node={tasks} disagrees with launch.mode={mode} and "
+                f"launch.nproc_per_node={cfg.launch.nproc_per_node}: {mode} mode needs {expected} task(s) per node; "
+                "leave hydra.launcher.tasks_per_node unset"
+            ])
+    if nodes != int(cfg.launch.nnodes):
+        raise ConfigValidationError([
+            f"hydra.launcher.nodes={nodes} disagrees with launch.nnodes={cfg.launch.nnodes}: set launch.nnodes only"
+        ])
+    return SlurmJobShape(mode=mode, nodes=int(nodes), processes_per_node=processes, gpus_per_node=gpus)
+
+
+def executor_parameters(settings: Mapping[str, Any], shape: SlurmJobShape, job_name: str) -> dict[str, Any]:
+    """submitit SlurmExecutor parameters (sbatch flags) for one job shape."""
+    srun_args = list(settings.get("srun_args") or [])
+    if not any(arg.startswith(("--kill-on-bad-exit", "-K")) for arg in srun_args):
+        srun_args.insert(0, "--kill-on-bad-exit=1")  # one failed rank ends the step instead of hanging its peers
+    parameters: dict[str, Any] = {
+        "job_name": job_name,
+        "nodes": shape.nodes,
+        "ntasks_per_node": shape.tasks_per_node,
+        "time": int(settings.get("timeout_min", 60)),
+        "signal_delay_s": int(settings.get("signal_delay_s", 120)),
+        "array_parallelism": int(settings.get("array_parallelism", 256)),
+        "stderr_to_stdout": bool(settings.get("stderr_to_stdout", False)),
+        "srun_args": srun_args,
+        "setup": list(settings.get("setup") or []),
+        "additional_parameters": dict(settings.get("additional_parameters") or {}),
+    }
+    if shape.gpus_per_node:
+        parameters["gpus_per_node"] = shape.gpus_per_node
+    if settings.get("mem_gb"):
+        parameters["mem"] = f"{int(settings['mem_gb'])}GB"
+    if settings.get("exclusive"):
+        parameters["exclusive"] = True
+    for key in ("cpus_per_task", "partition", "account", "qos", "constraint", "exclude", "comment"):
+        if settings.get(key) is not None:
+            parameters[key] = settings[key]
+    if settings.get("python"):
+        parameters["python"] = settings["python"]
+    return parameters

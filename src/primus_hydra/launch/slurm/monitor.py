@@ -1,0 +1,128 @@
+"""Waiting for submitted jobs on the submitting machine: periodic state lines, the final state from Slurm's
+accounting, rank 0's result, and a failed job's first error as one line (with the logs to read)."""
+from __future__ import annotations
+
+import pickle
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from primus_hydra.launch.slurm.submission import SubmittedJob
+
+FINISHED_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
+                   "DEADLINE", "PREEMPTED"}
+
+
+@dataclass
+class JobOutcome:
+    submitted: SubmittedJob
+    state: str
+    result: Any = None
+    error: Optional[str] = None  # one line
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def describe_submission(job: SubmittedJob) -> str:
+    shape = job.prepared.shape
+    return (f"slurm job {job.job_id} [{job.prepared.label}]: {shape.nodes} node(s) x {shape.tasks_per_node} task(s), "
+            f"{shape.mode} mode, world size {shape.world_size}; run dir {job.prepared.run_dir}")
+
+
+def wait_for_jobs(jobs: list[SubmittedJob], poll_interval_s: float = 2.0, heartbeat_s: float = 30.0) -> list[JobOutcome]:
+    """Block until every job has finished; print each state change and a heartbeat line while waiting."""
+    last_state: dict[str, str] = {}
+    pending = list(jobs)
+    last_heartbeat = time.monotonic()
+    outcomes: dict[str, JobOutcome] = {}
+    while pending:
+        for job in list(pending):
+            finished = job.job.done(force_check=True)
+            if finished:
+                outcome = outcomes[job.job_id] = _outcome(job)
+                pending.remove(job)
+                result = f"loss {outcome.result:.4f}" if isinstance(outcome.result, float) else ""
+                print(f"[slurm] job {job.job_id} [{job.prepared.label}]: {outcome.state} {result}".rstrip(),
+                      file=sys.stderr, flush=True)
+                continue
+            state = _state(job)
+            if state != last_state.get(job.job_id) and state != "UNKNOWN":  # UNKNOWN: not in sacct yet
+                print(f"[slurm] job {job.job_id} [{job.prepared.label}]: {state}", file=sys.stderr, flush=True)
+                last_state[job.job_id] = state
+        if pending:
+            if time.monotonic() - last_heartbeat >= heartbeat_s:
+                states = ", ".join(f"{job.job_id} {last_state.get(job.job_id, '?')}" for job in pending)
+                print(f"[slurm] waiting for {len(pending)} job(s): {states}", file=sys.stderr, flush=True)
+                last_heartbeat = time.monotonic()
+            time.sleep(poll_interval_s)
+    return [outcomes[job.job_id] for job in jobs]
+
+
+def _state(job: SubmittedJob) -> str:
+    try:
+        return str(job.job.state).split()[0]
+    except Exception:  # sacct hiccups must not end the wait
+        return "UNKNOWN"
+
+
+def _outcome(job: SubmittedJob) -> JobOutcome:
+    # the state may lag behind the result file by a moment: read it again
+    state = _state(job)
+    for _ in range(10):
+        if state in FINISHED_STATES:
+            break
+        time.sleep(0.5)
+        job.job.watcher.update()
+        state = _state(job)
+    try:
+        # rank 0 returns the loss; in torchrun mode the node hosting global rank 0 is the rendezvous's choice
+        result = next((value for value in job.job.results() if value is not None), None)
+    except Exception:  # noqa: BLE001 - submitit raises several kinds; the task files say what happened
+        return JobOutcome(job, state if state != "COMPLETED" else "FAILED", error=first_task_error(job, state))
+    if state not in ("COMPLETED", "UNKNOWN"):
+        return JobOutcome(job, state, error=first_task_error(job, state))
+    return JobOutcome(job, "COMPLETED", result=result)
+
+
+def first_task_error(job: SubmittedJob, state: str) -> str:
+    """The first task to fail (its submitit result file is the oldest error: the peers of a crashed rank fail
+    after it, in their next collective), else the tail of a task's stderr."""
+    tasks = job.prepared.shape.nodes * job.prepared.shape.tasks_per_node
+    task_paths = [job.job.task(task).paths if tasks > 1 else job.job.paths for task in range(tasks)]
+    errors = []
+    for task, paths in enumerate(task_paths):
+        message = _error_from_result(paths.result_pickle)
+        if message:
+            errors.append((paths.result_pickle.stat().st_mtime, task, message, paths.stderr))
+    logs_dir = job.prepared.run_dir / "logs"
+    if errors:
+        _, task, message, stderr = min(errors)
+        return f"slurm job {job.job_id} {state}: task {task}: {message}; logs: {stderr}, {logs_dir}"
+    tail = next((line for paths in task_paths for line in reversed(_tail(paths.stderr)) if line.strip()),
+                "no error recorded")
+    return f"slurm job {job.job_id} {state}: {tail}; logs: {task_paths[0].stderr}, {logs_dir}"
+
+
+def _error_from_result(path: Path) -> Optional[str]:
+    try:
+        with open(path, "rb") as handle:
+            status, payload = pickle.load(handle)
+    except (OSError, EOFError, pickle.UnpicklingError, ValueError):
+        return None
+    if status != "error":
+        return None
+    lines = [line for line in str(payload).strip().splitlines() if line.strip()]
+    last = lines[-1] if lines else "unknown error"
+    name, _, text = last.partition(": ")
+    return f"{name.rsplit('.', 1)[-1]}: {text}" if text else last
+
+
+def _tail(path: Path, lines: int = 20) -> list[str]:
+    try:
+        return Path(path).read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return []

@@ -1,0 +1,96 @@
+"""`-m` sweeps with hydra/launcher=primus_slurm: compose and validate every point here, then prepare each point's
+run dir through Hydra's own run_job (.hydra files, job callbacks), submit (one array per job shape), wait."""
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import JobReturn, JobStatus, filter_overrides, run_job
+from hydra.types import HydraContext
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+from primus_hydra.errors import ConfigValidationError
+from primus_hydra.launch.slurm.run import SlurmJobFailedError, print_status_hint
+
+
+def launch_slurm_sweep(hydra_context: HydraContext, config: DictConfig, job_overrides: Sequence[Sequence[str]],
+                       initial_job_idx: int) -> list[JobReturn]:
+    from primus_hydra.launch.slurm.monitor import describe_submission, wait_for_jobs
+    from primus_hydra.launch.slurm.submission import prepare_job, submit_jobs
+
+    settings = OmegaConf.to_container(config.hydra.launcher, resolve=True)
+    points = [_sweep_point(hydra_context, config, list(overrides), initial_job_idx + i)
+              for i, overrides in enumerate(job_overrides)]
+    _validate_all(points, settings)  # a bad point: nothing is written or submitted
+
+    prepared, returns = [], []
+    for label, sweep_config in points:
+        def prepare(task_cfg: DictConfig, label: str = label):
+            return prepare_job(task_cfg, Path(HydraConfig.get().runtime.output_dir), settings, label)
+
+        job_return = run_job(hydra_context=hydra_context, task_function=prepare, config=sweep_config,
+                             job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir", configure_logging=False)
+        if job_return.status != JobStatus.COMPLETED:
+            raise job_return._return_value  # preparing failed (e.g. a run dir that cannot be written): nothing submitted
+        prepared.append(job_return.return_value)
+        returns.append(job_return)
+
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    jobs = submit_jobs(prepared, settings, sweep_dir)
+    for job in jobs:
+        print(f"submitted {describe_submission(job)}", file=sys.stderr, flush=True)
+    if not config.launch.wait:
+        print_status_hint([job.prepared.run_dir for job in jobs])
+        for job_return in returns:
+            job_return.return_value = None
+        return returns
+
+    outcomes = wait_for_jobs(jobs, float(settings.get("poll_interval_s", 2.0)))
+    failures = []
+    for job_return, outcome in zip(returns, outcomes):
+        job_return.return_value = outcome.result
+        if not outcome.ok:
+            failures.append(f"[{outcome.submitted.prepared.label}] {outcome.error}")
+    _print_summary(outcomes)
+    if failures:
+        raise SlurmJobFailedError("\n".join(failures))
+    return returns
+
+
+def _sweep_point(hydra_context: HydraContext, config: DictConfig, overrides: list[str], num: int):
+    sweep_config = hydra_context.config_loader.load_sweep_config(config, overrides)
+    with open_dict(sweep_config.hydra.job):
+        sweep_config.hydra.job.id = f"slurm_{num}"  # the Slurm id does not exist yet: known after submission
+        sweep_config.hydra.job.num = num
+    return f"job {num}: {' '.join(filter_overrides(overrides)) or '(no overrides)'}", sweep_config
+
+
+def _validate_all(points: list, settings: dict) -> None:
+    from primus_hydra.config.validate import validate_config
+    from primus_hydra.launch.slurm.job_shape import job_shape
+
+    failures = []
+    for label, sweep_config in points:
+        HydraConfig.instance().set_config(sweep_config)
+        task_cfg = copy.deepcopy(sweep_config)
+        with read_write(task_cfg), open_dict(task_cfg):
+            del task_cfg["hydra"]
+        try:
+            validate_config(task_cfg, world_size=job_shape(task_cfg, settings).world_size)
+        except ConfigValidationError as error:
+            failures += [f"[{label}] {line}" for line in error.failures]
+    if failures:
+        raise ConfigValidationError(failures)
+
+
+def _print_summary(outcomes: list) -> None:
+    width = max(len(outcome.submitted.prepared.label) for outcome in outcomes)
+    print("slurm sweep summary:", file=sys.stderr)
+    for outcome in outcomes:
+        result = f"loss {outcome.result:.4f}" if isinstance(outcome.result, float) else (outcome.error or "")
+        print(f"  {outcome.submitted.job_id:>10}  {outcome.submitted.prepared.label:<{width}}  {outcome.state:<10} "
+              f"{result}  {outcome.submitted.prepared.run_dir}", file=sys.stderr)
+    sys.stderr.flush()

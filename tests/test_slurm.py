@@ -1,0 +1,189 @@
+"""platform=slurm on a real Slurm cluster (scripts/local_slurm.sh: two slurmd nodes on this machine, accounting on):
+every job shape trains the local curve, a sweep is one job array, a failed rank fails the job and the command,
+preemption requeues and resumes on the same curve, a bad config submits nothing, launch.wait=false + task=status.
+
+Skipped with the reason when no cluster answers; scripts/test.sh brings one up and sets PRIMUS_REQUIRE_SLURM=1,
+which turns a missing cluster into a failure."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_cluster import require_slurm, sacct_state, squeue_job_ids, wait_until
+
+pytestmark = pytest.mark.slurm
+
+FAST = ["module.warmup_iters=0", "module.micro_batch_size=4", "module.global_batch_size=8", "module.seq_length=64",
+        "module.log.interval=1", "module.log.tensorboard=false", "module.log.plot=false",
+        "module.log.progress_bar=false", "module.checkpoint.save_final=false"]
+SLURM = ["platform=slurm", "hydra.launcher.poll_interval_s=0.5", "hydra.launcher.timeout_min=10"]
+JOB_TIMEOUT_S = 240
+LONGER_STEPS = ["module.seq_length=128"]  # so that the preemption lands mid-run
+
+
+@pytest.fixture(autouse=True)
+def _cluster():
+    require_slurm()
+
+
+def primus(cwd: Path, *args: str, env: dict | None = None, timeout: int = JOB_TIMEOUT_S) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "OMP_NUM_THREADS", "PRIMUS_FAULT")}
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "primus_hydra", *args], capture_output=True, text=True,
+                          timeout=timeout, env=full_env, cwd=cwd)
+
+
+def losses(run_dir: Path) -> dict[int, float]:
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in records}  # a step logged again after a requeue counts as its last record
+
+
+def assert_same_curve(actual: dict[int, float], expected: dict[int, float], rel: float = 1e-4) -> None:
+    assert list(actual) == list(expected)
+    for step, loss in expected.items():
+        assert actual[step] == pytest.approx(loss, rel=rel), f"step {step}: {actual[step]} vs {loss}"
+
+
+def submission(run_dir: Path) -> dict:
+    return json.loads((run_dir / ".primus" / "slurm_job.json").read_text())
+
+
+def accounted_job_ids() -> set[str]:
+    out = subprocess.run(["sacct", "-a", "-X", "-n", "-P", "-o", "JobID", "-S", "now-1days"], capture_output=True,
+                         text=True, timeout=10, check=False).stdout
+    return {line.strip() for line in out.splitlines() if line.strip()}
+
+
+@pytest.fixture(scope="module")
+def local_curve(tmp_path_factory):
+    """The same training on this machine, one process, no Slurm: the curve every Slurm job must reproduce."""
+    def curve(train_iters: int, *extra: str) -> dict[int, float]:
+        run_dir = tmp_path_factory.mktemp("local") / "run"
+        result = primus(run_dir.parent, f"hydra.run.dir={run_dir}", f"module.train_iters={train_iters}", *FAST, *extra)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return losses(run_dir)
+
+    cache: dict[tuple, dict] = {}
+
+    def cached(train_iters: int, *extra: str) -> dict[int, float]:
+        if (train_iters, extra) not in cache:
+            cache[(train_iters, extra)] = curve(train_iters, *extra)
+        return cache[(train_iters, extra)]
+
+    return cached
+
+
+SHAPES = {
+    "srun_2_nodes_x_1_task": ["launch.nnodes=2"],
+    "srun_1_node_x_2_tasks": ["launch.nproc_per_node=2"],
+    "torchrun_2_nodes_x_1_process": ["launch.nnodes=2", "launch.mode=torchrun"],
+    "torchrun_1_node_x_2_processes": ["launch.nproc_per_node=2", "launch.mode=torchrun"],
+}
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_every_job_shape_trains_the_local_curve_with_world_size_2(tmp_path, local_curve, shape):
+    run_dir = tmp_path / "run"
+    result = primus(tmp_path, f"hydra.run.dir={run_dir}", "module.train_iters=4", *FAST, *SLURM, *SHAPES[shape])
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = submission(run_dir)
+    assert record["world_size"] == 2 and record["mode"] == shape.split("_")[0]
+    assert sacct_state(record["job_id"]) == "COMPLETED"
+    assert_same_curve(losses(run_dir), local_curve(4))
+    resolved = (run_dir / "config_resolved.yaml").read_text()  # written once, by rank 0, in the submit-side run dir
+    assert "platform:\n  name: slurm" in resolved
+    assert sorted(p.name for p in (run_dir / "logs").glob("rank_*.log")) == ["rank_0.log", "rank_1.log"]
+
+
+def test_a_two_point_sweep_runs_as_one_job_array(tmp_path, local_curve):
+    sweep_dir = tmp_path / "sweep"
+    result = primus(tmp_path, "-m", f"hydra.sweep.dir={sweep_dir}", "module.train_iters=4", *FAST, *SLURM,
+                    "module.seed=1234,7")
+    assert result.returncode == 0, result.stderr[-3000:]
+    ids = [submission(sweep_dir / str(num))["job_id"] for num in (0, 1)]
+    array_id = ids[0].split("_")[0]
+    assert ids == [f"{array_id}_0", f"{array_id}_1"]
+    assert [sacct_state(job_id) for job_id in ids] == ["COMPLETED", "COMPLETED"]
+    assert_same_curve(losses(sweep_dir / "0"), local_curve(4))
+    assert losses(sweep_dir / "1") != losses(sweep_dir / "0")  # the other seed really ran
+    assert "slurm sweep summary:" in result.stderr and result.stderr.count("COMPLETED loss") >= 2
+
+
+def test_a_raising_rank_fails_the_slurm_job_and_the_command_with_its_error(tmp_path):
+    run_dir = tmp_path / "run"
+    result = primus(tmp_path, f"hydra.run.dir={run_dir}", "module.train_iters=20", *FAST, *SLURM, "launch.nnodes=2",
+                    env={"PRIMUS_FAULT": "raise:1:2"})
+    assert result.returncode == 1, result.stderr[-3000:]
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    job_id = submission(run_dir)["job_id"]
+    assert line.startswith(f"error: slurm job {job_id} FAILED: task 1: InjectedFault: injected fault on rank 1 at step 2")
+    assert f"{job_id}_1_log.err" in line
+    assert sacct_state(job_id) == "FAILED"
+
+
+def test_preemption_checkpoints_requeues_and_resumes_on_the_uninterrupted_curve(tmp_path, local_curve):
+    import submitit
+
+    iters = 24
+    run_dir = tmp_path / "run"
+    result = primus(tmp_path, f"hydra.run.dir={run_dir}", f"module.train_iters={iters}", *FAST, *SLURM, *LONGER_STEPS,
+                    "launch.nnodes=2", "launch.wait=false")
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = submission(run_dir)
+    metrics = run_dir / "metrics.jsonl"
+    wait_until(lambda: metrics.is_file() and len(metrics.read_text().splitlines()) >= 4, timeout_s=120)
+    submitit.SlurmJob(folder=record["submitit_folder"], job_id=record["job_id"])._interrupt()  # preemption: TERM + USR2
+
+    wait_until(lambda: sacct_state(record["job_id"]) in ("COMPLETED", "FAILED", "CANCELLED") and
+               record["job_id"] not in squeue_job_ids(), timeout_s=JOB_TIMEOUT_S)
+    assert sacct_state(record["job_id"]) == "COMPLETED"
+    folder = Path(record["submitit_folder"])
+    log = (folder / f"{record['job_id']}_0_log.err").read_text()
+    assert "preempted: checkpoint written, requeueing (attempt 1)" in log
+    assert "attempt 1:" in log  # the requeued run started again ...
+    resumed = re.search(r"resumed from \S+/step_(\d+) at step (\d+)", (run_dir / "logs" / "rank_0.log").read_text())
+    assert resumed and 4 <= int(resumed.group(2)) < iters  # ... from the checkpoint written when preempted
+    assert_same_curve(losses(run_dir), local_curve(iters, *LONGER_STEPS))
+
+
+def test_a_bad_config_is_rejected_here_and_nothing_is_submitted(tmp_path):
+    before = accounted_job_ids()
+    single = primus(tmp_path, f"hydra.run.dir={tmp_path / 'run'}", "module.train_iters=4", *FAST, *SLURM,
+                    "launch.nnodes=2", "module.global_batch_size=6")
+    sweep = primus(tmp_path, "-m", f"hydra.sweep.dir={tmp_path / 'sweep'}", "module.train_iters=4", *FAST, *SLURM,
+                   "module.global_batch_size=8,6")
+    mode = primus(tmp_path, f"hydra.run.dir={tmp_path / 'run2'}", *FAST, *SLURM, "launch.mode=mpirun")
+    assert (single.returncode, sweep.returncode, mode.returncode) == (2, 2, 2)
+    assert single.stderr.strip().splitlines() == [
+        "error: module.global_batch_size=6 is not divisible by module.micro_batch_size*dp = 4*2 = 8"]
+    (sweep_error,) = sweep.stderr.strip().splitlines()
+    assert sweep_error.startswith("error: [job 1: ") and "module.global_batch_size=6 " in sweep_error
+    assert sweep_error.endswith("] module.global_batch_size=6 is not divisible by module.micro_batch_size*dp = 4*1 = 4")
+    assert mode.stderr.strip().splitlines()[-1] == "error: launch.mode=mpirun: allowed values are srun, torchrun"
+    assert accounted_job_ids() == before and not squeue_job_ids()
+    assert not (tmp_path / "sweep" / "0").exists()
+
+
+def test_wait_false_returns_after_submission_and_task_status_follows_the_run(tmp_path):
+    run_dir = tmp_path / "runs" / "run"
+    started = time.monotonic()
+    result = primus(tmp_path, f"hydra.run.dir={run_dir}", "module.train_iters=8", *FAST, *SLURM, "launch.wait=false")
+    assert result.returncode == 0, result.stderr[-3000:]
+    job_id = submission(run_dir)["job_id"]
+    assert f"submitted slurm job {job_id} [run]" in result.stderr and "task=status" in result.stderr
+    assert time.monotonic() - started < 30
+
+    wait_until(lambda: sacct_state(job_id) == "COMPLETED", timeout_s=JOB_TIMEOUT_S)
+    status = primus(tmp_path, "task=status", f"task.runs={tmp_path / 'runs'}")
+    assert status.returncode == 0, status.stderr
+    header, row = status.stdout.strip().splitlines()
+    assert header.split()[:4] == ["job", "state", "step", "loss"]
+    assert row.split()[:3] == [job_id, "COMPLETED", "8"] and row.endswith(str(run_dir))
+    assert not list(tmp_path.glob("outputs")) and not (tmp_path / ".hydra").exists()  # status wrote nothing
