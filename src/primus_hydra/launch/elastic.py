@@ -17,7 +17,7 @@ from primus_hydra.config.validate import configured_world_size
 from primus_hydra.errors import ConfigValidationError, PrimusError
 from primus_hydra.launch.job_config import write_job_config
 from primus_hydra.launch.ports import resolve_master_port
-from primus_hydra.orchestrator.apply import worker_environment
+from primus_hydra.orchestrator.apply import report_resource_plan, worker_environment
 from primus_hydra.orchestrator.plan import ResourcePlan, build_resource_plan
 from primus_hydra.orchestrator.resources import count_visible_gpus
 from primus_hydra.runtime.distributed_env import DistributedEnv
@@ -74,6 +74,7 @@ def launch_elastic_job(cfg: DictConfig, run_dir: Path, plan: ResourcePlan | None
     nproc = plan.nproc_per_node
     check_before_launch(cfg, run_dir, nproc)
     port = resolve_master_port(launch.master_addr, launch.master_port, launch.nnodes)
+    report_resource_plan(plan, run_dir)  # after the checks: a job that cannot start prints only its error lines
     worker_env = plan.worker_env
     threads = worker_env.get("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS"))
     job_config = write_job_config(cfg, run_dir)

@@ -9,25 +9,26 @@ import contextlib
 import os
 import sys
 from pathlib import Path
-from typing import Optional
 
 from omegaconf import DictConfig
 
 from primus_hydra.orchestrator.plan import ResourcePlan, build_resource_plan, write_resources_json
 
 
-def apply_resource_plan(cfg: DictConfig, report_dir: Optional[Path] = None, *, sweep_points: int = 1) -> ResourcePlan:
-    """Build the plan, write its values into cfg's `auto` knobs (launch.nproc_per_node, module.data.num_workers),
-    and, with report_dir, print the table on stderr and write report_dir/resources.json."""
+def apply_resource_plan(cfg: DictConfig, *, sweep_points: int = 1) -> ResourcePlan:
+    """Build the plan and write its values into cfg's `auto` knobs (launch.nproc_per_node, module.data.num_workers)."""
     plan = build_resource_plan(cfg, sweep_points=sweep_points)
     if plan.auto["launch.nproc_per_node"]:
         cfg.launch.nproc_per_node = plan.nproc_per_node
     if plan.auto["module.data.num_workers"]:
         cfg.module.data.num_workers = plan.num_workers
-    if report_dir is not None:
-        print(plan.format_table(), file=sys.stderr)
-        write_resources_json(plan, report_dir)
     return plan
+
+
+def report_resource_plan(plan: ResourcePlan, run_dir: Path) -> None:
+    """The plan of a run that is about to start: the table on stderr, resources.json in its run dir."""
+    print(plan.format_table(), file=sys.stderr)
+    write_resources_json(plan, run_dir)
 
 
 @contextlib.contextmanager

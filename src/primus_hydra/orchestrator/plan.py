@@ -158,7 +158,7 @@ def plan_from_inputs(inputs: PlanInputs, resources: MachineResources, *, sweep_p
     jobs_per_gpu, groups = None, 1
     if on_gpu:
         groups = max(1, len(gpus) // nproc)
-        jobs_per_gpu = _jobs_per_gpu(gpus[: groups * nproc], per_job, hard_cap, warnings)
+        jobs_per_gpu = _jobs_per_gpu(gpus[: groups * nproc], per_job, hard_cap, warnings, sweep=sweep_points > 1)
         capacity = groups * max(1, jobs_per_gpu)
     else:
         capacity = resources.vcpus // nproc
@@ -203,13 +203,16 @@ def _per_job_gib(inputs: PlanInputs, environ: Mapping[str, str]) -> tuple[float,
     return FALLBACK_PER_JOB_GIB, "fallback"
 
 
-def _jobs_per_gpu(gpus, per_job: float, hard_cap: Optional[float], warnings: list[str]) -> int:
+def _jobs_per_gpu(gpus, per_job: float, hard_cap: Optional[float], warnings: list[str], *, sweep: bool) -> int:
+    """Jobs that fit on each GPU (at least 1). Warnings about sizing concurrency only for sweeps; a job that fits
+    on no GPU always."""
     free = [g.free_gib for g in gpus if g.free_gib is not None]
     if len(free) < len(gpus):
-        warnings.append("free GPU memory unknown: 1 job per GPU (set PRIMUS_AUTO_FREE_VRAM_GB to size by memory)")
+        if sweep:
+            warnings.append("free GPU memory unknown: 1 job per GPU (set PRIMUS_AUTO_FREE_VRAM_GB to size by memory)")
         return 1
     smallest = min(free)
-    if max(free) >= 1.5 * smallest:
+    if sweep and max(free) >= 1.5 * smallest:
         warnings.append(f"free GPU memory is uneven ({smallest:.1f} to {max(free):.1f} GiB): sized by the smallest")
     fit = rules.jobs_per_device(smallest, per_job, int(hard_cap) if hard_cap is not None else None)
     if fit < 1:

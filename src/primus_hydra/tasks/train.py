@@ -16,7 +16,7 @@ class TrainTask:
         """In this process when it is already a rank of a job (torchrun, srun) or the job has one process;
         otherwise start the workers with torch's elastic agent, handing them this composed config."""
         from primus_hydra.config.validate import configured_world_size
-        from primus_hydra.orchestrator.apply import apply_resource_plan, worker_environment
+        from primus_hydra.orchestrator.apply import apply_resource_plan, report_resource_plan, worker_environment
         from primus_hydra.runtime.distributed_env import detect_distributed_env
 
         run_dir = self.run_dir or hydra_run_dir()
@@ -27,12 +27,13 @@ class TrainTask:
             slurm = slurm_launcher_settings()
             if slurm is not None:  # platform=slurm: this run is one Slurm job
                 return submit_single_run(self.cfg, run_dir, slurm)
-        plan = apply_resource_plan(self.cfg, report_dir=None if inside_job else run_dir)
+        plan = apply_resource_plan(self.cfg)
         if inside_job or self.cfg.task.dry_run or configured_world_size(self.cfg) == 1:
             from primus_hydra.runtime.train_runtime import PrimusRuntime
 
-            # set before this process imports torch, so its OpenMP/BLAS pools start at the planned size;
-            # inside a torchrun/srun job the launcher owns these variables
+            if not inside_job:  # a rank of a torchrun/srun job: its launcher owns the thread variables
+                report_resource_plan(plan, run_dir)
+            # set before this process imports torch, so its OpenMP/BLAS pools start at the planned size
             with worker_environment({} if inside_job else plan.worker_env):
                 return PrimusRuntime(self.cfg, run_dir).run()
         from primus_hydra.launch.elastic import launch_elastic_job
