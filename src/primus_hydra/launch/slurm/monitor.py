@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from primus_hydra.errors import PrimusError
 from primus_hydra.launch.slurm.submission import SubmittedJob
 
 FINISHED_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
@@ -34,7 +35,18 @@ def describe_submission(job: SubmittedJob) -> str:
 
 
 def wait_for_jobs(jobs: list[SubmittedJob], poll_interval_s: float = 2.0, heartbeat_s: float = 30.0) -> list[JobOutcome]:
-    """Block until every job has finished; print each state change and a heartbeat line while waiting."""
+    """Block until every job has finished; print each state change and a heartbeat line while waiting.
+    Ctrl-C stops the waiting, not the jobs (they are the cluster's now): it says how to follow or cancel them."""
+    try:
+        return _wait(jobs, poll_interval_s, heartbeat_s)
+    except KeyboardInterrupt:
+        ids = " ".join(job.job_id for job in jobs)
+        error = PrimusError(f"stopped waiting; the job(s) keep running: follow them with task=status, stop them with: scancel {ids}")
+        error.exit_code = 130
+        raise error from None
+
+
+def _wait(jobs: list[SubmittedJob], poll_interval_s: float, heartbeat_s: float) -> list[JobOutcome]:
     last_state: dict[str, str] = {}
     pending = list(jobs)
     last_heartbeat = time.monotonic()
