@@ -143,9 +143,17 @@ class SlurmJobEntry:
 
     def _run(self, cfg, task: SlurmTaskEnv) -> Any:
         if self.mode == "srun":
+            from primus_hydra.orchestrator.apply import apply_resource_plan, report_resource_plan
+
+            # this node's share for each of its tasks (threads, data loader workers), set before torch is imported
+            cfg.launch.nproc_per_node = task.local_world_size
+            plan = apply_resource_plan(cfg)
+            if task.rank == 0:
+                report_resource_plan(plan, Path(self.run_dir))
+            os.environ.update({key: value for key, value in plan.worker_env.items() if key not in os.environ})
+            export_torch_distributed_env(task)
             from primus_hydra.runtime.train_runtime import PrimusRuntime
 
-            export_torch_distributed_env(task)
             return PrimusRuntime(cfg, Path(self.run_dir)).run()
         from primus_hydra.launch.elastic import launch_elastic_job
 
