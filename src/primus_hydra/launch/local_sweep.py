@@ -203,6 +203,7 @@ class LocalSweep:
         process = multiprocessing.get_context("spawn").Process(target=run_point, args=(launch,), name=f"job{point.job}")
         outcome.started = time.time()
         process.start()
+        outcome.pid = process.pid
         self._running[process.sentinel] = _Running(process, point, outcome, slot_index, result_path)
         say(start_line(outcome))
 

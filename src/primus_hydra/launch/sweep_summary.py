@@ -21,6 +21,7 @@ class PointOutcome:
     error: str = ""  # first line of the error
     exit_code: Optional[int] = None
     pinning: str = ""
+    pid: Optional[int] = None  # of the point's process (and its process group)
     peak_host_gib: Optional[float] = None
     peak_device_gib: Optional[float] = None
     return_value: Any = dataclasses.field(default=None, repr=False)  # the task's own, handed back to Hydra

@@ -1,0 +1,133 @@
+"""hydra/launcher=primus_local: real sweeps of the tiny model on this machine, run through the CLI.
+
+PRIMUS_AUTO_VCPUS fixes how many points the resource plan lets run at once, whatever the machine has.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import PYTHON, REPO
+
+FAST = [
+    "hydra/launcher=primus_local",
+    "module.train_iters=3", "module.warmup_iters=1", "module.log.interval=1",
+    "module.log.plot=false", "module.log.tensorboard=false", "module.log.progress_bar=false",
+    "module.checkpoint.save_final=false", "platform.peak_tflops_per_device=1.0",
+]
+
+
+def sweep(tmp_path: Path, *overrides: str, vcpus: int = 2, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PRIMUS_AUTO_VCPUS": str(vcpus)}
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "PRIMUS_FAULT"):
+        env.pop(name, None)
+    command = [PYTHON, "-m", "primus_hydra", "-m", *FAST, f"hydra.sweep.dir={tmp_path / 'sweep'}", *overrides]
+    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def summary(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "sweep" / "summary.json").read_text())
+
+
+def max_concurrent(points: list) -> int:
+    events = sorted([(p["started"], 1) for p in points] + [(p["ended"], -1) for p in points])
+    running = peak = 0
+    for _, change in events:
+        running += change
+        peak = max(peak, running)
+    return peak
+
+
+def test_four_points_run_two_at_a_time_and_a_failing_point_is_isolated(tmp_path):
+    faults = "none:0:1,raise:0:2,kill:0:2,none:0:3"  # the second point raises, the third is killed (SIGKILL)
+    result = sweep(tmp_path, f"+platform.env.PRIMUS_FAULT={faults}")
+
+    assert result.returncode == 1, result.stderr
+    points = summary(tmp_path)["points"]
+    assert [p["status"] for p in points] == ["ok", "failed", "killed", "ok"]
+    assert "InjectedFault: injected fault on rank 0 at step 2" in points[1]["error"]
+    assert points[2]["error"] == "killed by SIGKILL"
+    assert all(isinstance(points[i]["final_loss"], float) for i in (0, 3))
+    assert max_concurrent(points) == 2
+    assert sorted(p["pinning"] for p in points[:2]) == ["cpus 0, OMP_NUM_THREADS=1", "cpus 1, OMP_NUM_THREADS=1"]
+    for point in points:
+        run_dir = Path(point["run_dir"])
+        assert (run_dir / ".hydra" / "overrides.yaml").is_file()  # Hydra's run_job made the run dir
+        assert (run_dir / "point.log").read_text().startswith(f"[primus_local] {point['pinning']}")
+    assert (tmp_path / "sweep" / "resources.json").is_file()
+    assert "| point | overrides | status |" in (tmp_path / "sweep" / "summary.md").read_text()
+    table = result.stderr[result.stderr.index("point  overrides"):]
+    assert [line.split()[2] for line in table.splitlines()[2:6]] == ["ok", "failed:", "killed:", "ok"]
+    assert result.stderr.strip().splitlines()[-1].startswith("error: 2 of 4 sweep point(s) failed")
+    assert "[4/4 done]" in result.stderr
+
+
+def test_points_run_one_at_a_time_when_the_plan_fits_one(tmp_path):
+    result = sweep(tmp_path, "module.lr=1e-3,2e-3", vcpus=1)
+
+    assert result.returncode == 0, result.stderr
+    first, second = summary(tmp_path)["points"]
+    assert [first["status"], second["status"]] == ["ok", "ok"]
+    assert first["ended"] <= second["started"]
+    assert "2 point(s), 1 at a time" in result.stderr
+
+
+def test_a_bad_point_stops_the_sweep_before_any_point_starts(tmp_path):
+    result = sweep(tmp_path, "module.lr=1e-3,1e-9")
+
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: [job 1: ") and "module.lr=1e-09]" in lines[0]
+    assert lines[0].endswith("module.lr=1e-09 is below module.min_lr=0.0003; lr must be >= min_lr")
+    assert [path.name for path in (tmp_path / "sweep").iterdir()] == ["multirun.yaml"]  # Hydra's, before launch
+
+
+def test_the_probe_runs_the_first_point_alone_and_tightens_the_plan(tmp_path):
+    result = sweep(tmp_path, "sweep.probe=true", "sweep.probe_steps=2", "module.lr=1e-3,2e-3")
+
+    assert result.returncode == 0, result.stderr
+    probe_dir = tmp_path / "sweep" / ".probe"
+    assert "module.train_iters=2" in (probe_dir / ".hydra" / "overrides.yaml").read_text()
+    assert "plan before the probe" in result.stderr and "plan after the probe" in result.stderr
+    plan = json.loads((tmp_path / "sweep" / "resources.json").read_text())
+    assert plan["per_job_source"] == "probe"
+    points = summary(tmp_path)["points"]
+    assert probe_dir.stat().st_mtime <= min(p["started"] for p in points) + 1
+    assert [p["status"] for p in points] == ["ok", "ok"]
+
+
+def test_sigterm_stops_the_running_points_and_exits_143(tmp_path):
+    env = {**os.environ, "PRIMUS_AUTO_VCPUS": "2"}
+    env.pop("OMP_NUM_THREADS", None)
+    command = [PYTHON, "-m", "primus_hydra", "-m", *FAST, f"hydra.sweep.dir={tmp_path / 'sweep'}",
+               "module.train_iters=500", "module.lr=1e-3,2e-3,3e-3"]
+    process = subprocess.Popen(command, cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
+    started = 0
+    while started < 2:
+        line = process.stderr.readline()
+        assert line, "the sweep ended before two points started"
+        started += line.startswith("[start]")
+    time.sleep(1.0)
+    process.send_signal(signal.SIGTERM)
+    rest = process.communicate(timeout=60)[1]
+
+    assert process.returncode == 143, rest
+    points = summary(tmp_path)["points"]
+    assert [p["status"] for p in points] == ["interrupted", "interrupted", "not started"]
+    for point in points[:2]:  # nothing is left of a point's process group (the point and its workers)
+        with pytest.raises(ProcessLookupError):
+            os.killpg(point["pid"], 0)
+
+
+def test_the_launcher_is_listed_among_hydra_plugins():
+    result = subprocess.run([PYTHON, "-m", "primus_hydra", "--info", "plugins"], cwd=REPO, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "PrimusLocalLauncher" in result.stdout
