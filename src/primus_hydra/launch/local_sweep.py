@@ -40,6 +40,8 @@ from primus_hydra.launch.sweep_summary import PointOutcome, end_line, final_loss
 log = logging.getLogger(__name__)
 POLL_S = 0.2
 STATE_DIR = ".primus_local"  # result files of the points, inside the sweep dir
+# imported once by the fork server (a module that fails to import is skipped): what every training point loads
+FORKSERVER_PRELOAD = ("primus_hydra.launch.sweep_point", "hydra.core.utils", "cloudpickle", "torch")
 
 
 class SweepPointsFailed(PrimusError):
@@ -76,12 +78,15 @@ def say(line: str) -> None:
 
 
 class LocalSweep:
-    def __init__(self, hydra_context, task_function: Callable, config: DictConfig, *, stop_grace_s: float = 15.0):
+    def __init__(self, hydra_context, task_function: Callable, config: DictConfig, *, stop_grace_s: float = 15.0,
+                 start_method: str = "forkserver"):
         self.hydra_context = hydra_context
         self.task_function = task_function
         self.config = config
         self.stop_grace_s = stop_grace_s
+        self.start_method = start_method
         self.sweep_dir = Path(str(config.hydra.sweep.dir)).absolute()
+        self.extra_env: dict = {}  # for every point (the shared Inductor cache)
         self._stop_signal: Optional[int] = None
         self._running: dict = {}  # sentinel -> _Running
 
@@ -200,12 +205,20 @@ class LocalSweep:
         result_path.unlink(missing_ok=True)
         launch = PointLaunch(cloudpickle.dumps(payload), env, unset, cpu_ids, outcome.pinning,
                              str(point.run_dir / "point.log"), str(result_path))
-        process = multiprocessing.get_context("spawn").Process(target=run_point, args=(launch,), name=f"job{point.job}")
+        process = self.start_context().Process(target=run_point, args=(launch,), name=f"job{point.job}")
         outcome.started = time.time()
         process.start()
         outcome.pid = process.pid
         self._running[process.sentinel] = _Running(process, point, outcome, slot_index, result_path)
         say(start_line(outcome))
+
+    def start_context(self):
+        """forkserver (default): points fork from a server that imported torch once, instead of each paying the
+        import; it never initialises CUDA/HIP, so forking it is safe. spawn: a fresh interpreter per point."""
+        context = multiprocessing.get_context(self.start_method)
+        if self.start_method == "forkserver":
+            context.set_forkserver_preload(list(FORKSERVER_PRELOAD))
+        return context
 
     def wait_for_ended(self) -> list:
         ready = multiprocessing.connection.wait(list(self._running), timeout=POLL_S)

@@ -57,8 +57,11 @@ class TaskFunctionRef:
 
 
 def task_function_for_child(task_function: Callable) -> Any:
-    """A reference when the function can be found again by name, else the function (cloudpickled by value)."""
+    """A reference when the function can be found again by name, else the function (cloudpickled by value).
+    A script's own task function lives in __main__, which a point's process does not have: by value."""
     ref = TaskFunctionRef(getattr(task_function, "__module__", ""), getattr(task_function, "__qualname__", ""))
+    if ref.module == "__main__":
+        return task_function
     try:
         if ref.resolve() is task_function:
             return ref
@@ -86,6 +89,7 @@ def run_point(launch: PointLaunch) -> None:
     os.environ.update(launch.env)
     if launch.cpu_ids:
         os.sched_setaffinity(0, launch.cpu_ids)
+    _resize_preloaded_thread_pools()
     print(f"[primus_local] {launch.pinning}", flush=True)
     result = _run_job(launch)
     _write_result(result, launch.result_path)
@@ -103,6 +107,15 @@ def _leave_parent_process_group() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+def _resize_preloaded_thread_pools() -> None:
+    """A fork server that preloaded torch sized torch's intra-op pool for the whole machine; this point has its
+    share (OMP_NUM_THREADS, now set), and more threads than pinned cores would make every step crawl."""
+    torch = sys.modules.get("torch")
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if torch is not None and threads.isdigit() and int(threads) > 0:
+        torch.set_num_threads(int(threads))
 
 
 def _redirect_output(log_path: str) -> None:

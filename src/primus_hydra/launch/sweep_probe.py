@@ -18,7 +18,6 @@ from primus_hydra.launch.sweep_summary import PointOutcome
 
 PROBE_SUBDIR = ".probe"
 INDUCTOR_CACHE_SUBDIR = ".inductor_cache"
-PROBE_COMPILE_THREADS_CAP = 32
 
 
 def compile_requested(config: DictConfig) -> bool:
@@ -33,14 +32,11 @@ def compile_environment(config: DictConfig, sweep_dir: Path) -> dict:
     return {"TORCHINDUCTOR_CACHE_DIR": str(sweep_dir / INDUCTOR_CACHE_SUBDIR)}
 
 
-def probe_compile_threads() -> int:
-    return max(1, min(PROBE_COMPILE_THREADS_CAP, len(os.sched_getaffinity(0))))
-
-
 def run_probe(sweep, point, plan):
     """Run `point` for sweep.probe_steps steps alone; return the plan tightened by its measured peak."""
     from primus_hydra.launch.local_sweep import SweepPoint, say
     from primus_hydra.orchestrator.plan import tighten_with_measured_peak
+    from primus_hydra.orchestrator.rules import compile_threads
 
     steps = int(point.config.sweep.probe_steps)
     overrides = [o for o in point.overrides if not o.lstrip("+~").startswith("module.train_iters=")]
@@ -55,7 +51,7 @@ def run_probe(sweep, point, plan):
     outcome = PointOutcome(job=point.job, overrides=probe.shown, run_dir=str(probe.run_dir))
     extra_env = {}
     if compile_requested(config) and "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ:
-        extra_env["TORCHINDUCTOR_COMPILE_THREADS"] = str(probe_compile_threads())
+        extra_env["TORCHINDUCTOR_COMPILE_THREADS"] = str(compile_threads(plan.resources.vcpus, 1, warmup=True))
     say(f"probe: job {point.job} for {steps} step(s) alone in {probe.run_dir}")
     sweep.start(probe, outcome, plan.slots[0], plan, 0, extra_env=extra_env)
     while sweep._running:
