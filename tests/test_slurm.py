@@ -187,3 +187,16 @@ def test_wait_false_returns_after_submission_and_task_status_follows_the_run(tmp
     assert header.split()[:4] == ["job", "state", "step", "loss"]
     assert row.split()[:3] == [job_id, "COMPLETED", "8"] and row.endswith(str(run_dir))
     assert not list(tmp_path.glob("outputs")) and not (tmp_path / ".hydra").exists()  # status wrote nothing
+
+
+def test_the_shell_launcher_runs_direct_sh_on_both_nodes_and_trains_the_local_curve(tmp_path, local_curve):
+    """launchers/slurm.sh (srun, one direct.sh per node) -> one orchestrator per node -> c10d across the nodes."""
+    launcher = Path(__file__).resolve().parents[1] / "launchers" / "slurm.sh"
+    env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "OMP_NUM_THREADS", "PRIMUS_FAULT")}
+    env["PRIMUS_OUTPUT_ROOT"] = str(tmp_path / "outputs")
+    result = subprocess.run(["bash", str(launcher), "--srun", "-N", "2", "-o", str(tmp_path / "out_%j.txt"), "--",
+                             "module.train_iters=4", *FAST], capture_output=True, text=True, env=env, cwd=tmp_path,
+                            timeout=JOB_TIMEOUT_S)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = (tmp_path / "outputs").glob("*/slurm-*")  # both nodes shared one run dir
+    assert_same_curve(losses(run_dir), local_curve(4))
