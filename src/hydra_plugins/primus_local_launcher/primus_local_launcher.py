@@ -23,15 +23,17 @@ class PrimusLocalLauncherConf:
     _target_: str = "hydra_plugins.primus_local_launcher.primus_local_launcher.PrimusLocalLauncher"
     stop_grace_s: float = 15.0  # after Ctrl-C/SIGTERM: seconds from SIGTERM to SIGKILL for the running points
     start_method: str = "forkserver"  # forkserver: points fork from a server that imported torch once | spawn
+    pin_cpus: bool = True  # each point on its slot's cores (sched_setaffinity); false: threads only (shared machines)
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="primus_local", node=PrimusLocalLauncherConf, provider="primus_hydra")
 
 
 class PrimusLocalLauncher(Launcher):
-    def __init__(self, stop_grace_s: float = 15.0, start_method: str = "forkserver") -> None:
+    def __init__(self, stop_grace_s: float = 15.0, start_method: str = "forkserver", pin_cpus: bool = True) -> None:
         self.stop_grace_s = stop_grace_s
         self.start_method = start_method
+        self.pin_cpus = pin_cpus
         self.config: Optional[DictConfig] = None
         self.hydra_context: Optional[HydraContext] = None
         self.task_function: Optional[TaskFunction] = None
@@ -46,5 +48,5 @@ class PrimusLocalLauncher(Launcher):
 
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
         sweep = LocalSweep(self.hydra_context, self.task_function, self.config, stop_grace_s=self.stop_grace_s,
-                           start_method=self.start_method)
+                           start_method=self.start_method, pin_cpus=self.pin_cpus)
         return sweep.run(job_overrides, initial_job_idx)

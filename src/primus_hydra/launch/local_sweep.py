@@ -79,12 +79,13 @@ def say(line: str) -> None:
 
 class LocalSweep:
     def __init__(self, hydra_context, task_function: Callable, config: DictConfig, *, stop_grace_s: float = 15.0,
-                 start_method: str = "forkserver"):
+                 start_method: str = "forkserver", pin_cpus: bool = True):
         self.hydra_context = hydra_context
         self.task_function = task_function
         self.config = config
         self.stop_grace_s = stop_grace_s
         self.start_method = start_method
+        self.pin_cpus = pin_cpus
         self.sweep_dir = Path(str(config.hydra.sweep.dir)).absolute()
         self.extra_env: dict = {}  # for every point (the shared Inductor cache)
         self._stop_signal: Optional[int] = None
@@ -196,7 +197,7 @@ class LocalSweep:
               extra_env: Optional[dict] = None) -> None:
         import cloudpickle
 
-        env, unset, cpu_ids, outcome.pinning = slot_environment(slot, plan)
+        env, unset, cpu_ids, outcome.pinning = slot_environment(slot, plan, pin_cpus=self.pin_cpus)
         env.update({name: value for name, value in self.extra_env.items() if name not in os.environ})
         env.update(extra_env or {})
         payload = PointPayload(self.hydra_context, task_function_for_child(self.task_function), point.config,
@@ -329,7 +330,7 @@ class _forward_stop_signals:
             signal.signal(signum, handler)
 
 
-def slot_environment(slot, plan) -> tuple:
+def slot_environment(slot, plan, *, pin_cpus: bool = True) -> tuple:
     """(env to set, variables to unset, cpu ids to pin, the pinning as one line) for a point on this slot.
 
     Thread counts and the plan's worker environment apply only where the user has not set the variable."""
@@ -348,7 +349,7 @@ def slot_environment(slot, plan) -> tuple:
         other = "HIP_VISIBLE_DEVICES" if mask_variable == "CUDA_VISIBLE_DEVICES" else "CUDA_VISIBLE_DEVICES"
         unset = (other,)
         parts.append(f"{mask_variable}={env[mask_variable]}")
-    cpu_ids = tuple(slot.cpu_ids) if slot.cpu_ids else None
+    cpu_ids = tuple(slot.cpu_ids) if slot.cpu_ids and pin_cpus else None
     if cpu_ids:
         parts.append(f"cpus {_format_ids(cpu_ids)}")
     threads = os.environ.get("OMP_NUM_THREADS", env.get("OMP_NUM_THREADS"))

@@ -173,8 +173,13 @@ def _last_error_line(log_path: str) -> str:
         lines = Path(log_path).read_text(errors="replace").splitlines()
     except OSError:
         return "exited"
-    errors = [line for line in lines if line.startswith("error: ")]
-    return errors[-1][len("error: "):] if errors else "exited"
+    errors = [line[len("error: "):] for line in lines if line.startswith("error: ")]
+    if not errors:
+        return "exited"
+    last = errors[-1]
+    if last.startswith("[job ") and "] " in last:  # the CLI's sweep label: the summary names the point already
+        last = last.split("] ", 1)[1]
+    return last
 
 
 def _measured_peaks() -> tuple:
