@@ -103,6 +103,18 @@ def test_the_probe_runs_the_first_point_alone_and_tightens_the_plan(tmp_path):
     assert [p["status"] for p in points] == ["ok", "ok"]
 
 
+def test_compiled_points_share_one_inductor_cache_that_the_probe_fills_with_more_threads(tmp_path):
+    result = sweep(tmp_path, "module.compile=true", "task.dry_run=true", "sweep.probe=true", "module.lr=1e-3,2e-3")
+
+    assert result.returncode == 0, result.stderr
+    cache = f"TORCHINDUCTOR_CACHE_DIR={tmp_path / 'sweep' / '.inductor_cache'}"
+    probe_log = (tmp_path / "sweep" / ".probe" / "point.log").read_text().splitlines()[0]
+    assert probe_log.endswith(f"TORCHINDUCTOR_COMPILE_THREADS=2, {cache}")  # the warmup budget: all 2 vCPUs
+    for point in summary(tmp_path)["points"]:
+        first_line = (Path(point["run_dir"]) / "point.log").read_text().splitlines()[0]
+        assert first_line.endswith(f"TORCHINDUCTOR_COMPILE_THREADS=1, {cache}")  # the plan's: 2 vCPUs / 2 points
+
+
 def test_sigterm_stops_the_running_points_and_exits_143(tmp_path):
     env = {**os.environ, "PRIMUS_AUTO_VCPUS": "2"}
     env.pop("OMP_NUM_THREADS", None)

@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 POLL_S = 0.2
 STATE_DIR = ".primus_local"  # result files of the points, inside the sweep dir
 # imported once by the fork server (a module that fails to import is skipped): what every training point loads
+INDUCTOR_VARIABLES = ("TORCHINDUCTOR_COMPILE_THREADS", "TORCHINDUCTOR_CACHE_DIR")  # recorded in the point's log
 FORKSERVER_PRELOAD = ("primus_hydra.launch.sweep_point", "hydra.core.utils", "cloudpickle", "torch")
 
 
@@ -202,9 +203,10 @@ class LocalSweep:
         env.update(extra_env or {})
         payload = PointPayload(self.hydra_context, task_function_for_child(self.task_function), point.config,
                                Singleton.get_state())
-        result_path = self.sweep_dir / STATE_DIR / f"{point.run_dir.name}.result"
+        result_path = self.sweep_dir / STATE_DIR / f"job{point.job}_{point.run_dir.name}.result"
         result_path.unlink(missing_ok=True)
-        launch = PointLaunch(cloudpickle.dumps(payload), env, unset, cpu_ids, outcome.pinning,
+        inductor = [f"{name}={env[name]}" for name in INDUCTOR_VARIABLES if name in env]
+        launch = PointLaunch(cloudpickle.dumps(payload), env, unset, cpu_ids, ", ".join([outcome.pinning, *inductor]),
                              str(point.run_dir / "point.log"), str(result_path))
         process = self.start_context().Process(target=run_point, args=(launch,), name=f"job{point.job}")
         outcome.started = time.time()
