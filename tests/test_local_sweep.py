@@ -52,7 +52,7 @@ def test_four_points_run_two_at_a_time_and_a_failing_point_is_isolated(tmp_path)
     points = summary(tmp_path)["points"]
     assert [p["status"] for p in points] == ["ok", "failed", "killed", "ok"]
     assert "InjectedFault: injected fault on rank 0 at step 2" in points[1]["error"]
-    assert points[2]["error"] == "killed by SIGKILL"
+    assert points[2]["error"] == "signal SIGKILL"
     assert all(isinstance(points[i]["final_loss"], float) for i in (0, 3))
     assert max_concurrent(points) == 2
     assert sorted(p["pinning"] for p in points[:2]) == ["cpus 0, OMP_NUM_THREADS=1", "cpus 1, OMP_NUM_THREADS=1"]

@@ -298,7 +298,7 @@ def _record_result(running: _Running) -> None:
         outcome.return_value = result.return_value
     elif exit_code is not None and exit_code < 0:
         outcome.status = "killed"
-        outcome.error = f"killed by {signal.Signals(-exit_code).name}"
+        outcome.error = f"signal {signal.Signals(-exit_code).name}"
     else:
         outcome.status = "failed"
         outcome.error = f"exited with code {exit_code} before reporting a result (see {running.point.run_dir}/point.log)"
