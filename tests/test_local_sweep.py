@@ -115,6 +115,25 @@ def test_compiled_points_share_one_inductor_cache_that_the_probe_fills_with_more
         assert first_line.endswith(f"TORCHINDUCTOR_COMPILE_THREADS=1, {cache}")  # the plan's: 2 vCPUs / 2 points
 
 
+@pytest.mark.parametrize("gpus, mask, nproc, expected", [
+    (4, {}, 2, ["CUDA_VISIBLE_DEVICES=0,1", "CUDA_VISIBLE_DEVICES=2,3"]),  # NVIDIA: nproc_per_node devices each
+    (2, {"HIP_VISIBLE_DEVICES": "0,1"}, 1, ["HIP_VISIBLE_DEVICES=0", "HIP_VISIBLE_DEVICES=1"]),  # AMD
+])
+def test_gpu_slots_give_each_point_its_devices_through_the_vendor_variable(tmp_path, monkeypatch, gpus, mask, nproc,
+                                                                           expected):
+    monkeypatch.setenv("PRIMUS_AUTO_NUM_GPUS", str(gpus))  # stands in for nvidia-smi / amd-smi (a mask still applies)
+    monkeypatch.setenv("PRIMUS_AUTO_FREE_VRAM_GB", "80")
+    for name, value in mask.items():
+        monkeypatch.setenv(name, value)
+    result = sweep(tmp_path, "task.dry_run=true", f"launch.nproc_per_node={nproc}", "module.global_batch_size=16",
+                   "module.lr=1e-3,2e-3", vcpus=4)
+
+    assert result.returncode == 0, result.stderr
+    pinnings = [point["pinning"].split(",")[0] if nproc == 1 else ",".join(point["pinning"].split(",")[:2])
+                for point in summary(tmp_path)["points"]]
+    assert pinnings == expected
+
+
 def test_sigterm_stops_the_running_points_and_exits_143(tmp_path):
     env = {**os.environ, "PRIMUS_AUTO_VCPUS": "2"}
     env.pop("OMP_NUM_THREADS", None)

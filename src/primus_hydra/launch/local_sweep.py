@@ -351,7 +351,10 @@ def slot_environment(slot, plan, *, pin_cpus: bool = True) -> tuple:
         other = "HIP_VISIBLE_DEVICES" if mask_variable == "CUDA_VISIBLE_DEVICES" else "CUDA_VISIBLE_DEVICES"
         unset = (other,)
         parts.append(f"{mask_variable}={env[mask_variable]}")
-    cpu_ids = tuple(slot.cpu_ids) if slot.cpu_ids and pin_cpus else None
+    # only CPUs this process may use (PRIMUS_AUTO_VCPUS can stand for more than there are)
+    allowed = os.sched_getaffinity(0)
+    cpu_ids = tuple(cpu for cpu in slot.cpu_ids if cpu in allowed) if pin_cpus else ()
+    cpu_ids = cpu_ids or None
     if cpu_ids:
         parts.append(f"cpus {_format_ids(cpu_ids)}")
     threads = os.environ.get("OMP_NUM_THREADS", env.get("OMP_NUM_THREADS"))

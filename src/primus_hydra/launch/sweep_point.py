@@ -84,14 +84,13 @@ def run_point(launch: PointLaunch) -> None:
     """The point process's entry (multiprocessing target); exits with 0 when the job completed."""
     _leave_parent_process_group()
     _redirect_output(launch.log_path)
-    for name in launch.env_unset:
-        os.environ.pop(name, None)
-    os.environ.update(launch.env)
-    if launch.cpu_ids:
-        os.sched_setaffinity(0, launch.cpu_ids)
-    _resize_preloaded_thread_pools()
     print(f"[primus_local] {launch.pinning}", flush=True)
-    result = _run_job(launch)
+    try:
+        _pin(launch)
+        result = _run_job(launch)
+    except Exception as error:  # noqa: BLE001 - whatever fails here is this point's failure, reported as one line
+        traceback.print_exc()
+        result = PointResult("failed", error=first_line(error), exit_code=1)
     _write_result(result, launch.result_path)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -107,6 +106,15 @@ def _leave_parent_process_group() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+def _pin(launch: PointLaunch) -> None:
+    for name in launch.env_unset:
+        os.environ.pop(name, None)
+    os.environ.update(launch.env)
+    if launch.cpu_ids:
+        os.sched_setaffinity(0, launch.cpu_ids)
+    _resize_preloaded_thread_pools()
 
 
 def _resize_preloaded_thread_pools() -> None:
