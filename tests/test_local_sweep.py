@@ -134,7 +134,8 @@ def test_gpu_slots_give_each_point_its_devices_through_the_vendor_variable(tmp_p
     assert pinnings == expected
 
 
-def test_sigterm_stops_the_running_points_and_exits_143(tmp_path):
+@pytest.mark.parametrize("signum, exit_code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_stops_the_running_points_and_exits_128_plus_its_number(tmp_path, signum, exit_code):
     env = {**os.environ, "PRIMUS_AUTO_VCPUS": "2"}
     env.pop("OMP_NUM_THREADS", None)
     command = [PYTHON, "-m", "primus_hydra", "-m", *FAST, f"hydra.sweep.dir={tmp_path / 'sweep'}",
@@ -146,10 +147,10 @@ def test_sigterm_stops_the_running_points_and_exits_143(tmp_path):
         assert line, "the sweep ended before two points started"
         started += line.startswith("[start]")
     time.sleep(1.0)
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(signum)
     rest = process.communicate(timeout=60)[1]
 
-    assert process.returncode == 143, rest
+    assert process.returncode == exit_code, rest
     points = summary(tmp_path)["points"]
     assert [p["status"] for p in points] == ["interrupted", "interrupted", "not started"]
     for point in points[:2]:  # nothing is left of a point's process group (the point and its workers)

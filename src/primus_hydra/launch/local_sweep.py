@@ -105,14 +105,15 @@ class LocalSweep:
         plan = build_resource_plan(points[0].config, sweep_points=len(points))
         self.extra_env = compile_environment(points[0].config, self.sweep_dir)
         probe = bool(points[0].config.sweep.probe)
-        if probe:
-            plan = run_probe(self, points[0], plan)
-        write_resources_json(plan, self.sweep_dir)
-        parallel = max(1, min(plan.parallel_jobs, len(plan.slots) or 1, len(points)))
-        if not probe:  # the probe printed the plan before and after
-            say(plan.format_table())
-        say(f"primus_local: {len(points)} point(s), {parallel} at a time, in {self.sweep_dir}")
-        outcomes = self.run_points(points, plan, parallel)
+        with _forward_stop_signals(self):
+            if probe:
+                plan = run_probe(self, points[0], plan)
+            write_resources_json(plan, self.sweep_dir)
+            parallel = max(1, min(plan.parallel_jobs, len(plan.slots) or 1, len(points)))
+            if not probe:  # the probe printed the plan before and after
+                say(plan.format_table())
+            say(f"primus_local: {len(points)} point(s), {parallel} at a time, in {self.sweep_dir}")
+            outcomes = self.run_points(points, plan, parallel)
         return self.job_returns(points, outcomes)
 
     def compose_points(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list:
@@ -168,20 +169,19 @@ class LocalSweep:
         outcomes = {point.job: _new_outcome(point) for point in points}
         free_slots = list(range(parallel))
         done = 0
-        with _forward_stop_signals(self):
-            while pending or self._running:
-                if self._stop_signal is not None:
-                    self.stop_running(outcomes)
-                    break
-                while pending and free_slots:
-                    point = pending.popleft()
-                    slot_index = free_slots.pop(0)
-                    self.start(point, outcomes[point.job], plan.slots[slot_index], plan, slot_index)
-                for running in self.wait_for_ended():
-                    free_slots.append(running.slot_index)
-                    free_slots.sort()
-                    done += 1
-                    say(end_line(running.outcome, done, len(points)))
+        while pending or self._running:
+            if self._stop_signal is not None:
+                self.stop_running()
+                break
+            while pending and free_slots:
+                point = pending.popleft()
+                slot_index = free_slots.pop(0)
+                self.start(point, outcomes[point.job], plan.slots[slot_index], plan, slot_index)
+            for running in self.wait_for_ended():
+                free_slots.append(running.slot_index)
+                free_slots.sort()
+                done += 1
+                say(end_line(running.outcome, done, len(points)))
         ordered = [outcomes[point.job] for point in points]
         self.report(ordered, plan)
         if self._stop_signal is not None:
@@ -234,9 +234,11 @@ class LocalSweep:
             ended.append(running)
         return ended
 
-    def stop_running(self, outcomes: dict) -> None:
-        """SIGTERM each running point's process group (by PID), SIGKILL what is left after the grace period."""
-        say(f"stopping {len(self._running)} running point(s) after signal {self._stop_signal}")
+    def stop_running(self) -> None:
+        """SIGTERM each running point's process group (by PID), SIGKILL what is left after the grace period;
+        those points read `interrupted` (whatever their processes made of the signal)."""
+        stopped = [running.outcome for running in self._running.values()]
+        say(f"stopping {len(stopped)} running point(s) after {signal.Signals(self._stop_signal).name}")
         for running in self._running.values():
             _signal_group(running.process.pid, signal.SIGTERM)
         deadline = time.time() + self.stop_grace_s
@@ -246,9 +248,8 @@ class LocalSweep:
             _signal_group(running.process.pid, signal.SIGKILL)
         while self._running:
             self.wait_for_ended()
-        for outcome in outcomes.values():
-            if outcome.started is not None and outcome.status in ("killed", "failed", "not started"):
-                outcome.status = "interrupted"
+        for outcome in stopped:
+            outcome.status = "interrupted"
 
     # ---- what Hydra gets back --------------------------------------------------------------------------------
     def job_returns(self, points: list, outcomes: list) -> list:

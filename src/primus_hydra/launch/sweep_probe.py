@@ -56,7 +56,7 @@ def run_probe(sweep, point, plan):
     sweep.start(probe, outcome, plan.slots[0], plan, 0, extra_env=extra_env)
     while sweep._running:
         if sweep._stop_signal is not None:
-            sweep.stop_running({point.job: outcome})
+            sweep.stop_running()
             raise SystemExit(128 + sweep._stop_signal)
         sweep.wait_for_ended()
     if outcome.status != "ok":
