@@ -89,6 +89,16 @@ def test_a_bad_point_stops_the_sweep_before_any_point_starts(tmp_path):
     assert [path.name for path in (tmp_path / "sweep").iterdir()] == ["multirun.yaml"]  # Hydra's, before launch
 
 
+def test_a_point_that_breaks_its_backends_rules_stops_the_sweep_before_any_point_starts(tmp_path):
+    result = sweep(tmp_path, "backend=torch,megatron")
+
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines and all(line.startswith("error: [job 1: ") and "backend=megatron]" in line for line in lines)
+    assert "module.data.source=text needs module.data.path with backend=megatron" in lines[0]
+    assert [path.name for path in (tmp_path / "sweep").iterdir()] == ["multirun.yaml"]
+
+
 def test_the_probe_runs_the_first_point_alone_and_tightens_the_plan(tmp_path):
     result = sweep(tmp_path, "sweep.probe=true", "sweep.probe_steps=2", "module.lr=1e-3,2e-3")
 

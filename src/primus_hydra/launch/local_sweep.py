@@ -117,10 +117,12 @@ class LocalSweep:
         return self.job_returns(points, outcomes)
 
     def compose_points(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list:
-        """Every point composed and validated before any starts: the first mistake costs nothing."""
+        """Every point composed and validated (the cross-field rules, then the backend adapter's) before any
+        starts: the first mistake costs nothing."""
         from primus_hydra.config.error_format import format_compose_error, is_compose_error
-        from primus_hydra.config.validate import validate_config
+        from primus_hydra.config.validate import configured_world_size, validate_config
         from primus_hydra.errors import ConfigValidationError
+        from primus_hydra.launch.elastic import check_backend_layout
 
         points, failures = [], []
         for offset, overrides in enumerate(job_overrides):
@@ -132,6 +134,8 @@ class LocalSweep:
                     config.hydra.job.id = job
                     config.hydra.job.num = job
                 validate_config(config)
+                run_dir = self.run_dir_of(config)
+                check_backend_layout(config, run_dir, configured_world_size(config))  # the adapter's own rules
             except ConfigValidationError as error:
                 failures.extend(f"error: {label} {line}" for line in error.failures)
                 continue
@@ -143,7 +147,7 @@ class LocalSweep:
                     raise
                 failures.append(f"error: {label} {format_compose_error(error)}")
                 continue
-            points.append(SweepPoint(job, list(filter_overrides(overrides)), [], config, self.run_dir_of(config)))
+            points.append(SweepPoint(job, list(filter_overrides(overrides)), [], config, run_dir))
         if failures:
             for line in failures:
                 say(line)

@@ -155,8 +155,10 @@ def _run_job(launch: PointLaunch) -> PointResult:
             job_subdir_key="hydra.sweep.subdir",
         )
     except SystemExit as exit_:  # the CLI's task function reports a PrimusError as one line, then exits
-        code = exit_.code if isinstance(exit_.code, int) else 1
-        result = PointResult("failed", error=_last_error_line(launch.log_path), exit_code=code or 1)
+        code = exit_.code if isinstance(exit_.code, int) or exit_.code is None else 1
+        if not code:
+            return PointResult("ok")
+        result = PointResult("failed", error=_last_error_line(launch.log_path), exit_code=code)
     except Exception as error:  # noqa: BLE001 - anything Hydra itself raised while setting the job up
         traceback.print_exc()
         result = PointResult("failed", error=first_line(error), exit_code=1)
