@@ -156,10 +156,12 @@ class SlurmJobEntry:
 
             return PrimusRuntime(cfg, Path(self.run_dir)).run()
         from primus_hydra.launch.elastic import launch_elastic_job
+        from primus_hydra.orchestrator.apply import apply_resource_plan
 
         cfg.launch.nnodes = task.nnodes
         cfg.launch.node_rank = task.node_rank
         cfg.launch.master_addr = task.master_addr
         cfg.launch.master_port = task.master_port
         cfg.launch.rdzv_backend = "c10d"
-        return launch_elastic_job(cfg, Path(self.run_dir))
+        # this agent is the node's orchestrator: it resolves the auto knobs for its node and its workers
+        return launch_elastic_job(cfg, Path(self.run_dir), apply_resource_plan(cfg))
