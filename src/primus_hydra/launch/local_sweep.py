@@ -2,7 +2,7 @@
 
 Order of events: compose and validate every point (a bad one stops the sweep before anything runs, exit 2) ->
 the resource plan (orchestrator/plan.py) -> optionally the probe (launch/sweep_probe.py) -> each point in its own
-spawned, non-daemon process pinned to its slot (launch/sweep_point.py) -> one line per start and end -> the
+non-daemon process (fork server or spawn), pinned to its slot (launch/sweep_point.py) -> one line per start and end -> the
 summary (launch/sweep_summary.py) on stderr and as summary.json/summary.md next to resources.json in the sweep dir.
 A failing point does not stop the others; the sweep then exits 1 after the summary. Ctrl-C/SIGTERM stops every
 running point (SIGTERM to its process group, SIGKILL after the grace period) and exits 130/143.
@@ -10,7 +10,6 @@ running point (SIGTERM to its process group, SIGKILL after the grace period) and
 from __future__ import annotations
 
 import collections
-import logging
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -37,11 +36,10 @@ from primus_hydra.launch.sweep_point import (
 )
 from primus_hydra.launch.sweep_summary import PointOutcome, end_line, final_loss_of, format_table, start_line, write_summary
 
-log = logging.getLogger(__name__)
 POLL_S = 0.2
 STATE_DIR = ".primus_local"  # result files of the points, inside the sweep dir
-# imported once by the fork server (a module that fails to import is skipped): what every training point loads
 INDUCTOR_VARIABLES = ("TORCHINDUCTOR_COMPILE_THREADS", "TORCHINDUCTOR_CACHE_DIR")  # recorded in the point's log
+# imported once by the fork server (a module that fails to import is skipped): what every training point loads
 FORKSERVER_PRELOAD = ("primus_hydra.launch.sweep_point", "hydra.core.utils", "cloudpickle", "torch")
 
 
