@@ -125,6 +125,15 @@ def test_compiled_points_share_one_inductor_cache_that_the_probe_fills_with_more
         assert first_line.endswith(f"TORCHINDUCTOR_COMPILE_THREADS=1, {cache}")  # the plan's: 2 vCPUs / 2 points
 
 
+def test_a_sweep_launched_in_batches_has_one_summary_of_all_its_points(tmp_path):
+    result = sweep(tmp_path, "hydra.sweeper.max_batch_size=2", "task.dry_run=true", "module.lr=1e-3,2e-3,3e-3")
+
+    assert result.returncode == 0, result.stderr
+    points = summary(tmp_path)["points"]
+    assert [(p["job"], p["status"], p["overrides"]) for p in points] == [
+        (0, "ok", ["module.lr=0.001"]), (1, "ok", ["module.lr=0.002"]), (2, "ok", ["module.lr=0.003"])]
+
+
 @pytest.mark.parametrize("gpus, mask, nproc, expected", [
     (4, {}, 2, ["CUDA_VISIBLE_DEVICES=0,1", "CUDA_VISIBLE_DEVICES=2,3"]),  # NVIDIA: nproc_per_node devices each
     (2, {"HIP_VISIBLE_DEVICES": "0,1"}, 1, ["HIP_VISIBLE_DEVICES=0", "HIP_VISIBLE_DEVICES=1"]),  # AMD

@@ -40,6 +40,7 @@ POLL_S = 0.2
 STATE_DIR = ".primus_local"  # result files of the points, inside the sweep dir
 INDUCTOR_VARIABLES = ("TORCHINDUCTOR_COMPILE_THREADS", "TORCHINDUCTOR_CACHE_DIR")  # recorded in the point's log
 # imported once by the fork server (a module that fails to import is skipped): what every training point loads
+_REPORTED: dict = {}  # sweep dir -> {job: PointOutcome} of the batches this process launched
 FORKSERVER_PRELOAD = ("primus_hydra.launch.sweep_point", "hydra.core.utils", "cloudpickle", "torch")
 
 
@@ -150,10 +151,17 @@ class LocalSweep:
             for line in failures:
                 say(line)
             raise SystemExit(2)
-        varying = _varying_overrides([point.overrides for point in points])
+        swept = self.swept_keys()
         for point in points:
-            point.shown = [override for override in point.overrides if override in varying] or point.overrides
+            point.shown = [override for override in point.overrides if _override_key(override) in swept] or point.overrides
         return points
+
+    def swept_keys(self) -> set:
+        """The keys the command line sweeps (`module.lr=1e-3,3e-4`): what tells the points apart."""
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        overrides = OverridesParser.create().parse_overrides(list(self.config.hydra.overrides.task))
+        return {override.key_or_group for override in overrides if override.is_sweep_override()}
 
     @staticmethod
     def run_dir_of(config: DictConfig) -> Path:
@@ -191,8 +199,13 @@ class LocalSweep:
         return ordered
 
     def report(self, outcomes: list, plan) -> None:
-        say(format_table(outcomes))
-        write_summary(self.sweep_dir, outcomes, {"sweep_dir": str(self.sweep_dir), "parallel_jobs": plan.parallel_jobs})
+        """The summary of every point this process launched into the sweep dir: Hydra may launch a sweep in
+        batches (hydra.sweeper.max_batch_size), one LocalSweep each."""
+        reported = _REPORTED.setdefault(str(self.sweep_dir), {})
+        reported.update({outcome.job: outcome for outcome in outcomes})
+        everything = [reported[job] for job in sorted(reported)]
+        say(format_table(everything))
+        write_summary(self.sweep_dir, everything, {"sweep_dir": str(self.sweep_dir), "parallel_jobs": plan.parallel_jobs})
         say(f"summary: {self.sweep_dir / 'summary.md'}")
 
     # ---- one point's process ---------------------------------------------------------------------------------
@@ -381,8 +394,5 @@ def _format_ids(ids: tuple) -> str:
     return ",".join(ranges)
 
 
-def _varying_overrides(all_overrides: list) -> set:
-    if len(all_overrides) < 2:
-        return set()
-    common = set(all_overrides[0]).intersection(*map(set, all_overrides[1:]))
-    return {override for overrides in all_overrides for override in overrides if override not in common}
+def _override_key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")

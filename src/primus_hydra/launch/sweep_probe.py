@@ -32,20 +32,50 @@ def compile_environment(config: DictConfig, sweep_dir: Path) -> dict:
     return {"TORCHINDUCTOR_CACHE_DIR": str(sweep_dir / INDUCTOR_CACHE_SUBDIR)}
 
 
+_MEASURED: dict = {}  # sweep dir -> the probe's tighten arguments (or None): later batches of a sweep reuse them
+
+
 def run_probe(sweep, point, plan):
-    """Run `point` for sweep.probe_steps steps alone; return the plan tightened by its measured peak."""
-    from primus_hydra.launch.local_sweep import SweepPoint, say
+    """Run `point` for sweep.probe_steps steps alone; return the plan tightened by its measured peak. When Hydra
+    launches a sweep in batches (hydra.sweeper.max_batch_size), the first batch probes and the others reuse it."""
+    from primus_hydra.launch.local_sweep import say
     from primus_hydra.orchestrator.plan import tighten_with_measured_peak
+
+    key = str(sweep.sweep_dir)
+    if key in _MEASURED:
+        say("probe: measured by an earlier batch of this sweep")
+    else:
+        _MEASURED[key] = _measure(sweep, point, plan)
+    if _MEASURED[key] is None:
+        return plan
+    tightened = tighten_with_measured_peak(plan, *_MEASURED[key])
+    say("plan before the probe:\n" + plan.format_table())
+    say("plan after the probe:\n" + tightened.format_table())
+    return tightened
+
+
+def _measure(sweep, point, plan):
+    """The probe run; the arguments for tighten_with_measured_peak, or None when it measured nothing usable."""
+    from primus_hydra.config.validate import validate_config
+    from primus_hydra.errors import ConfigValidationError
+    from primus_hydra.launch.local_sweep import SweepPoint, say
     from primus_hydra.orchestrator.rules import compile_threads
 
     steps = int(point.config.sweep.probe_steps)
-    overrides = [o for o in point.overrides if not o.lstrip("+~").startswith("module.train_iters=")]
-    overrides.append(f"module.train_iters={steps}")
+    shortened = {"module.train_iters": steps, "module.warmup_iters": min(int(point.config.module.warmup_iters), steps)}
+    overrides = [o for o in point.overrides if o.split("=", 1)[0].lstrip("+~") not in shortened]
+    overrides += [f"{key}={value}" for key, value in shortened.items()]
     config = sweep.hydra_context.config_loader.load_sweep_config(sweep.config, overrides)
     with open_dict(config):
         config.hydra.job.id = point.job
         config.hydra.job.num = point.job
         config.hydra.sweep.subdir = PROBE_SUBDIR
+    try:
+        validate_config(config)
+    except ConfigValidationError as error:
+        say(f"probe: skipped, {steps} step(s) of job {point.job} do not validate: {error.failures[0]}; "
+            "the plan stays as estimated")
+        return None
     probe = SweepPoint(point.job, overrides, [f"probe of job {point.job}", f"module.train_iters={steps}"], config,
                        sweep.run_dir_of(config))
     outcome = PointOutcome(job=point.job, overrides=probe.shown, run_dir=str(probe.run_dir))
@@ -61,18 +91,14 @@ def run_probe(sweep, point, plan):
         sweep.wait_for_ended()
     if outcome.status != "ok":
         say(f"probe: {outcome.status}: {outcome.error} (log: {probe.run_dir / 'point.log'}); the plan stays as estimated")
-        return plan
-    on_gpu = bool(plan.slots[0].gpu_ids)
-    if on_gpu and outcome.peak_device_gib is None:
-        say("probe: no device peak measured (the point ran its GPUs in worker processes); the plan stays as estimated")
-        return plan
-    if on_gpu:  # one rank's device peak, and one process's host peak
-        tightened = tighten_with_measured_peak(plan, outcome.peak_device_gib, outcome.peak_host_gib)
-        measured = f"{outcome.peak_device_gib:.2f} GiB device max reserved, {outcome.peak_host_gib:.2f} GiB host max RSS"
-    else:  # on the CPU the working set is host memory: the process's RSS is the per-job size
-        tightened = tighten_with_measured_peak(plan, outcome.peak_host_gib)
-        measured = f"{outcome.peak_host_gib:.2f} GiB host max RSS"
-    say(f"probe: ok in {outcome.wall_s:.1f} s, measured {measured} per process")
-    say("plan before the probe:\n" + plan.format_table())
-    say("plan after the probe:\n" + tightened.format_table())
-    return tightened
+        return None
+    if plan.slots[0].gpu_ids:  # one rank's device peak, and one process's host peak
+        if outcome.peak_device_gib is None:
+            say("probe: no device peak measured (the point ran its GPUs in worker processes); the plan stays as estimated")
+            return None
+        say(f"probe: ok in {outcome.wall_s:.1f} s, measured {outcome.peak_device_gib:.2f} GiB device max reserved, "
+            f"{outcome.peak_host_gib:.2f} GiB host max RSS per process")
+        return outcome.peak_device_gib, outcome.peak_host_gib
+    # on the CPU the working set is host memory: the process's RSS is the per-job size
+    say(f"probe: ok in {outcome.wall_s:.1f} s, measured {outcome.peak_host_gib:.2f} GiB host max RSS per process")
+    return (outcome.peak_host_gib,)
