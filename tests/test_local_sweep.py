@@ -81,13 +81,13 @@ def test_points_run_one_at_a_time_when_the_plan_fits_one(tmp_path):
 
 
 def test_a_bad_point_stops_the_sweep_before_any_point_starts(tmp_path):
-    result = sweep(tmp_path, "module.lr=1e-3,1e-9")
+    result = sweep(tmp_path, "module.lr=1e-3,1e-9", "module.min_lr=1e-5")
 
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: [job 1: ") and "module.lr=1e-09]" in lines[0]
-    assert lines[0].endswith("module.lr=1e-09 is below module.min_lr=0.0003; lr must be >= min_lr")
+    assert lines[0].startswith("error: [job 1: ") and "module.lr=1e-09" in lines[0]
+    assert lines[0].endswith("module.lr=1e-09 is below module.min_lr=1e-05; lr must be >= min_lr")
     assert [path.name for path in (tmp_path / "sweep").iterdir()] == ["multirun.yaml"]  # Hydra's, before launch
 
 

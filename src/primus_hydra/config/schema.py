@@ -10,6 +10,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from primus_hydra.config import resolvers  # noqa: F401  (registers ${primus.times:...})
 from primus_hydra.config.schema_model import ModelConfig
 from primus_hydra.config.schema_module import ModuleConfig
 from primus_hydra.config.schema_run import (
