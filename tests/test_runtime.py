@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 import recording_backend
-from primus_hydra.runtime.distributed_env import detect_distributed_env
+from primus_hydra.runtime.distributed_env import detect_distributed_env, first_host
 from primus_hydra.runtime.train_runtime import PrimusRuntime, apply_env_block
 
 RECORDING = ["backend._target_=recording_backend.RecordingAdapter", "backend.name=recording"]
@@ -91,3 +91,17 @@ def test_who_am_i_in_the_job(environ, expected):
 def test_slurm_port_is_derived_from_the_job_id():
     env = detect_distributed_env({"SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "42"})
     assert env.master_port == 20042 and env.local_world_size == 2
+
+
+@pytest.mark.parametrize("nodelist, first", [
+    ("n[1-2]", "n1"), ("n1", "n1"), ("gpu-a[07-09,12],gpu-b3", "gpu-a07"), ("node[003,5]-ib", "node003-ib"),
+    ("a,b", "a"), ("x[1-3],y[4]", "x1"),
+])
+def test_first_host_of_a_slurm_nodelist(nodelist, first):
+    assert first_host(nodelist) == first
+
+
+def test_an_srun_task_meets_its_peers_on_the_first_node_of_the_job():
+    env = detect_distributed_env({"SLURM_STEP_ID": "0", "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "42",
+                                  "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_RESTART_COUNT": "1"})
+    assert (env.launcher, env.master_addr, env.master_port) == ("slurm", "gpu07", 20042 + 7919)

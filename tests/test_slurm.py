@@ -200,3 +200,17 @@ def test_the_shell_launcher_runs_direct_sh_on_both_nodes_and_trains_the_local_cu
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp_path / "outputs").glob("*/slurm-*")  # both nodes shared one run dir
     assert_same_curve(losses(run_dir), local_curve(4))
+
+
+def test_a_users_own_srun_shares_one_run_dir_and_meets_on_the_first_node(tmp_path, local_curve):
+    """`srun -N2 python -m primus_hydra`: every task is a rank (nothing launched twice), MASTER_ADDR comes from the
+    job's nodelist, and all ranks write into one run dir named after the job step."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "OMP_NUM_THREADS", "PRIMUS_FAULT")}
+    env["PRIMUS_OUTPUT_ROOT"] = str(tmp_path / "outputs")
+    result = subprocess.run(["srun", "-N2", "-n2", "--kill-on-bad-exit=1", sys.executable, "-m", "primus_hydra",
+                             "module.train_iters=4", *FAST], capture_output=True, text=True, env=env, cwd=tmp_path,
+                            timeout=JOB_TIMEOUT_S)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = (tmp_path / "outputs").glob("*/slurm-*.0")
+    assert_same_curve(losses(run_dir), local_curve(4))
+    assert sorted(p.name for p in (run_dir / "logs").glob("rank_*.log")) == ["rank_0.log", "rank_1.log"]

@@ -5,6 +5,7 @@ Read from the environment only; nothing here imports torch or initializes a devi
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -29,6 +30,19 @@ class DistributedEnv:
         return self.world_size > 1
 
 
+def first_host(nodelist: str) -> str:
+    """The first host of a Slurm nodelist: "gpu-a[07-09,12],gpu-b3" -> "gpu-a07" (zero padding kept)."""
+    head = re.match(r"([^,\[]*)(?:\[([^\]]*)\])?([^,]*)", nodelist.strip())
+    prefix, ranges, suffix = head.groups() if head else ("", None, "")
+    first = re.split(r"[,-]", ranges)[0] if ranges else ""
+    return f"{prefix}{first}{suffix}"
+
+
+def slurm_master_port(job_id: int, restart_count: int = 0) -> int:
+    """The rendezvous port every task of a Slurm job derives alike; a requeued run gets another (TIME_WAIT)."""
+    return 20000 + (job_id + restart_count * 7919) % 40000
+
+
 def _int(environ: Mapping[str, str], key: str, default: int) -> int:
     value = environ.get(key)
     return int(value) if value not in (None, "") else default
@@ -37,8 +51,10 @@ def _int(environ: Mapping[str, str], key: str, default: int) -> int:
 def detect_distributed_env(environ: Mapping[str, str] = os.environ) -> DistributedEnv:
     if "RANK" in environ and "WORLD_SIZE" in environ and "LOCAL_RANK" in environ:
         # torchrun / torch elastic agent (also our own launcher later): the standard variables are complete
+        # an srun task whose variables the Slurm launcher exported (no elastic agent) is a Slurm rank
+        from_srun = "SLURM_PROCID" in environ and "TORCHELASTIC_RUN_ID" not in environ
         return DistributedEnv(
-            launcher="torchrun",
+            launcher="slurm" if from_srun else "torchrun",
             rank=_int(environ, "RANK", 0),
             world_size=_int(environ, "WORLD_SIZE", 1),
             local_rank=_int(environ, "LOCAL_RANK", 0),
@@ -59,7 +75,7 @@ def detect_distributed_env(environ: Mapping[str, str] = os.environ) -> Distribut
             local_rank=_int(environ, "SLURM_LOCALID", 0),
             local_world_size=max(world // nodes, 1),
             node_rank=_int(environ, "SLURM_NODEID", 0),
-            master_addr=environ.get("MASTER_ADDR", ""),  # resolved from the nodelist by the Slurm launcher
-            master_port=_int(environ, "MASTER_PORT", 20000 + job_id % 40000),
+            master_addr=environ.get("MASTER_ADDR") or first_host(environ.get("SLURM_JOB_NODELIST", "")) or "127.0.0.1",
+            master_port=_int(environ, "MASTER_PORT", slurm_master_port(job_id, _int(environ, "SLURM_RESTART_COUNT", 0))),
         )
     return DistributedEnv(launcher="single")

@@ -39,18 +39,14 @@ class SlurmTaskEnv:
     master_port: int
 
 
-def master_port_for(job_id: str, restart_count: int) -> int:
-    """The same port on every node, from the job id; a requeued run gets another one (the old may be in TIME_WAIT)."""
-    digits = "".join(ch for ch in job_id if ch.isdigit()) or "0"
-    return 20000 + (int(digits) * 7 + restart_count * 7919) % 40000
+def read_slurm_task_env(environ: Mapping[str, str] = os.environ) -> SlurmTaskEnv:
+    from primus_hydra.runtime.distributed_env import first_host, slurm_master_port
 
-
-def read_slurm_task_env(hostnames: list[str], environ: Mapping[str, str] = os.environ) -> SlurmTaskEnv:
-    job_id = environ.get("SLURM_ARRAY_JOB_ID", "") and f"{environ['SLURM_ARRAY_JOB_ID']}_{environ.get('SLURM_ARRAY_TASK_ID', '0')}"
-    job_id = job_id or environ.get("SLURM_JOB_ID", "0")
+    array = environ.get("SLURM_ARRAY_JOB_ID")
+    job_id = f"{array}_{environ.get('SLURM_ARRAY_TASK_ID', '0')}" if array else environ.get("SLURM_JOB_ID", "0")
     world = int(environ.get("SLURM_NTASKS", "1"))
     nnodes = int(environ.get("SLURM_JOB_NUM_NODES", environ.get("SLURM_NNODES", "1")))
-    master = environ.get("PRIMUS_MASTER_ADDR") or hostnames[0]
+    master = environ.get("PRIMUS_MASTER_ADDR") or first_host(environ.get("SLURM_JOB_NODELIST", "")) or "127.0.0.1"
     try:
         socket.getaddrinfo(master, None)
     except OSError:
@@ -69,7 +65,7 @@ def read_slurm_task_env(hostnames: list[str], environ: Mapping[str, str] = os.en
         node_rank=int(environ.get("SLURM_NODEID", "0")),
         nnodes=nnodes,
         master_addr=master,
-        master_port=master_port_for(job_id, int(environ.get("SLURM_RESTART_COUNT", "0") or 0)),
+        master_port=slurm_master_port(int(environ.get("SLURM_JOB_ID", "0")), int(environ.get("SLURM_RESTART_COUNT") or 0)),
     )
 
 
@@ -115,12 +111,10 @@ class SlurmJobEntry:
         return submitit.helpers.DelayedSubmission(dataclasses.replace(self, attempt=self.attempt + 1))
 
     def __call__(self) -> Any:
-        import submitit
-
         from primus_hydra.launch.job_config import load_job_config
 
         notice = PreemptionNotice()
-        task = read_slurm_task_env(submitit.JobEnvironment().hostnames)
+        task = read_slurm_task_env()
         cfg = load_job_config(Path(self.job_config))
         cfg.module.checkpoint.on_signal = True  # a preempted or timed-out job must leave a checkpoint to resume from
         if self.attempt > 0 and cfg.module.checkpoint.resume is None:
