@@ -28,7 +28,7 @@ computed (overrides placed before your arguments, so an explicit launch.*=... of
   launch.node_rank    $NODE_RANK, else $SLURM_NODEID
   launch.master_addr  under Slurm: the first host of the nodelist (scontrol, else a built-in parser);
                       a $MASTER_ADDR that names another host is an error. Without Slurm: $MASTER_ADDR
-  launch.master_port  $MASTER_PORT, else 20000 + $SLURM_JOB_ID % 40000
+  launch.master_port  $MASTER_PORT, else 20000 + ($SLURM_JOB_ID + 7919 * $SLURM_RESTART_COUNT) % 40000
   launch.nproc_per_node  $GPUS_PER_NODE when set
   hydra.run.dir       $PRIMUS_RUN_DIR, else (several Slurm nodes) <outputs>/<day>/slurm-<job>.<step>: one shared dir
 USAGE
@@ -114,7 +114,7 @@ if $under_slurm; then
     master_addr=${master_addr:-$first_host}
     if [[ -z $master_port ]]; then
         is_int "$SLURM_JOB_ID" || die "SLURM_JOB_ID=$SLURM_JOB_ID is not a number; set MASTER_PORT"
-        master_port=$((20000 + 10#$SLURM_JOB_ID % 40000))
+        master_port=$((20000 + (10#$SLURM_JOB_ID + 7919 * ${SLURM_RESTART_COUNT:-0}) % 40000))
     fi
 fi
 
