@@ -174,11 +174,18 @@ def test_a_bad_config_is_rejected_here_and_nothing_is_submitted(tmp_path):
 def test_wait_false_returns_after_submission_and_task_status_follows_the_run(tmp_path):
     run_dir = tmp_path / "runs" / "run"
     started = time.monotonic()
-    result = primus(tmp_path, f"hydra.run.dir={run_dir}", "module.train_iters=8", *FAST, *SLURM, "launch.wait=false")
+    result = primus(tmp_path, f"hydra.run.dir={run_dir}", "module.train_iters=8", *FAST, *SLURM, "launch.wait=false",
+                    "hydra.launcher.setup=['export PRIMUS_SETUP_MARK=1']", "hydra.launcher.srun_args=['--cpu-bind=none']",
+                    "+hydra.launcher.additional_parameters.comment=primus-test", "hydra.launcher.name=status-test")
     assert result.returncode == 0, result.stderr[-3000:]
-    job_id = submission(run_dir)["job_id"]
+    record = submission(run_dir)
+    job_id = record["job_id"]
     assert f"submitted slurm job {job_id} [run]" in result.stderr and "task=status" in result.stderr
     assert time.monotonic() - started < 30
+    sbatch = (Path(record["submitit_folder"]) / f"{job_id}_submission.sh").read_text()
+    for line in ("#SBATCH --comment=primus-test", "#SBATCH --job-name=status-test", "export PRIMUS_SETUP_MARK=1",
+                 "--kill-on-bad-exit=1 --cpu-bind=none"):
+        assert line in sbatch, line
 
     wait_until(lambda: sacct_state(job_id) == "COMPLETED", timeout_s=JOB_TIMEOUT_S)
     status = primus(tmp_path, "task=status", f"task.runs={tmp_path / 'runs'}")
