@@ -291,6 +291,8 @@ def _launch(cfg: DictConfig, failures: list[str]) -> None:
     launch = cfg.launch
     if launch.rdzv_backend not in ("static", "c10d"):
         failures.append(f"launch.rdzv_backend={launch.rdzv_backend}: allowed: static, c10d")
+    if launch.mode not in ("srun", "torchrun"):
+        failures.append(f"launch.mode={launch.mode}: allowed values are srun, torchrun")
     port = launch.master_port
     if not (str(port) == "auto" or (str(port).isdigit() and 1 <= int(port) <= 65535)):
         failures.append(f"launch.master_port={port}: must be 'auto' or a port number 1-65535")

@@ -8,6 +8,8 @@ import numbers
 from pathlib import Path
 from typing import Any, Optional
 
+from primus_hydra.tables import aligned_table
+
 
 @dataclasses.dataclass
 class PointOutcome:
@@ -84,11 +86,7 @@ def _rows(outcomes: list) -> list:
 
 
 def format_table(outcomes: list) -> str:
-    rows = [_COLUMNS, *_rows(outcomes)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    return "\n".join(lines)
+    return aligned_table(_COLUMNS, _rows(outcomes), rule=True)
 
 
 def format_markdown(outcomes: list) -> str:

@@ -13,6 +13,7 @@ from typing import Optional
 from omegaconf import DictConfig
 
 from primus_hydra.errors import PrimusError
+from primus_hydra.tables import aligned_table
 from primus_hydra.launch.slurm.submission import SUBMISSION_RECORD, read_submission
 
 SACCT_TIMEOUT_S = 10
@@ -100,10 +101,8 @@ def last_metrics(path: Path) -> tuple[Optional[int], Optional[float]]:
 def format_status_table(statuses: list[RunStatus], roots: list[Path]) -> str:
     if not statuses:
         return f"no submitted runs under {', '.join(str(root) for root in roots)}"
-    rows = [("job", "state", "step", "loss", "point", "run dir")]
-    for status in statuses:
-        rows.append((status.job_id, status.state, "-" if status.step is None else str(status.step),
-                     "-" if status.loss is None else f"{status.loss:.4f}", status.label, str(status.run_dir)))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1] for row in rows)
+    rows = [(status.job_id, status.state, "-" if status.step is None else str(status.step),
+             "-" if status.loss is None else f"{status.loss:.4f}", status.label, str(status.run_dir))
+            for status in statuses]
+    return aligned_table(("job", "state", "step", "loss", "point", "run dir"), rows)
 

@@ -40,32 +40,29 @@ class SlurmTaskEnv:
 
 
 def read_slurm_task_env(environ: Mapping[str, str] = os.environ) -> SlurmTaskEnv:
-    from primus_hydra.runtime.distributed_env import first_host, slurm_master_port
+    """From Slurm's variables only (through the same reader a user's own srun uses): torchrun or MASTER_* variables
+    that sbatch copied from the submitting shell must not decide where ranks meet. PRIMUS_MASTER_ADDR overrides."""
+    from primus_hydra.runtime.distributed_env import detect_distributed_env
 
-    array = environ.get("SLURM_ARRAY_JOB_ID")
-    job_id = f"{array}_{environ.get('SLURM_ARRAY_TASK_ID', '0')}" if array else environ.get("SLURM_JOB_ID", "0")
-    world = int(environ.get("SLURM_NTASKS", "1"))
-    nnodes = int(environ.get("SLURM_JOB_NUM_NODES", environ.get("SLURM_NNODES", "1")))
-    master = environ.get("PRIMUS_MASTER_ADDR") or first_host(environ.get("SLURM_JOB_NODELIST", "")) or "127.0.0.1"
+    slurm = {key: value for key, value in environ.items() if key.startswith("SLURM_")}
+    if environ.get("PRIMUS_MASTER_ADDR"):
+        slurm["MASTER_ADDR"] = environ["PRIMUS_MASTER_ADDR"]
+    dist = detect_distributed_env(slurm)
     try:
-        socket.getaddrinfo(master, None)
+        socket.getaddrinfo(dist.master_addr, None)
     except OSError:
         from primus_hydra.errors import PrimusError
 
         raise PrimusError(
-            f"the job's first node {master!r} does not resolve on {socket.gethostname()}: ranks could not meet there; "
-            "fix the cluster's name resolution or set PRIMUS_MASTER_ADDR (e.g. in hydra.launcher.setup)"
+            f"the job's first node {dist.master_addr!r} does not resolve on {socket.gethostname()}: ranks could not meet "
+            "there; fix the cluster's name resolution or set PRIMUS_MASTER_ADDR (e.g. in hydra.launcher.setup)"
         ) from None
+    array = environ.get("SLURM_ARRAY_JOB_ID")
     return SlurmTaskEnv(
-        job_id=job_id,
-        rank=int(environ.get("SLURM_PROCID", "0")),
-        world_size=world,
-        local_rank=int(environ.get("SLURM_LOCALID", "0")),
-        local_world_size=max(world // max(nnodes, 1), 1),
-        node_rank=int(environ.get("SLURM_NODEID", "0")),
-        nnodes=nnodes,
-        master_addr=master,
-        master_port=slurm_master_port(int(environ.get("SLURM_JOB_ID", "0")), int(environ.get("SLURM_RESTART_COUNT") or 0)),
+        job_id=f"{array}_{environ.get('SLURM_ARRAY_TASK_ID', '0')}" if array else environ.get("SLURM_JOB_ID", "0"),
+        rank=dist.rank, world_size=dist.world_size, local_rank=dist.local_rank, local_world_size=dist.local_world_size,
+        node_rank=dist.node_rank, nnodes=max(dist.world_size // dist.local_world_size, 1),
+        master_addr=dist.master_addr, master_port=dist.master_port,
     )
 
 

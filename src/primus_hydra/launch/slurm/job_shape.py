@@ -13,9 +13,6 @@ from omegaconf import DictConfig
 
 from primus_hydra.errors import ConfigValidationError
 
-LAUNCH_MODES = ("srun", "torchrun")
-
-
 @dataclass(frozen=True)
 class SlurmJobShape:
     mode: str
@@ -37,9 +34,7 @@ def _explicit_int(value: Any) -> Optional[int]:
 
 
 def job_shape(cfg: DictConfig, settings: Mapping[str, Any]) -> SlurmJobShape:
-    mode = str(cfg.launch.mode)
-    if mode not in LAUNCH_MODES:
-        raise ConfigValidationError([f"launch.mode={mode}: allowed values are {', '.join(LAUNCH_MODES)}"])
+    mode = str(cfg.launch.mode)  # srun | torchrun (a validation rule)
     gpus = settings.get("gpus_per_node")
     if gpus is None:
         gpus = _explicit_int(cfg.platform.gpus_per_node)

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from primus_hydra.errors import ConfigValidationError
 from primus_hydra.launch.slurm.run import SlurmJobFailedError, print_status_hint
+from primus_hydra.tables import aligned_table
 
 
 def launch_slurm_sweep(hydra_context: HydraContext, config: DictConfig, job_overrides: Sequence[Sequence[str]],
@@ -87,10 +88,8 @@ def _validate_all(points: list, settings: dict) -> None:
 
 
 def _print_summary(outcomes: list) -> None:
-    width = max(len(outcome.submitted.prepared.label) for outcome in outcomes)
-    print("slurm sweep summary:", file=sys.stderr)
-    for outcome in outcomes:
-        result = f"loss {outcome.result:.4f}" if isinstance(outcome.result, float) else (outcome.error or "")
-        print(f"  {outcome.submitted.job_id:>10}  {outcome.submitted.prepared.label:<{width}}  {outcome.state:<10} "
-              f"{result}  {outcome.submitted.prepared.run_dir}", file=sys.stderr)
-    sys.stderr.flush()
+    rows = [(outcome.submitted.job_id, outcome.submitted.prepared.label, outcome.state,
+             f"{outcome.result:.4f}" if isinstance(outcome.result, float) else (outcome.error or "-"),
+             str(outcome.submitted.prepared.run_dir)) for outcome in outcomes]
+    print("slurm sweep summary:\n" + aligned_table(("job", "point", "state", "final loss", "run dir"), rows, rule=True),
+          file=sys.stderr, flush=True)
