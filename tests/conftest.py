@@ -1,26 +1,21 @@
-"""Shared fixtures: compose the real conf/ with Hydra's compose API (no CLI, no run dir side effects)."""
+"""Fixtures every tier shares, and the tiers as markers: tests/unit (no subprocess, no training), tests/integration
+(real runs, several processes), tests/slurm (the local Slurm cluster). `scripts/test.sh unit` runs the first."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig
 
-from primus_hydra.config.paths import find_conf_dir
-from primus_hydra.config.schema import register_schemas
+from helpers.compose import compose_primus
 
-REPO = Path(__file__).resolve().parents[1]
-CONF_DIR = Path(find_conf_dir())
-PYTHON = sys.executable
+TIERS = ("unit", "integration", "slurm")
 
 
-def compose_primus(*overrides: str) -> DictConfig:
-    """The composed config for these overrides, exactly as the CLI would compose it (without hydra.* resolved)."""
-    register_schemas()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
+def pytest_collection_modifyitems(items):
+    for item in items:
+        tier = Path(str(item.fspath)).parent.name
+        if tier in TIERS:
+            item.add_marker(getattr(pytest.mark, tier))
 
 
 @pytest.fixture

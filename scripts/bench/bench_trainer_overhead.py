@@ -1,7 +1,7 @@
 """Benchmark: tokens/s of the runtime's training loop vs a minimal hand-written PyTorch loop, same run.
 
 Same model (llama_tiny), same batch (8 x 256 tokens, random ids), same optimizer (AdamW, same settings); the
-runtime goes through compose -> validate -> PrimusRuntime -> TorchTrainer with metrics.jsonl and TensorBoard on.
+runtime goes through compose -> prepare -> PrimusRuntime -> TorchTrainer with metrics.jsonl and TensorBoard on.
 Goal: runtime >= 0.97x the minimal loop. Rounds alternate between the two to spread machine noise.
 Usage: .venv/bin/python scripts/bench/bench_trainer_overhead.py [--steps 40] [--rounds 3]
 """
@@ -18,11 +18,10 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
-from conftest import compose_primus  # noqa: E402  (the same composition the CLI does)
+from helpers.compose import compose_primus, run_job  # noqa: E402  (the same composition and preparation the CLI does)
 
 from primus_hydra.backends.torch.metrics import read_metrics  # noqa: E402
 from primus_hydra.backends.torch.model import build_model_on_meta, materialize  # noqa: E402
-from primus_hydra.runtime.train_runtime import PrimusRuntime  # noqa: E402
 
 BATCH, SEQ, WARMUP = 8, 256, 5
 
@@ -36,7 +35,7 @@ def overrides(steps: int) -> list[str]:
 
 def runtime_tokens_per_s(steps: int) -> float:
     with tempfile.TemporaryDirectory() as run_dir:
-        PrimusRuntime(compose_primus(*overrides(steps)), Path(run_dir)).run()
+        run_job(compose_primus(*overrides(steps)), Path(run_dir))
         times = [r["step_time_s"] for r in read_metrics(Path(run_dir) / "metrics.jsonl")][WARMUP:]
     return BATCH * SEQ / statistics.median(times)
 

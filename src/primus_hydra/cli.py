@@ -6,6 +6,7 @@ Errors the user can fix are printed as one line and exit with code 2; set HYDRA_
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import hydra
@@ -56,6 +57,9 @@ def main() -> None:
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         _hydra_main()
+    except BrokenPipeError:  # `... | head -1`: the reader has what it wanted; stop quietly, as a shell tool does
+        _discard_stdout()
+        sys.exit(128 + signal.SIGPIPE)
     except PrimusError as error:
         if _USER_WANTS_TRACEBACK:
             raise
@@ -69,6 +73,13 @@ def main() -> None:
     finally:
         if not _USER_WANTS_TRACEBACK:
             os.environ.pop("HYDRA_FULL_ERROR", None)
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's final flush of the closed pipe raises nothing."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 if __name__ == "__main__":

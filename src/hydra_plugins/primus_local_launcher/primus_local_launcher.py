@@ -37,6 +37,7 @@ class PrimusLocalLauncher(Launcher):
         self.config: Optional[DictConfig] = None
         self.hydra_context: Optional[HydraContext] = None
         self.task_function: Optional[TaskFunction] = None
+        self.memory = None  # what the batches of this sweep share (one launcher per sweep)
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config = config
@@ -44,9 +45,11 @@ class PrimusLocalLauncher(Launcher):
         self.task_function = task_function
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from primus_hydra.launch.local_sweep import LocalSweep
+        from primus_hydra.launch.local_sweep import LocalSweep, SweepMemory
 
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
-        sweep = LocalSweep(self.hydra_context, self.task_function, self.config, stop_grace_s=self.stop_grace_s,
-                           start_method=self.start_method, pin_cpus=self.pin_cpus)
+        if self.memory is None:
+            self.memory = SweepMemory()
+        sweep = LocalSweep(self.hydra_context, self.task_function, self.config, self.memory,
+                           stop_grace_s=self.stop_grace_s, start_method=self.start_method, pin_cpus=self.pin_cpus)
         return sweep.run(job_overrides, initial_job_idx)

@@ -3,7 +3,9 @@ trainer choice) and BaseTrainer (the setup -> init -> train -> cleanup lifecycle
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.metadata
+import importlib.util
 import os
 import sys
 from abc import ABC, abstractmethod
@@ -12,8 +14,10 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig
 
+from primus_hydra.config.layout import ParallelLayout
+from primus_hydra.config.targets import load_target
+from primus_hydra.distributed_env import DistributedEnv
 from primus_hydra.errors import BackendUnavailableError
-from primus_hydra.runtime.distributed_env import DistributedEnv
 
 _CHECKOUT = Path(__file__).resolve().parents[3]  # <repo> when running from a source checkout
 REPO_THIRD_PARTY = _CHECKOUT / "third_party" if (_CHECKOUT / "pyproject.toml").is_file() else None
@@ -22,9 +26,10 @@ REPO_THIRD_PARTY = _CHECKOUT / "third_party" if (_CHECKOUT / "pyproject.toml").i
 class BaseTrainer(ABC):
     """A backend's trainer. The runtime calls setup, init, train, then cleanup (cleanup(on_error=True) on failure)."""
 
-    def __init__(self, backend_args: dict, cfg: DictConfig, run_dir: Path, dist: DistributedEnv):
-        self.backend_args = backend_args
+    def __init__(self, backend_args: Any, cfg: DictConfig, layout: ParallelLayout, run_dir: Path, dist: DistributedEnv):
+        self.backend_args = backend_args  # what the adapter's convert_config made (after the build_args patches)
         self.cfg = cfg
+        self.layout = layout
         self.run_dir = Path(run_dir)
         self.dist = dist
 
@@ -53,10 +58,15 @@ class BackendAdapter(ABC):
     third_party_dir: Optional[str] = None  # folder name under third_party/ (a source checkout)
     install_hint: str = ""
 
-    def __init__(self, cfg: DictConfig, run_dir: Path, dist: DistributedEnv):
+    @property
+    def required_modules(self) -> tuple[str, ...]:
+        """What a real run needs importable (checked before it starts, see requirement_failures)."""
+        return (self.import_name,) if self.import_name else ()
+
+    def __init__(self, cfg: DictConfig, layout: ParallelLayout, run_dir: Optional[Path] = None):
         self.cfg = cfg
-        self.run_dir = Path(run_dir)
-        self.dist = dist
+        self.layout = layout  # the job's, as prepared (config/layout.py)
+        self.run_dir = Path(run_dir) if run_dir is not None else None  # None: not known yet (checks only)
         self.backend_path: Optional[Path] = None
 
     # -- library lookup ---------------------------------------------------------------------------------
@@ -75,17 +85,41 @@ class BackendAdapter(ABC):
         candidates.append(("third-party cache", Path(cache_root).expanduser() / self.third_party_dir))
         return candidates
 
-    def setup_backend_path(self) -> Optional[Path]:
-        """Put the first existing candidate on sys.path. An explicit backend.path that is missing is an error."""
+    def find_backend_path(self) -> Optional[Path]:
+        """The first candidate that exists; an explicit backend.path or $BACKEND_PATH that does not is an error."""
         for origin, path in self.candidate_backend_paths():
             if path.is_dir():
-                if str(path) not in sys.path:
-                    sys.path.insert(0, str(path))
-                self.backend_path = path
                 return path
             if origin in ("backend.path", "$BACKEND_PATH"):
                 raise BackendUnavailableError(f"{origin}={path}: no such directory (a {self.name} source checkout)")
         return None
+
+    def source_paths(self, root: Path) -> list[Path]:
+        """The folders of a source tree that go on sys.path (a checkout may keep its package in a sub-folder)."""
+        return [root]
+
+    def setup_backend_path(self) -> Optional[Path]:
+        """Put the backend's source tree (if one is found) on sys.path."""
+        root = self.find_backend_path()
+        for path in reversed(self.source_paths(root) if root else []):
+            if str(path) not in sys.path:
+                sys.path.insert(0, str(path))
+        self.backend_path = root
+        return root
+
+    def requirement_failures(self) -> list[str]:
+        """The modules a real run imports, looked up without importing them (in the source tree too): one line
+        naming what is missing and how to get it. The runtime imports them for real (prepare_backend)."""
+        try:
+            root = self.find_backend_path()
+        except BackendUnavailableError as error:
+            return [str(error)]
+        extra = [str(path) for path in self.source_paths(root)] if root else []
+        missing = [name for name in self.required_modules if not module_findable(name, extra)]
+        if not missing:
+            return []
+        where = f" (looked on sys.path and in {root})" if root else ""
+        return [f"backend={self.name} needs {', '.join(missing)}, which cannot be found{where}. {self.install_hint}"]
 
     def prepare_backend(self) -> None:
         """Check that the backend library imports; one line saying what is missing and how to provide it."""
@@ -113,14 +147,39 @@ class BackendAdapter(ABC):
         return {}
 
     def validate(self) -> list[str]:
-        """Backend-specific rules (what this backend cannot do); one line per failure."""
+        """Backend-specific rules (what this backend cannot do with this config and layout); one line per failure.
+        Run once, when the job is prepared; never in the workers."""
         return []
 
     # -- translation ------------------------------------------------------------------------------------
     @abstractmethod
-    def convert_config(self) -> dict:
-        """The backend's native arguments, built from the canonical config."""
+    def convert_config(self) -> Any:
+        """The backend's native arguments, built from the canonical config (self.run_dir is set)."""
 
     @abstractmethod
     def load_trainer_class(self, stage: str) -> type[BaseTrainer]:
         """The trainer for module.stage (backend.trainer overrides)."""
+
+
+def load_adapter(cfg: DictConfig, layout: ParallelLayout, run_dir: Optional[Path] = None) -> BackendAdapter:
+    """The adapter named by backend._target_, for this config and layout."""
+    return load_target(cfg.backend._target_, "backend._target_")(cfg=cfg, layout=layout, run_dir=run_dir)
+
+
+def module_findable(name: str, extra_paths: list[str]) -> bool:
+    """Whether `import name` would find a module, without importing it or its parents."""
+    if name in sys.modules:
+        return True
+    top, *rest = name.split(".")
+    try:
+        spec = importlib.util.find_spec(top)  # a top-level name: finders only, nothing imported
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None and extra_paths:
+        spec = importlib.machinery.PathFinder.find_spec(top, extra_paths)
+    for depth in range(len(rest)):
+        if spec is None or not spec.submodule_search_locations:
+            return False
+        spec = importlib.machinery.PathFinder.find_spec(".".join([top, *rest[: depth + 1]]),
+                                                        list(spec.submodule_search_locations))
+    return spec is not None

@@ -1,5 +1,5 @@
 """What the adapters of the external backends (megatron, torchtitan, maxtext, megatron_bridge, hummingbirdxt)
-share: the job's data-parallel layout, plain values out of the typed config, `backend.extra_args` merged last,
+share: plain values out of the typed config, `backend.extra_args` merged last,
 the base adapter (trainer choice by module.stage, source sub-folders on sys.path) and the placeholder trainer
 of backends whose training loop is not integrated yet.
 
@@ -9,38 +9,21 @@ from __future__ import annotations
 
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from primus_hydra.backends.base import BackendAdapter, BaseTrainer
 from primus_hydra.config.targets import load_target
-from primus_hydra.config.validate import job_world_size, resolve_dp
-from primus_hydra.config.values import option, plain
+from primus_hydra.config.values import to_plain
 from primus_hydra.errors import BackendUnavailableError, ConfigValidationError
-
-
-@dataclass(frozen=True)
-class ParallelLayout:
-    """How the job's ranks split: world = tp * pp * cp * dp; a global batch = micro * dp * grad_accum."""
-
-    world_size: int
-    dp: int
-    grad_accum: int
-
-
-def parallel_layout(cfg: DictConfig, world_size: int) -> ParallelLayout:
-    m = cfg.module
-    dp = resolve_dp(cfg, world_size)
-    return ParallelLayout(world_size, dp, m.global_batch_size // (m.micro_batch_size * dp))
 
 
 def merge_extra_args(native: dict, extra: Any) -> dict:
     """`backend.extra_args` on top of the translated arguments (the user wins); nested dicts merge key by key."""
     merged = dict(native)
-    for key, value in (plain(extra) or {}).items():
+    for key, value in (to_plain(extra) or {}).items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):
             merged[key] = merge_extra_args(merged[key], value)
         else:
@@ -82,19 +65,10 @@ class ExternalBackendAdapter(BackendAdapter):
 
     @property
     def stage(self) -> str:
-        return option(self.cfg.module.stage)
+        return str(self.cfg.module.stage)
 
-    @property
-    def world_size(self) -> int:
-        return job_world_size(self.cfg, self.dist)
-
-    def setup_backend_path(self) -> Optional[Path]:
-        path = super().setup_backend_path()
-        for subdir in self.source_subdirs if path else ():
-            candidate = path / subdir
-            if candidate.is_dir() and str(candidate) not in sys.path:
-                sys.path.insert(0, str(candidate))
-        return path
+    def source_paths(self, root: Path) -> list[Path]:
+        return [root] + [root / subdir for subdir in self.source_subdirs if (root / subdir).is_dir()]
 
     def validate(self) -> list[str]:
         failures = []
@@ -104,7 +78,7 @@ class ExternalBackendAdapter(BackendAdapter):
                 f"pick the module preset with that stage (module=pre_trainer: pretrain, module=post_trainer: sft)"
             )
         data = self.cfg.module.data
-        if option(data.source) == "text" and not data.path:
+        if data.source == "text" and not data.path:
             # the stdlib-sources fallback is a feature of the built-in torch backend only
             failures.append(
                 f"module.data.source=text needs module.data.path with backend={self.name} (only backend=torch "
@@ -120,7 +94,8 @@ class ExternalBackendAdapter(BackendAdapter):
 
 
 class PendingIntegrationTrainer(BaseTrainer):
-    """The trainer of a backend whose training loop is not wired up yet: it says so at setup, in one line."""
+    """The trainer of a backend whose training loop is not wired up yet: setup says so in one line, so init and
+    train are never reached."""
 
     backend = ""
     library = ""  # what a real run would drive, e.g. "Megatron-LM"
@@ -131,8 +106,7 @@ class PendingIntegrationTrainer(BaseTrainer):
             f"task.dry_run=true exports the translated arguments to {self.run_dir}/backend_args.yaml"
         )
 
-    def init(self) -> None:
-        self.setup()
+    def init(self) -> None:  # pragma: no cover - setup raised
+        raise AssertionError("unreachable: setup() raised")
 
-    def train(self) -> Any:
-        self.setup()
+    train = init

@@ -27,7 +27,7 @@ def format_compose_error(error: BaseException) -> str:
     cause = next((e for e in (error.__cause__, error.__context__) if isinstance(e, OmegaConfBaseException)), None)
     detail = cause or error
     message = _first_sentence(str(detail))
-    full_key = getattr(detail, "full_key", None)
+    full_key = getattr(detail, "full_key", None) or getattr(error, "full_key", None)
     # an error inside a group file ("In 'model/stale': ...") has a key relative to that group's node
     in_group = re.match(r"In '([\w/]+)/[^/']+'", str(error)) if cause is not None else None
     if full_key and in_group and not full_key.startswith(f"{in_group.group(1).replace('/', '.')}."):

@@ -5,13 +5,14 @@ Names follow Megatron/Primus where they exist (hidden_size, ffn_hidden_size, num
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Optional
 
 from omegaconf import MISSING
 
+from primus_hydra.config.choices import Choice
 
-class RopeScalingType(str, Enum):
+
+class RopeScalingType(Choice):
     none = "none"
     linear = "linear"
     llama3 = "llama3"
@@ -33,12 +34,12 @@ class RopeScalingConfig:
     mscale_all_dim: float = 0.0
 
 
-class RouterScoreFunction(str, Enum):
+class RouterScoreFunction(Choice):
     softmax = "softmax"
     sigmoid = "sigmoid"
 
 
-class LoadBalancingType(str, Enum):
+class LoadBalancingType(Choice):
     aux_loss = "aux_loss"          # Switch/GShard auxiliary loss over the batch
     seq_aux_loss = "seq_aux_loss"  # DeepSeek-V3's per-sequence auxiliary loss
     none = "none"                  # no balancing term (aux-loss-free uses router_bias_update_rate)

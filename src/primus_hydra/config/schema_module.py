@@ -2,32 +2,42 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any, Optional
+from typing import Optional
 
 from omegaconf import MISSING
 
+from primus_hydra.config.choices import AUTO, AutoInt, Choice, choice
 
-class Stage(str, Enum):
+
+class Stage(Choice):
     pretrain = "pretrain"
     sft = "sft"
 
 
-class Precision(str, Enum):
+class Precision(Choice):
     fp32 = "fp32"
     bf16 = "bf16"
 
 
-class LrDecayStyle(str, Enum):
+class LrDecayStyle(Choice):
     cosine = "cosine"
     linear = "linear"
     constant = "constant"
 
 
-class DataSource(str, Enum):
+class DataSource(Choice):
     mock = "mock"  # random tokens: throughput benchmarks, no files needed
     text = "text"  # byte-level tokens read from local text files (default: the Python stdlib's sources)
     tokens = "tokens"  # a pre-tokenized flat token file (numpy memmap, uint16 or uint32)
+
+
+class TokenDtype(Choice):
+    uint16 = "uint16"
+    uint32 = "uint32"
+
+
+# torch.distributed.pipelining's schedules; `1f1b` is not an identifier, hence the functional form
+PipelineSchedule = choice("PipelineSchedule", "1f1b gpipe", __name__)
 
 
 @dataclass
@@ -36,10 +46,10 @@ class ParallelConfig:
     pp: int = 1
     cp: int = 1
     ep: int = 1
-    dp: Any = "auto"  # "auto" = world_size / (tp * pp * cp), or an explicit integer
+    dp: AutoInt = AUTO  # auto = world_size / (tp * pp * cp), or an explicit integer
     fsdp: bool = False
     sequence_parallel: bool = False
-    pp_schedule: str = "1f1b"  # 1f1b | gpipe (torch.distributed.pipelining schedules)
+    pp_schedule: PipelineSchedule = PipelineSchedule["1f1b"]
 
 
 @dataclass
@@ -56,8 +66,8 @@ class CheckpointConfig:
 class DataConfig:
     source: DataSource = DataSource.text
     path: Optional[str] = None  # text: a file or folder of text files (null: Python's stdlib); tokens: a file
-    token_dtype: str = "uint16"  # tokens: uint16 | uint32
-    num_workers: Any = "auto"  # DataLoader worker processes per rank: auto (the resource plan) | an integer >= 0
+    token_dtype: TokenDtype = TokenDtype.uint16  # source=tokens: the file's integer type
+    num_workers: AutoInt = AUTO  # DataLoader worker processes per rank: auto (the resource plan) | an integer >= 0
 
 
 @dataclass

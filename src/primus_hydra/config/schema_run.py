@@ -6,13 +6,74 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
+from primus_hydra.config.choices import AUTO, AutoInt, Choice
+
+
+class Device(Choice):
+    auto = "auto"  # a GPU when torch sees one, else the CPU
+    cpu = "cpu"
+    cuda = "cuda"  # ROCm builds of torch report as cuda
+
+
+class RendezvousBackend(Choice):
+    c10d = "c10d"  # restartable
+    static = "static"  # fixed node ranks, no restarts
+
+
+class LaunchMode(Choice):
+    srun = "srun"  # one Slurm task per process (each a rank)
+    torchrun = "torchrun"  # one Slurm task per node, running torch's elastic agent
+
+
+class TransformerImpl(Choice):
+    transformer_engine = "transformer_engine"
+    local = "local"
+
+
+class RecomputeGranularity(Choice):
+    full = "full"
+    selective = "selective"
+
+
+class ActivationCheckpoint(Choice):
+    none = "none"
+    selective = "selective"
+    full = "full"
+    memory_budget = "memory_budget"
+
+
+class AttentionKernel(Choice):  # the choices listed in MaxText's base.yml
+    autoselected = "autoselected"
+    dot_product = "dot_product"
+    flash = "flash"
+    cudnn_flash_te = "cudnn_flash_te"
+
+
+class RematPolicy(Choice):  # the choices listed in MaxText's base.yml
+    minimal_with_context = "minimal_with_context"
+    minimal = "minimal"
+    save_dot_with_context_except_mlp = "save_dot_with_context_except_mlp"
+    save_dot_except_mlpwi = "save_dot_except_mlpwi"
+    save_dot_except_mlp = "save_dot_except_mlp"
+    save_qkv_proj = "save_qkv_proj"
+    qkv_proj_offloaded = "qkv_proj_offloaded"
+    custom = "custom"
+    minimal_offloaded = "minimal_offloaded"
+    save_out_proj = "save_out_proj"
+    full = "full"
+
+
+class PeftMethod(Choice):
+    lora = "lora"
+    dora = "dora"
+
 
 @dataclass
 class PlatformConfig:
     name: str = MISSING
     env: Dict[str, str] = field(default_factory=dict)  # applied in each worker's runtime with setdefault semantics
-    device: str = "auto"  # auto | cpu | cuda (ROCm builds of torch report as cuda)
-    gpus_per_node: Any = "auto"  # "auto" (detected) or an integer
+    device: Device = Device.auto
+    gpus_per_node: AutoInt = AUTO  # auto (detected) or an integer
     peak_tflops_per_device: Optional[float] = None  # dense bf16 peak for MFU; null: measured on CPU, unknown on GPU
 
 
@@ -20,18 +81,18 @@ class PlatformConfig:
 class LaunchConfig:
     """How the job's processes start: torch's elastic agent, in the process that composed the config."""
 
-    nproc_per_node: Any = 1  # auto: visible GPUs, else 1 | an integer (>1 on CPU uses gloo)
+    nproc_per_node: AutoInt = 1  # auto: visible GPUs, else 1 | an integer (>1 on CPU uses gloo)
     nnodes: int = 1
     node_rank: int = 0
     master_addr: str = "127.0.0.1"
-    master_port: Any = "auto"  # auto: a free port | an integer
-    rdzv_backend: str = "c10d"  # c10d (restartable) | static (fixed node ranks, no restarts)
+    master_port: AutoInt = AUTO  # auto: a free port | an integer
+    rdzv_backend: RendezvousBackend = RendezvousBackend.c10d
     max_restarts: int = 0  # restart all workers after a failure this many times; they resume from the last checkpoint
     monitor_interval: float = 0.1  # seconds between the agent's health checks of its workers
     timeout_s: float = 600.0  # collective timeout: a stuck rank fails the job after this long
     shutdown_timeout_s: int = 30  # after a failure or signal: seconds from SIGTERM to SIGKILL (time for an on_signal checkpoint)
     # Slurm (platform=slurm / hydra/launcher=primus_slurm); the job's size and queue settings are hydra.launcher.*
-    mode: str = "srun"  # srun: one Slurm task per device | torchrun: one task per node running the elastic agent
+    mode: LaunchMode = LaunchMode.srun
     wait: bool = True  # false: return right after submission, printing job ids and run dirs (see task=status)
 
 
@@ -39,7 +100,7 @@ class LaunchConfig:
 class SweepConfig:
     """Multirun points on this machine (hydra/launcher=primus_local)."""
 
-    max_parallel: Any = "auto"  # auto: what the resource plan allows | an integer cap
+    max_parallel: AutoInt = AUTO  # auto: what the resource plan allows | an integer cap
     probe: bool = False  # run the first point alone for a few steps, measure its peak memory, tighten the plan
     probe_steps: int = 5
 
@@ -77,9 +138,9 @@ class TorchBackendConfig(BackendConfig):
 
 @dataclass
 class MegatronBackendConfig(BackendConfig):
-    transformer_impl: str = "transformer_engine"  # transformer_engine | local
+    transformer_impl: TransformerImpl = TransformerImpl.transformer_engine
     use_distributed_optimizer: bool = True
-    recompute_granularity: Optional[str] = None  # null | full | selective
+    recompute_granularity: Optional[RecomputeGranularity] = None
     tokenizer_type: str = "HuggingFaceTokenizer"
     tokenizer_model: Optional[str] = None
 
@@ -88,22 +149,22 @@ class MegatronBackendConfig(BackendConfig):
 class TorchTitanBackendConfig(BackendConfig):
     flavor: Optional[str] = None  # torchtitan model flavor name; null: derived from the model preset
     compile: bool = False
-    activation_checkpoint: str = "selective"  # none | selective | full
+    activation_checkpoint: ActivationCheckpoint = ActivationCheckpoint.selective
     tokenizer_path: Optional[str] = None
 
 
 @dataclass
 class MaxTextBackendConfig(BackendConfig):
     model_name: Optional[str] = None  # MaxText model name; null: derived from the model preset
-    attention: str = "dot_product"
-    remat_policy: str = "full"
+    attention: AttentionKernel = AttentionKernel.dot_product
+    remat_policy: RematPolicy = RematPolicy.full
 
 
 @dataclass
 class MegatronBridgeBackendConfig(BackendConfig):
     recipe: Optional[str] = None  # Megatron-Bridge recipe name; null: derived from the model preset
     hf_model_id: Optional[str] = None
-    peft: Optional[str] = None  # null | lora | dora
+    peft: Optional[PeftMethod] = None
 
 
 @dataclass

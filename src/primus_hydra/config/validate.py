@@ -1,7 +1,9 @@
-"""Cross-field validation, run on the composed config before anything expensive starts.
+"""Cross-field validation of a composed config: pure rules, nothing probed, nothing read from disk.
 
 Every rule adds one line naming the keys and values involved and what would be allowed; all failures are
-reported together. Pure Python: reads the config, touches no files except to check that data paths exist.
+reported together. What depends on the machine (the resolved process count, visible GPUs, the PRIMUS_AUTO_*
+overrides) or on files (data and checkpoint paths) is checked by the orchestrator (orchestrator/prepare.py),
+and the layout for a world size by config/layout.py.
 """
 from __future__ import annotations
 
@@ -10,20 +12,14 @@ from typing import Callable, List
 
 from omegaconf import DictConfig, OmegaConf
 
-from primus_hydra.config.values import option
+from primus_hydra.config.choices import auto_int_failure
 from primus_hydra.errors import ConfigValidationError
 
-Rule = Callable[[DictConfig, List[str]], None]
-_RULES: list[Rule] = []
+Rule = Callable[[DictConfig, List[str], List[str]], None]  # (cfg, failures, warnings)
 
 
-def rule(fn: Rule) -> Rule:
-    _RULES.append(fn)
-    return fn
-
-
-def validate_config(cfg: DictConfig, world_size: int | None = None) -> None:
-    """Raise ConfigValidationError listing every failed rule. world_size: the job's, if already known."""
+def validate_config(cfg: DictConfig) -> list[str]:
+    """Raise ConfigValidationError listing every failed rule; return the warnings (one line each)."""
     missing = sorted(_missing_keys(cfg))
     failures = [f"{key}: mandatory value is missing (???); set it on the command line, e.g. {key}=..." for key in missing]
     if failures:  # the other rules need complete values
@@ -34,13 +30,12 @@ def validate_config(cfg: DictConfig, world_size: int | None = None) -> None:
     _positive_sizes(cfg, failures)
     if failures:  # sizes below 1 would make the divisibility rules meaningless (or divide by zero)
         raise ConfigValidationError(failures)
-    for check in _RULES:
-        check(cfg, failures)
-    dp_failure = _check_world_layout(cfg, world_size)
-    if dp_failure:
-        failures.append(dp_failure)
+    warnings: list[str] = []
+    for check in RULES:
+        check(cfg, failures, warnings)
     if failures:
         raise ConfigValidationError(failures)
+    return warnings
 
 
 def _missing_keys(cfg: DictConfig) -> list[str]:
@@ -75,54 +70,14 @@ def _check_unknown_keys(node: DictConfig, prefix: str, failures: list[str]) -> N
             _check_unknown_keys(child, f"{prefix}{key}.", failures)
 
 
-def resolve_dp(cfg: DictConfig, world_size: int) -> int:
-    """module.parallel.dp: an explicit integer, or auto = world_size / (tp * pp * cp)."""
-    p = cfg.module.parallel
-    if str(p.dp) == "auto":
-        return world_size // (p.tp * p.pp * p.cp)
-    return int(p.dp)
-
-
-def configured_world_size(cfg: DictConfig) -> int:
-    from primus_hydra.orchestrator.resources import resolve_nproc_per_node
-
-    nproc = cfg.launch.nproc_per_node
-    if not (str(nproc) == "auto" or str(nproc).isdigit()):
-        return int(cfg.launch.nnodes)  # reported by the launch rule
-    return int(cfg.launch.nnodes) * resolve_nproc_per_node(nproc, cfg.platform.device)
-
-
-def job_world_size(cfg: DictConfig, dist) -> int:
-    """Inside a launched job its real world size; otherwise the configured one (dry runs, tests, one process)."""
-    return dist.world_size if dist.is_distributed else configured_world_size(cfg)
-
-
-def _check_world_layout(cfg: DictConfig, world_size: int | None) -> str | None:
-    p = cfg.module.parallel
-    world = world_size if world_size is not None else configured_world_size(cfg)
-    model_parallel = p.tp * p.pp * p.cp
-    if str(p.dp) != "auto" and not str(p.dp).isdigit():
-        return f"module.parallel.dp={p.dp}: must be 'auto' or a positive integer"
-    if world % model_parallel:
-        return (
-            f"world size {world} (launch.nnodes x launch.nproc_per_node) is not divisible by "
-            f"tp*pp*cp = {p.tp}*{p.pp}*{p.cp} = {model_parallel}"
-        )
-    dp = resolve_dp(cfg, world)
-    if dp < 1 or dp * model_parallel != world:
-        return (
-            f"world size {world} != tp*pp*cp*dp = {p.tp}*{p.pp}*{p.cp}*{dp}; "
-            f"set module.parallel.dp=auto or {world // model_parallel}"
-        )
-    m = cfg.module
-    if m.global_batch_size % (m.micro_batch_size * dp):
-        return (
-            f"module.global_batch_size={m.global_batch_size} is not divisible by "
-            f"module.micro_batch_size*dp = {m.micro_batch_size}*{dp} = {m.micro_batch_size * dp}"
-        )
-    if p.ep > 1 and (world // p.pp) % p.ep:
-        return f"module.parallel.ep={p.ep} must divide the ranks of one pipeline stage (world/pp = {world // p.pp})"
-    return None
+AUTO_INT_KEYS = {  # key: the smallest integer allowed besides `auto`
+    "launch.nproc_per_node": 1,
+    "launch.master_port": 1,
+    "module.parallel.dp": 1,
+    "module.data.num_workers": 0,
+    "platform.gpus_per_node": 0,
+    "sweep.max_parallel": 1,
+}
 
 
 def _positive_sizes(cfg: DictConfig, failures: list[str]) -> None:
@@ -158,13 +113,16 @@ def _positive_sizes(cfg: DictConfig, failures: list[str]) -> None:
     for key, value in non_negative.items():
         if value < 0:
             failures.append(f"{key}={value}: must be >= 0")
-    nproc = cfg.launch.nproc_per_node
-    if not (str(nproc) == "auto" or (str(nproc).isdigit() and int(nproc) >= 1)):
-        failures.append(f"launch.nproc_per_node={nproc}: must be 'auto' or an integer >= 1")
+    for key, minimum in AUTO_INT_KEYS.items():
+        failure = auto_int_failure(key, OmegaConf.select(cfg, key), minimum)
+        if failure:
+            failures.append(failure)
+    port = OmegaConf.select(cfg, "launch.master_port")
+    if str(port).isdigit() and int(port) > 65535:
+        failures.append(f"launch.master_port={port}: must be 'auto' or a port number 1-65535")
 
 
-@rule
-def _attention_heads(cfg: DictConfig, failures: list[str]) -> None:
+def _attention_heads(cfg: DictConfig, failures: list[str], warnings: list[str]) -> None:
     model, tp = cfg.model, cfg.module.parallel.tp
     heads, kv_heads = model.num_attention_heads, model.num_kv_heads
     if heads < 1 or kv_heads < 1:
@@ -186,8 +144,7 @@ def _attention_heads(cfg: DictConfig, failures: list[str]) -> None:
         )
 
 
-@rule
-def _mixture_of_experts(cfg: DictConfig, failures: list[str]) -> None:
+def _mixture_of_experts(cfg: DictConfig, failures: list[str], warnings: list[str]) -> None:
     moe, ep = cfg.model.moe, cfg.module.parallel.ep
     if moe.num_experts < 0:
         failures.append(f"model.moe.num_experts={moe.num_experts}: must be >= 0 (0 = dense model)")
@@ -216,15 +173,13 @@ def _mixture_of_experts(cfg: DictConfig, failures: list[str]) -> None:
         )
 
 
-@rule
-def _pipeline_layers(cfg: DictConfig, failures: list[str]) -> None:
+def _pipeline_layers(cfg: DictConfig, failures: list[str], warnings: list[str]) -> None:
     layers, pp = cfg.model.num_layers, cfg.module.parallel.pp
     if pp >= 1 and layers >= 1 and layers % pp:
         failures.append(f"module.parallel.pp={pp} does not divide model.num_layers={layers} (each stage needs equal layers)")
 
 
-@rule
-def _sequence(cfg: DictConfig, failures: list[str]) -> None:
+def _sequence(cfg: DictConfig, failures: list[str], warnings: list[str]) -> None:
     m, cp = cfg.module, cfg.module.parallel.cp
     if m.seq_length > cfg.model.max_position_embeddings:
         failures.append(
@@ -236,15 +191,15 @@ def _sequence(cfg: DictConfig, failures: list[str]) -> None:
         )
 
 
-@rule
-def _learning_rate(cfg: DictConfig, failures: list[str]) -> None:
+def _learning_rate(cfg: DictConfig, failures: list[str], warnings: list[str]) -> None:
     m = cfg.module
     if m.lr <= 0:
         failures.append(f"module.lr={m.lr}: must be > 0")
     elif m.lr < m.min_lr:
         failures.append(f"module.lr={m.lr} is below module.min_lr={m.min_lr}; lr must be >= min_lr")
-    if m.warmup_iters > m.train_iters:
-        failures.append(f"module.warmup_iters={m.warmup_iters} exceeds module.train_iters={m.train_iters}")
+    if m.warmup_iters > m.train_iters:  # a short smoke run of a long recipe: what Megatron and torchtitan allow too
+        warnings.append(f"module.warmup_iters={m.warmup_iters} exceeds module.train_iters={m.train_iters}: "
+                        f"the learning rate rises for the whole run and never reaches module.lr={m.lr}")
     if m.lr_decay_iters is not None and m.lr_decay_iters < m.warmup_iters:
         failures.append(f"module.lr_decay_iters={m.lr_decay_iters} is below module.warmup_iters={m.warmup_iters}")
     for key in ("adam_beta1", "adam_beta2"):
@@ -254,48 +209,26 @@ def _learning_rate(cfg: DictConfig, failures: list[str]) -> None:
         failures.append(f"module.adam_eps={m.adam_eps}: must be > 0")
 
 
-@rule
-def _data(cfg: DictConfig, failures: list[str]) -> None:
+def _data(cfg: DictConfig, failures: list[str], warnings: list[str]) -> None:
     data = cfg.module.data
-    source = option(data.source)
-    if source == "text" and cfg.model.vocab_size < 256:
+    if data.source == "text" and cfg.model.vocab_size < 256:
         failures.append(f"model.vocab_size={cfg.model.vocab_size}: module.data.source=text uses byte tokens and needs >= 256")
-    if source == "tokens" and not data.path:
+    if data.source == "tokens" and not data.path:
         failures.append("module.data.path is required with module.data.source=tokens (a pre-tokenized token file)")
-    if data.token_dtype not in ("uint16", "uint32"):
-        failures.append(f"module.data.token_dtype={data.token_dtype}: allowed: uint16, uint32")
-    if source == "tokens" and data.token_dtype == "uint16" and cfg.model.vocab_size > 65536:
+    if data.source == "tokens" and data.token_dtype == "uint16" and cfg.model.vocab_size > 65536:
         failures.append(
             f"module.data.token_dtype=uint16 cannot hold ids of model.vocab_size={cfg.model.vocab_size}; use uint32"
         )
-    num_workers = data.num_workers
-    if not (str(num_workers) == "auto" or (isinstance(num_workers, int) and num_workers >= 0)):
-        failures.append(f"module.data.num_workers={num_workers}: must be 'auto' or an integer >= 0")
 
 
-@rule
-def _platform(cfg: DictConfig, failures: list[str]) -> None:
-    platform = cfg.platform
-    if platform.device not in ("auto", "cpu", "cuda"):
-        failures.append(f"platform.device={platform.device}: allowed: auto, cpu, cuda")
-    peak = platform.peak_tflops_per_device
+def _platform(cfg: DictConfig, failures: list[str], warnings: list[str]) -> None:
+    peak = cfg.platform.peak_tflops_per_device
     if peak is not None and not (isinstance(peak, (int, float)) and peak > 0):
         failures.append(f"platform.peak_tflops_per_device={peak}: must be a positive number of TFLOP/s or null")
-    gpus = platform.gpus_per_node
-    if not (str(gpus) == "auto" or (isinstance(gpus, int) and gpus >= 0)):
-        failures.append(f"platform.gpus_per_node={gpus}: must be 'auto' or an integer >= 0")
 
 
-@rule
-def _launch(cfg: DictConfig, failures: list[str]) -> None:
+def _launch(cfg: DictConfig, failures: list[str], warnings: list[str]) -> None:
     launch = cfg.launch
-    if launch.rdzv_backend not in ("static", "c10d"):
-        failures.append(f"launch.rdzv_backend={launch.rdzv_backend}: allowed: static, c10d")
-    if launch.mode not in ("srun", "torchrun"):
-        failures.append(f"launch.mode={launch.mode}: allowed values are srun, torchrun")
-    port = launch.master_port
-    if not (str(port) == "auto" or (str(port).isdigit() and 1 <= int(port) <= 65535)):
-        failures.append(f"launch.master_port={port}: must be 'auto' or a port number 1-65535")
     if launch.rdzv_backend == "static" and launch.max_restarts > 0:
         failures.append(
             f"launch.max_restarts={launch.max_restarts} needs launch.rdzv_backend=c10d (torch's static rendezvous cannot restart workers)"
@@ -310,11 +243,16 @@ def _launch(cfg: DictConfig, failures: list[str]) -> None:
             failures.append(f"launch.{key}={launch[key]}: must be > 0")
 
 
-@rule
-def _patches(cfg: DictConfig, failures: list[str]) -> None:
+def _patches(cfg: DictConfig, failures: list[str], warnings: list[str]) -> None:
     enabled = str(cfg.patches.enabled).strip()
     if not enabled:
         failures.append("patches.enabled is empty; allowed: all, none, or a comma-separated list of patch ids")
 
 
-from primus_hydra.config import validate_resources  # noqa: E402,F401  (registers the resource rules)
+def _sweep(cfg: DictConfig, failures: list[str], warnings: list[str]) -> None:
+    if cfg.sweep.probe_steps < 1:
+        failures.append(f"sweep.probe_steps={cfg.sweep.probe_steps}: must be >= 1")
+
+
+RULES: tuple[Rule, ...] = (_attention_heads, _mixture_of_experts, _pipeline_layers, _sequence, _learning_rate, _data,
+                           _platform, _launch, _patches, _sweep)

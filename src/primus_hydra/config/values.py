@@ -1,29 +1,26 @@
-"""Reading values out of a composed config: enum options as strings, nodes as plain Python data."""
+"""Plain data out of a composed config: to dump as YAML or JSON, or to hand to a library that wants dicts."""
 from __future__ import annotations
 
+import dataclasses
+from enum import Enum
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 
-def option(value: Any) -> str:
-    """An option's name whether the node holds an Enum member (typed config) or a plain string (a dict)."""
-    return str(getattr(value, "value", value))
-
-
-def plain(node: Any) -> Any:
-    """A config node as plain dicts/lists/scalars with enums as strings; other values pass through."""
-    if isinstance(node, DictConfig) or OmegaConf.is_list(node):
-        return OmegaConf.to_container(node, resolve=True, enum_to_str=True)
-    return getattr(node, "value", node)
-
-
-def to_plain_data(value: Any) -> Any:
-    """Dicts/lists/scalars only (paths, enums and other objects become strings), e.g. to dump as YAML."""
+def to_plain(value: Any) -> Any:
+    """Dicts, lists and scalars only: config nodes resolved, Choices as their names, dataclasses as dicts, paths
+    and any other object as its string."""
+    if isinstance(value, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(value, resolve=True, enum_to_str=True)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {field.name: to_plain(getattr(value, field.name)) for field in dataclasses.fields(value)}
     if isinstance(value, dict):
-        return {str(k): to_plain_data(v) for k, v in value.items()}
+        return {str(key): to_plain(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [to_plain_data(v) for v in value]
+        return [to_plain(item) for item in value]
+    if isinstance(value, Enum):  # before str: a Choice is a str too
+        return value.value
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
-    return option(value)
+    return str(value)

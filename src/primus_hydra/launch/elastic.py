@@ -1,6 +1,7 @@
 """Single- and multi-node launch with torch's elastic agent, run in-process by the orchestrator (the code path
-torchrun uses, without building a command line). The orchestrator never touches a GPU: it counts devices
-without torch, checks the port, writes the job config, and reports a failed rank in one line."""
+torchrun uses, without building a command line). The orchestrator never touches a GPU: it launches a job prepared
+and planned already (orchestrator/prepare.py), picks or checks the port, writes the job config for the workers,
+and reports a failed rank in one line."""
 from __future__ import annotations
 
 import logging
@@ -10,17 +11,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
-
-from primus_hydra.config.targets import load_target
-from primus_hydra.config.validate import configured_world_size
-from primus_hydra.errors import ConfigValidationError, PrimusError
+from primus_hydra.errors import PrimusError
 from primus_hydra.launch.job_config import write_job_config
 from primus_hydra.launch.ports import resolve_master_port
 from primus_hydra.orchestrator.apply import report_resource_plan, worker_environment
-from primus_hydra.orchestrator.plan import ResourcePlan, build_resource_plan
-from primus_hydra.orchestrator.resources import count_visible_gpus
-from primus_hydra.runtime.distributed_env import DistributedEnv
+from primus_hydra.orchestrator.prepare import PreparedJob
 
 log = logging.getLogger(__name__)
 
@@ -38,30 +33,9 @@ class JobInterruptedError(PrimusError):
         self.exit_code = 128 + signum
 
 
-def check_before_launch(cfg: DictConfig, run_dir: Path, nproc: int) -> None:
-    """What would otherwise fail in every worker after start-up: device count and the backend's own rules."""
-    gpus = count_visible_gpus()
-    wants_gpu = cfg.platform.device == "cuda" or (cfg.platform.device == "auto" and gpus > 0)
-    if wants_gpu and nproc > gpus:
-        raise ConfigValidationError([
-            f"launch.nproc_per_node={nproc} exceeds the {gpus} visible GPU(s) of this node; "
-            f"use launch.nproc_per_node=auto or <= {gpus} (or platform.device=cpu)"
-        ])
-    check_backend_layout(cfg, run_dir, configured_world_size(cfg))
-
-
-def check_backend_layout(cfg: DictConfig, run_dir: Path, world_size: int) -> None:
-    """The backend adapter's own rules for the job as it will run (e.g. tp x pp dividing the world size)."""
-    planned = DistributedEnv(launcher="planned", world_size=world_size)
-    adapter = load_target(cfg.backend._target_, "backend._target_")(cfg=cfg, run_dir=run_dir, dist=planned)
-    failures = adapter.validate()
-    if failures:
-        raise ConfigValidationError(failures)
-
-
-def launch_elastic_job(cfg: DictConfig, run_dir: Path, plan: ResourcePlan | None = None) -> Any:
-    """plan: the orchestrator's resource plan (tasks/train.py applies it); its worker_env (threads per worker,
-    compile threads) is decided here, before any worker starts; workers inherit it and never change it."""
+def launch_elastic_job(job: PreparedJob, run_dir: Path) -> Any:
+    """The job's plan decided its worker_env (threads per worker, compile threads) before any worker starts;
+    workers inherit it and never change it."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -69,15 +43,13 @@ def launch_elastic_job(cfg: DictConfig, run_dir: Path, plan: ResourcePlan | None
 
     from primus_hydra.launch.worker import worker_main
 
-    launch = cfg.launch
-    plan = plan if plan is not None else build_resource_plan(cfg)
+    launch, plan = job.cfg.launch, job.plan
     nproc = plan.nproc_per_node
-    check_before_launch(cfg, run_dir, nproc)
     port = resolve_master_port(launch.master_addr, launch.master_port, launch.nnodes)
-    report_resource_plan(plan, run_dir)  # after the checks: a job that cannot start prints only its error lines
+    report_resource_plan(plan, run_dir)  # after the port: a job that cannot start prints only its error line
     worker_env = plan.worker_env
     threads = worker_env.get("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS"))
-    job_config = write_job_config(cfg, run_dir)
+    job_config = write_job_config(job, run_dir)
     worker_logs = run_dir / "logs" / "workers"
     config = LaunchConfig(
         min_nodes=launch.nnodes,

@@ -8,7 +8,7 @@ import os
 import time
 from typing import Mapping
 
-from primus_hydra.runtime.distributed_env import detect_distributed_env
+from primus_hydra.distributed_env import detect_distributed_env
 
 
 def shared_run_dir(environ: Mapping[str, str]) -> str:

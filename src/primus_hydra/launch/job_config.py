@@ -1,35 +1,49 @@
-"""The composed config handed from the orchestrator to its workers: composed once, resolved once, read by all.
+"""The prepared job handed from the orchestrator to its workers: composed, resolved and checked once, read by all.
 
-Workers never recompose (a second composition could resolve ${now:} or ${oc.env:} differently, hydra #2070);
-they load this file back into the typed schema.
+`.primus/job_config.yaml` holds the job's config and the layout it was prepared for. Workers never recompose (a
+second composition could resolve ${now:} or ${oc.env:} differently, hydra #2070) and never validate again: they
+load this file back into the typed schema and check only that they run in the world it was prepared for.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
+import socket
+import time
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+import yaml
+from omegaconf import OmegaConf
 
+from primus_hydra.config.layout import ParallelLayout
 from primus_hydra.config.schema import BACKEND_SCHEMAS, PrimusConfig
+from primus_hydra.orchestrator.prepare import PreparedJob
 
 JOB_CONFIG_FILE = Path(".primus") / "job_config.yaml"
 
 
-def write_job_config(cfg: DictConfig, run_dir: Path) -> Path:
+def write_job_config(job: PreparedJob, run_dir: Path) -> Path:
     target = Path(run_dir) / JOB_CONFIG_FILE
     target.parent.mkdir(parents=True, exist_ok=True)
-    container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    container.pop("hydra", None)
+    document = {
+        "prepared": {"layout": dataclasses.asdict(job.layout), "by": f"{socket.gethostname()}:{os.getpid()}",
+                     "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
+        "config": OmegaConf.to_container(job.cfg, resolve=True, enum_to_str=True),
+    }
+    header = (f"# prepared for world size {job.layout.world_size}: workers load this file and trust it "
+              "(no recomposition, no second validation)\n")
     tmp = target.with_suffix(f".tmp.{os.getpid()}")  # every node's agent may write it (same content) at once
-    tmp.write_text(OmegaConf.to_yaml(OmegaConf.create(container)))
+    tmp.write_text(header + yaml.safe_dump(document, sort_keys=False))
     tmp.replace(target)
     return target
 
 
-def load_job_config(path: Path) -> DictConfig:
-    raw = OmegaConf.load(path)
+def load_job_config(path: Path) -> PreparedJob:
+    document = yaml.safe_load(Path(path).read_text())
+    raw = OmegaConf.create(document["config"])
     backend = raw.pop("backend")
     cfg = OmegaConf.merge(OmegaConf.structured(PrimusConfig), raw)
     schema = BACKEND_SCHEMAS.get(str(backend.get("name")))
     cfg.backend = OmegaConf.merge(OmegaConf.structured(schema), backend) if schema else backend
-    return cfg
+    return PreparedJob(cfg=cfg, layout=ParallelLayout(**document["prepared"]["layout"]))
+

@@ -1,9 +1,10 @@
 """One sweep point in its own process: pinned, logged to its run dir, running Hydra's own `run_job`.
 
-The parent (launch/local_sweep.py) composes and validates every point, then starts this module's `run_point` with
-the spawn context: a fresh interpreter that is not a daemon, so the point can start its own elastic workers. The
-point runs exactly what Hydra's basic launcher runs (run dir = sweep dir/subdir, .hydra files, callbacks, the task
-function) and leaves a small result file that the parent reads back: status, return value, first error line, peaks.
+The parent (launch/local_sweep.py) composes and prepares every point, then starts this module's `run_point` in a
+process that is not a daemon (forked from a fork server that imported torch once, or spawned), so the point can
+start its own elastic workers. The point runs exactly what Hydra's basic launcher runs (run dir = sweep
+dir/subdir, .hydra files, callbacks, the task function), hands its task the job the parent prepared, and leaves
+a small result file that the parent reads back: status, return value, first error line, peaks.
 """
 from __future__ import annotations
 
@@ -17,9 +18,6 @@ import sys
 import traceback
 from pathlib import Path
 from typing import Any, Callable, Optional
-
-OMP_THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-
 
 @dataclasses.dataclass
 class PointLaunch:
@@ -40,6 +38,8 @@ class PointPayload:
     task_function: Any  # a TaskFunctionRef or the function itself
     config: Any  # the composed sweep config of this point
     singleton_state: Any  # Hydra's singletons (JobRuntime, ConfigStore, resolvers) as the parent has them
+    prepared: Any  # the PreparedJob the parent made for this point's task (None: another Hydra app's task)
+    run_dir: str  # where run_job puts the point: the key under which its task finds the prepared job
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,6 +143,10 @@ def _run_job(launch: PointLaunch) -> PointResult:
 
     payload: PointPayload = cloudpickle.loads(launch.payload)
     Singleton.set_state(payload.singleton_state)
+    if payload.prepared is not None:
+        from primus_hydra.orchestrator.prepare import HANDOFF
+
+        HANDOFF.give(Path(payload.run_dir), payload.prepared)
     task_function = payload.task_function
     if isinstance(task_function, TaskFunctionRef):
         task_function = task_function.resolve()

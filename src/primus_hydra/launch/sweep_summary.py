@@ -5,6 +5,7 @@ import dataclasses
 import json
 import math
 import numbers
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -28,7 +29,6 @@ class PointOutcome:
     peak_device_gib: Optional[float] = None
     return_value: Any = dataclasses.field(default=None, repr=False)  # the task's own, handed back to Hydra
 
-
     @property
     def wall_s(self) -> Optional[float]:
         if self.started is None or self.ended is None:
@@ -42,6 +42,11 @@ class PointOutcome:
     def to_dict(self) -> dict:
         fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(self) if field.name != "return_value"}
         return {**fields, "wall_s": self.wall_s}
+
+
+def say(line: str) -> None:
+    """A progress or summary line of the sweep, on stderr at once."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def final_loss_of(return_value: Any) -> Optional[float]:

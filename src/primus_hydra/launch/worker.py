@@ -37,7 +37,7 @@ def worker_main(job_config_path: str, run_dir: str) -> Any:
     from primus_hydra.runtime.train_runtime import PrimusRuntime
 
     try:
-        return PrimusRuntime(load_job_config(Path(job_config_path)), Path(run_dir)).run()
+        return PrimusRuntime(load_job_config(Path(job_config_path)), Path(run_dir)).run()  # the prepared job, trusted
     except PrimusError as error:
         ErrorHandler().record_exception(error)
         sys.exit(error.exit_code)

@@ -1,8 +1,5 @@
-"""The orchestrator resolves the config's `auto` knobs once, before any worker starts, and hoists the env knobs.
-
-Workers load the resolved config (launch/job_config.py) and inherit the hoisted variables; they never decide
-either themselves.
-"""
+"""A job's plan applied around it: reported (the table on stderr, resources.json in the run dir), and its
+environment knobs hoisted into the workers' environment. Workers inherit the variables and never decide them."""
 from __future__ import annotations
 
 import contextlib
@@ -10,19 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from omegaconf import DictConfig
-
-from primus_hydra.orchestrator.plan import ResourcePlan, build_resource_plan, write_resources_json
-
-
-def apply_resource_plan(cfg: DictConfig, *, sweep_points: int = 1) -> ResourcePlan:
-    """Build the plan and write its values into cfg's `auto` knobs (launch.nproc_per_node, module.data.num_workers)."""
-    plan = build_resource_plan(cfg, sweep_points=sweep_points)
-    if plan.auto["launch.nproc_per_node"]:
-        cfg.launch.nproc_per_node = plan.nproc_per_node
-    if plan.auto["module.data.num_workers"]:
-        cfg.module.data.num_workers = plan.num_workers
-    return plan
+from primus_hydra.orchestrator.plan import ResourcePlan, write_resources_json
 
 
 def report_resource_plan(plan: ResourcePlan, run_dir: Path) -> None:

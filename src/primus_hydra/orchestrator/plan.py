@@ -15,11 +15,12 @@ from typing import Mapping, Optional
 
 from omegaconf import DictConfig
 
-from primus_hydra.config.values import option
-from primus_hydra.errors import ConfigValidationError
+from primus_hydra.config.choices import AUTO, auto_int, is_auto
+from primus_hydra.config.values import to_plain
 from primus_hydra.orchestrator import rules
 from primus_hydra.orchestrator.gpu_probe import parse_number_env
 from primus_hydra.orchestrator.resources import MachineResources, detect_resources, nproc_for
+from primus_hydra.orchestrator.working_set import CONTEXT_OVERHEAD_GIB, estimate_rank_gib
 
 FALLBACK_PER_JOB_GIB = 4.0  # a training rank whose working set cannot be estimated
 PROBE_DEVICE_MARGIN = 1.15  # a measured peak is raised by this much before it sizes jobs
@@ -103,8 +104,6 @@ class ResourcePlan:
 
 
 def plan_inputs(cfg: DictConfig, num_gpus: int) -> PlanInputs:
-    from primus_hydra.orchestrator.working_set import estimate_rank_gib
-
     sweep = cfg.get("sweep")
     nnodes = int(cfg.launch.nnodes)
     try:
@@ -114,15 +113,23 @@ def plan_inputs(cfg: DictConfig, num_gpus: int) -> PlanInputs:
     except Exception:  # an incomplete or exotic model: the generic fallback sizes it
         estimate = None
     return PlanInputs(
-        nproc_per_node=_plain(cfg.launch.nproc_per_node), nnodes=nnodes, device=str(cfg.platform.device),
-        num_workers=_plain(cfg.module.data.num_workers), compile=bool(cfg.module.get("compile", False)),
-        max_parallel=_plain(sweep.max_parallel) if sweep is not None else "auto", backend=str(cfg.backend.name),
+        nproc_per_node=to_plain(cfg.launch.nproc_per_node), nnodes=nnodes, device=str(cfg.platform.device),
+        num_workers=to_plain(cfg.module.data.num_workers), compile=bool(cfg.module.get("compile", False)),
+        max_parallel=to_plain(sweep.max_parallel) if sweep is not None else AUTO, backend=str(cfg.backend.name),
         estimate_gib=estimate,
     )
 
 
-def _plain(value):
-    return option(value) if not isinstance(value, (int, float)) else value
+GENERIC_APP_INPUTS = PlanInputs(nproc_per_node=1, nnodes=1, device="auto", num_workers=0, compile=False,
+                                max_parallel=AUTO, backend="", estimate_gib=None)
+
+
+def plan_for_generic_points(sweep_points: int, resources: MachineResources | None = None,
+                            environ: Mapping[str, str] = os.environ) -> ResourcePlan:
+    """Slots for the points of a Hydra app that is not primus-hydra's: one process each, sized by the generic
+    per-job estimate (PRIMUS_AUTO_PER_JOB_GB overrides it)."""
+    resources = resources if resources is not None else detect_resources(environ)
+    return plan_from_inputs(GENERIC_APP_INPUTS, resources, sweep_points=sweep_points, environ=environ)
 
 
 def build_resource_plan(cfg: DictConfig, resources: MachineResources | None = None, *, sweep_points: int = 1,
@@ -136,9 +143,9 @@ def plan_from_inputs(inputs: PlanInputs, resources: MachineResources, *, sweep_p
                      ) -> ResourcePlan:
     """measured: (device GiB, host GiB or None) from a probe; it only ever raises the per-job sizes."""
     warnings: list[str] = []
-    auto = {"launch.nproc_per_node": str(inputs.nproc_per_node) == "auto",
-            "module.data.num_workers": str(inputs.num_workers) == "auto",
-            "sweep.max_parallel": str(inputs.max_parallel) == "auto"}
+    auto = {"launch.nproc_per_node": is_auto(inputs.nproc_per_node),
+            "module.data.num_workers": is_auto(inputs.num_workers),
+            "sweep.max_parallel": is_auto(inputs.max_parallel)}
     nproc = nproc_for(inputs.nproc_per_node, inputs.device, resources.num_gpus)
     gpus = resources.gpus if inputs.device != "cpu" else ()
     on_gpu = bool(gpus)
@@ -151,7 +158,7 @@ def plan_from_inputs(inputs: PlanInputs, resources: MachineResources, *, sweep_p
     if measured is not None and measured[1] is not None:
         host_per_process = max(host_per_process, PROBE_HOST_MARGIN * measured[1])
     if not on_gpu:  # the working set lives in host memory
-        host_per_process += max(0.0, per_job - _context_overhead())
+        host_per_process += max(0.0, per_job - CONTEXT_OVERHEAD_GIB)
 
     # concurrency: device memory, then host RAM, then cores
     hard_cap = parse_number_env(environ, "PRIMUS_AUTO_JOBS_PER_GPU_HARD_CAP", integer=True, allow_zero=False)
@@ -188,12 +195,6 @@ def plan_from_inputs(inputs: PlanInputs, resources: MachineResources, *, sweep_p
                         warnings, host_per_job, max(1, sweep_points), resources, inputs)
 
 
-def _context_overhead() -> float:
-    from primus_hydra.orchestrator.working_set import CONTEXT_OVERHEAD_GIB
-
-    return CONTEXT_OVERHEAD_GIB
-
-
 def _per_job_gib(inputs: PlanInputs, environ: Mapping[str, str]) -> tuple[float, str]:
     forced = parse_number_env(environ, "PRIMUS_AUTO_PER_JOB_GB", allow_zero=False)
     if forced is not None:
@@ -227,8 +228,8 @@ def _jobs_per_gpu(gpus, per_job: float, hard_cap: Optional[float], warnings: lis
 
 def _parallel_jobs(inputs: PlanInputs, capacity: int, sweep_points: int, warnings: list[str]) -> int:
     points = max(1, sweep_points)
-    if str(inputs.max_parallel) != "auto":
-        explicit = int(inputs.max_parallel)
+    if not is_auto(inputs.max_parallel):
+        explicit = auto_int(inputs.max_parallel)
         if explicit > capacity and points > 1:
             warnings.append(f"sweep.max_parallel={explicit} exceeds what fits on this machine ({max(capacity, 1)}): honoring it")
         return max(1, min(explicit, points))
@@ -240,11 +241,8 @@ def _parallel_jobs(inputs: PlanInputs, capacity: int, sweep_points: int, warning
 
 
 def _num_workers(inputs: PlanInputs, resources: MachineResources, processes: int, environ: Mapping[str, str]) -> int:
-    value = inputs.num_workers
-    if str(value) != "auto":
-        if isinstance(value, bool) or not str(value).isdigit():
-            raise ConfigValidationError([f"module.data.num_workers={value}: must be 'auto' or an integer >= 0"])
-        return int(value)
+    if not is_auto(inputs.num_workers):  # validated: an integer >= 0
+        return auto_int(inputs.num_workers)
     cap = parse_number_env(environ, "PRIMUS_AUTO_DATALOADER_HARD_CAP", integer=True)
     return rules.auto_dataloader_num_workers(processes, resources.vcpus, resources.ram_available_gib,
                                              rules.DATALOADER_HARD_CAP if cap is None else int(cap))
@@ -255,10 +253,8 @@ def _worker_env(inputs: PlanInputs, resources: MachineResources, threads: int, p
     """The variables to hoist into every worker: only those the user has not set. `auto` in
     TORCHINDUCTOR_COMPILE_THREADS is replaced by a number even without compile (Inductor calls int() on it)."""
     env = {name: str(threads) for name in THREAD_VARIABLES if name not in environ}
-    compile_value = environ.get(COMPILE_THREADS_VARIABLE)
-    if compile_value is not None and compile_value.strip() != "auto" and not compile_value.strip().isdigit():
-        raise ConfigValidationError([f"{COMPILE_THREADS_VARIABLE}={compile_value}: must be 'auto' or a positive integer"])
-    if compile_value is not None and compile_value.strip() == "auto" or (compile_value is None and inputs.compile):
+    compile_value = environ.get(COMPILE_THREADS_VARIABLE)  # validated (resource_rules.py): auto or an integer >= 1
+    if (compile_value is not None and is_auto(compile_value.strip())) or (compile_value is None and inputs.compile):
         env[COMPILE_THREADS_VARIABLE] = str(rules.compile_threads(resources.vcpus, processes))
     return env, "OMP_NUM_THREADS" not in environ
 

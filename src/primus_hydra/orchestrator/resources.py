@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
 
+from primus_hydra.config.choices import auto_int
 from primus_hydra.orchestrator.gpu_probe import GpuInfo, detect_gpus
 from primus_hydra.orchestrator.host_probe import detect_cpus, detect_ram_gib
 
-__all__ = ["GpuInfo", "MachineResources", "count_visible_gpus", "detect_resources", "nproc_for", "resolve_nproc_per_node"]
+__all__ = ["GpuInfo", "MachineResources", "detect_resources", "nproc_for"]
 
 # The variables detection reads: the cache key of detect_resources() for the process environment.
 DETECTION_VARIABLES = ("PATH", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
@@ -76,17 +77,9 @@ def _detect(environ: Mapping[str, str], cgroup_root: Path, proc_root: Path) -> M
                             gpus.absent_mask_entries, gpus.mask_error)
 
 
-def count_visible_gpus() -> int:
-    return detect_resources().num_gpus
-
-
 def nproc_for(value, device: str, num_gpus: int) -> int:
     """launch.nproc_per_node: an explicit integer wins; auto = the GPUs (unless platform.device=cpu), else 1."""
-    if str(value) == "auto":
-        return (num_gpus if device != "cpu" else 0) or 1
-    return int(value)
-
-
-def resolve_nproc_per_node(value, device: str = "auto") -> int:
-    """launch.nproc_per_node against this process's visible GPUs."""
-    return nproc_for(value, device, count_visible_gpus() if str(value) == "auto" else 0)
+    explicit = auto_int(value)
+    if explicit is not None:
+        return explicit
+    return (num_gpus if device != "cpu" else 0) or 1

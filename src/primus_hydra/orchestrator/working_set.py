@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from primus_hydra.config.layout import data_parallel_size, gradient_accumulation
 from primus_hydra.config.model_math import count_parameters
 
 GIB = 1024.0 ** 3
@@ -27,7 +28,7 @@ def estimate_rank_gib(model: Any, module: Any, world_size: int, *, distributed_o
                       overhead_gib: float = CONTEXT_OVERHEAD_GIB) -> float:
     p = module.parallel
     tp, pp, cp = int(p.tp), int(p.pp), int(p.cp)
-    dp = max(1, world_size // (tp * pp * cp)) if str(p.dp) == "auto" else int(p.dp)
+    dp = max(1, data_parallel_size(p, world_size))
     parameters = count_parameters(model) / (tp * pp)
     if p.fsdp:
         states = parameters * STATE_BYTES_PER_PARAMETER / dp
@@ -37,9 +38,9 @@ def estimate_rank_gib(model: Any, module: Any, world_size: int, *, distributed_o
         states = parameters * STATE_BYTES_PER_PARAMETER
     seq, batch, hidden = module.seq_length / cp, module.micro_batch_size, model.hidden_size
     per_layer = 34 * seq * batch * hidden
-    if str(getattr(module.precision, "value", module.precision)) == "fp32":
+    if module.precision == "fp32":
         per_layer *= 2
-    micro_batches = max(1, module.global_batch_size // (module.micro_batch_size * dp))
+    micro_batches = gradient_accumulation(module, dp)
     activations = per_layer * (model.num_layers / pp) * min(pp, micro_batches) / tp
     logits = 2 * seq * batch * model.vocab_size * 4 / tp
     return (states + activations + logits) / GIB + overhead_gib

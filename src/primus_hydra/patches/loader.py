@@ -9,7 +9,7 @@ import importlib.util
 from omegaconf import DictConfig
 
 from primus_hydra.errors import PatchError
-from primus_hydra.patches.registry import REGISTRY, PatchRegistry
+from primus_hydra.patches.registry import REGISTRY, PatchRegistry, resolve_enabled_ids
 
 
 def patch_modules_for(cfg: DictConfig) -> list[str]:
@@ -36,3 +36,15 @@ def load_patch_modules(cfg: DictConfig, registry: PatchRegistry = REGISTRY) -> N
 def raise_load_errors(registry: PatchRegistry = REGISTRY) -> None:
     if registry.load_errors:
         raise PatchError("\n".join(registry.load_errors))
+
+
+def patch_failures(cfg: DictConfig, registry: PatchRegistry = REGISTRY) -> list[str]:
+    """Before a job starts: every patch module imports, and `patches.enabled` / PRIMUS_PATCHES name known ids."""
+    load_patch_modules(cfg, registry)
+    failures = list(registry.load_errors)
+    enabled_ids = resolve_enabled_ids(str(cfg.patches.enabled))
+    unknown = sorted((enabled_ids or set()) - registry.ids())
+    if unknown:
+        failures.append(f"PRIMUS_PATCHES / patches.enabled name unknown patch ids: {', '.join(unknown)}; "
+                        f"known: {', '.join(sorted(registry.ids())) or 'none'}")
+    return failures

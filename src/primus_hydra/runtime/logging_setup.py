@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from primus_hydra.runtime.distributed_env import DistributedEnv
+from primus_hydra.distributed_env import DistributedEnv
 
 _FORMAT = "[%(asctime)s][rank %(rank)s][%(name)s][%(levelname)s] - %(message)s"
 

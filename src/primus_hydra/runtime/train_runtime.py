@@ -1,7 +1,8 @@
-"""PrimusRuntime: the lifecycle of one training job in a worker process, top to bottom.
+"""PrimusRuntime: the lifecycle of one prepared job in a worker process, top to bottom.
 
-validate -> env block -> distributed context -> rank logging -> adapter (backend._target_) -> patches loaded ->
-backend path -> prepare_backend -> convert_config -> patches(build_args) -> [dry run stops here] ->
+The job was validated and planned once (orchestrator/prepare.py); the runtime trusts it and checks only that it
+runs in the world it was prepared for. rank logging -> env block -> adapter (backend._target_) -> patches loaded
+-> backend path -> prepare_backend -> convert_config -> patches(build_args) -> [dry run stops here] ->
 trainer (by _target_) -> patches(setup) -> setup -> init -> patches(before_train) -> train ->
 patches(after_train) -> cleanup. Any error: cleanup(on_error=True), logged to the run dir, re-raised.
 """
@@ -13,17 +14,17 @@ from pathlib import Path
 from typing import Any, Optional
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
-from primus_hydra.config.values import option, to_plain_data
-from primus_hydra.backends.base import BackendAdapter, BaseTrainer
+from primus_hydra.backends.base import BackendAdapter, BaseTrainer, load_adapter
 from primus_hydra.config.targets import load_target
-from primus_hydra.config.validate import configured_world_size, validate_config
-from primus_hydra.errors import ConfigValidationError, PatchError, PrimusError
+from primus_hydra.config.values import to_plain
+from primus_hydra.distributed_env import DistributedEnv, detect_distributed_env
+from primus_hydra.errors import PrimusError
+from primus_hydra.orchestrator.prepare import PreparedJob
 from primus_hydra.patches.loader import load_patch_modules, raise_load_errors
-from primus_hydra.patches.registry import REGISTRY, PatchContext, resolve_enabled_ids
+from primus_hydra.patches.registry import PatchContext, resolve_enabled_ids
 from primus_hydra.patches.runner import run_patches
-from primus_hydra.runtime.distributed_env import DistributedEnv, detect_distributed_env
 from primus_hydra.runtime.logging_setup import FILE_ONLY, setup_rank_logging, teardown_rank_logging
 
 log = logging.getLogger(__name__)
@@ -43,23 +44,18 @@ def apply_env_block(env: dict[str, str]) -> dict[str, str]:
 
 
 class PrimusRuntime:
-    def __init__(self, cfg: DictConfig, run_dir: Path, dist: Optional[DistributedEnv] = None):
-        self.cfg = cfg
+    def __init__(self, job: PreparedJob, run_dir: Path, dist: Optional[DistributedEnv] = None):
+        self.job = job
+        self.cfg = job.cfg
         self.run_dir = Path(run_dir)
         self.dist = dist or detect_distributed_env()
         self.phases: list[str] = []  # what ran, in order (logged, and read by tests)
         self.adapter: Optional[BackendAdapter] = None
         self.trainer: Optional[BaseTrainer] = None
-        self.backend_args: dict = {}
+        self.backend_args: Any = None
 
     def run(self) -> Any:
-        validate_config(self.cfg, world_size=self.dist.world_size if self.dist.is_distributed else None)
-        planned = configured_world_size(self.cfg)
-        if planned > 1 and not self.dist.is_distributed and not self.cfg.task.dry_run:
-            raise PrimusError(
-                f"world size {planned} needs {planned} processes, but this one was not started as a rank of a job; "
-                f"run it through `python -m primus_hydra` (which launches them) or torchrun/srun"
-            )
+        self._check_world()
         log_handler = setup_rank_logging(self.dist, self.run_dir)
         try:
             return self._run_phases()
@@ -73,6 +69,20 @@ class PrimusRuntime:
             raise
         finally:
             teardown_rank_logging(log_handler)
+
+    def _check_world(self) -> None:
+        """The one check a worker makes: it runs in the world its job was prepared for."""
+        prepared = self.job.layout.world_size
+        if self.dist.is_distributed and self.dist.world_size != prepared:
+            raise PrimusError(
+                f"this job was prepared for world size {prepared}, but runs as rank {self.dist.rank} of "
+                f"{self.dist.world_size}; start {prepared} processes (launch.nnodes x launch.nproc_per_node)"
+            )
+        if not self.dist.is_distributed and prepared > 1 and not self.cfg.task.dry_run:
+            raise PrimusError(
+                f"world size {prepared} needs {prepared} processes, but this one was not started as a rank of a job; "
+                f"run it through `python -m primus_hydra` (which launches them) or torchrun/srun"
+            )
 
     def _mark(self, phase: str) -> None:
         self.phases.append(phase)
@@ -89,15 +99,13 @@ class PrimusRuntime:
             self.dist.world_size, self.run_dir,
         )
         self._mark("adapter")
-        adapter_class = load_target(cfg.backend._target_, "backend._target_")
-        self.adapter = adapter = adapter_class(cfg=cfg, run_dir=self.run_dir, dist=self.dist)
+        self.adapter = adapter = load_adapter(cfg, self.job.layout, self.run_dir)
         applied.update(apply_env_block(adapter.env_defaults()))
         if applied:
             log.info("env set: %s", ", ".join(f"{k}={v}" for k, v in sorted(applied.items())))
-        backend_failures = adapter.validate()
-        if backend_failures:
-            raise ConfigValidationError(backend_failures)
-        enabled_ids = self._load_patches()
+        load_patch_modules(cfg)  # normally imported already, by the Hydra callback or when the job was prepared
+        raise_load_errors()
+        enabled_ids = resolve_enabled_ids(str(cfg.patches.enabled))
 
         self._mark("backend_path")
         path = adapter.setup_backend_path()
@@ -115,14 +123,15 @@ class PrimusRuntime:
             run_dir=self.run_dir, backend_args=self.backend_args,
         )
         self._patch_phase(ctx, "build_args", enabled_ids)
+        self.backend_args = ctx.backend_args  # a patch may have replaced it (typed arguments are frozen)
         if dry_run:
             return self._write_dry_run()
 
         self._mark("trainer")
         trainer_class = load_target(cfg.backend.trainer, "backend.trainer") if cfg.backend.trainer else adapter.load_trainer_class(
-            option(cfg.module.stage)
+            str(cfg.module.stage)
         )
-        self.trainer = trainer = trainer_class(self.backend_args, cfg, self.run_dir, self.dist)
+        self.trainer = trainer = trainer_class(self.backend_args, cfg, self.job.layout, self.run_dir, self.dist)
         ctx.trainer = trainer
         self._patch_phase(ctx, "setup", enabled_ids)
         self._mark("setup")
@@ -138,19 +147,6 @@ class PrimusRuntime:
         trainer.cleanup(on_error=False)
         return result
 
-    def _load_patches(self) -> Optional[set[str]]:
-        load_patch_modules(self.cfg)
-        raise_load_errors()
-        enabled_ids = resolve_enabled_ids(str(self.cfg.patches.enabled))
-        if enabled_ids:
-            unknown = sorted(enabled_ids - REGISTRY.ids())
-            if unknown:
-                raise PatchError(
-                    f"PRIMUS_PATCHES / patches.enabled name unknown patch ids: {', '.join(unknown)}; "
-                    f"known: {', '.join(sorted(REGISTRY.ids())) or 'none'}"
-                )
-        return enabled_ids
-
     def _patch_phase(self, ctx: PatchContext, phase: str, enabled_ids: Optional[set[str]]) -> None:
         ctx.phase = phase
         self._mark(f"patches:{phase}")
@@ -161,7 +157,7 @@ class PrimusRuntime:
         target = self.run_dir / DRY_RUN_FILE
         if self.dist.is_main:
             target.parent.mkdir(parents=True, exist_ok=True)
-            text = yaml.safe_dump(to_plain_data(self.backend_args), sort_keys=False, default_flow_style=False)
+            text = yaml.safe_dump(to_plain(self.backend_args), sort_keys=False, default_flow_style=False)
             target.write_text(f"# backend={self.adapter.name}: final arguments after build_args patches\n{text}")
             log.info("dry run: backend arguments written to %s", target)
             print(f"dry run: {self.adapter.name} arguments written to {target}")

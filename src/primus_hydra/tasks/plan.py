@@ -7,29 +7,38 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Optional
 
 from omegaconf import DictConfig
 
 
 class PlanTask:
-    def __init__(self, cfg: DictConfig):
+    def __init__(self, cfg: DictConfig, job=None):
         self.cfg = cfg
+        self.job = job
+
+    @classmethod
+    def prepare_job(cls, cfg: DictConfig, run_dir: Optional[Path], *, plan=None, sweep_points: Optional[int] = None):
+        from primus_hydra.orchestrator.prepare import prepare
+
+        points = sweep_points if sweep_points is not None else (_sweep_points() if _sweep_point() else 1)
+        return prepare(cfg, plan=plan, sweep_points=points, trains=False)
 
     def run(self) -> dict:
-        from primus_hydra.config.validate import validate_config
-        from primus_hydra.orchestrator.plan import build_resource_plan
+        from primus_hydra.orchestrator.prepare import HANDOFF
 
-        validate_config(self.cfg)  # the callback validates single runs only; sweep points come through here
+        job = self.job or HANDOFF.take(Path("."))  # hydra.run.dir=. (conf/task/plan.yaml)
+        if job is None:  # a sweep point (Hydra's basic launcher runs no single-run callback)
+            job = self.prepare_job(self.cfg, None)
+            for warning in job.warnings:
+                print(f"warning: {warning}", file=sys.stderr)
         point = _sweep_point()
-        plan = build_resource_plan(self.cfg, sweep_points=_sweep_points() if point else 1)
-        data = plan.to_dict()
+        data = job.plan.to_dict()
         if point is None:
             print(json.dumps(data, indent=2))
         else:
             print(json.dumps({"point": point, **data}))
-        for warning in plan.warnings:
-            print(f"warning: {warning}", file=sys.stderr)
         return data
 
 

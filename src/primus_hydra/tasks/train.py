@@ -1,4 +1,9 @@
-"""task=train: one training job through the PrimusRuntime."""
+"""task=train: prepare the job once, then run it where it belongs.
+
+In this process when it is already a rank of a job (torchrun, srun), a dry run, or a job of one process; on Slurm
+as one submitted job when the primus_slurm launcher is selected (platform=slurm); otherwise through torch's
+elastic agent, which starts the workers with the prepared job.
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,39 +11,90 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig
 
+from primus_hydra.orchestrator.prepare import HANDOFF, PreparedJob
+
 
 class TrainTask:
-    def __init__(self, cfg: DictConfig, run_dir: Optional[Path] = None):
+    def __init__(self, cfg: DictConfig, run_dir: Optional[Path] = None, job: Optional[PreparedJob] = None):
         self.cfg = cfg
         self.run_dir = run_dir
+        self.job = job
+
+    @classmethod
+    def prepare_job(cls, cfg: DictConfig, run_dir: Optional[Path], *, plan=None, sweep_points: int = 1) -> PreparedJob:
+        """Prepared for where it will run: as a rank of a running job, as a Slurm job, or on this machine."""
+        from primus_hydra.distributed_env import detect_distributed_env
+        from primus_hydra.orchestrator.prepare import prepare
+
+        dist = detect_distributed_env()
+        dry_run = bool(cfg.task.dry_run)
+        if dist.is_distributed:  # its launcher (torchrun, srun) started the ranks and owns the machine
+            return prepare(cfg, run_dir=run_dir, world_size=dist.world_size, launched=True, trains=not dry_run)
+        slurm = None if dry_run else slurm_launcher_settings(cfg)
+        if slurm is not None:
+            from primus_hydra.launch.slurm.job_shape import job_shape
+
+            return prepare(cfg, run_dir=run_dir, world_size=job_shape(cfg, slurm).world_size, on_this_machine=False)
+        return prepare(cfg, run_dir=run_dir, plan=plan, sweep_points=sweep_points, trains=not dry_run)
 
     def run(self) -> Any:
-        """In this process when it is already a rank of a job (torchrun, srun) or the job has one process;
-        otherwise start the workers with torch's elastic agent, handing them this composed config."""
-        from primus_hydra.config.validate import configured_world_size
-        from primus_hydra.orchestrator.apply import apply_resource_plan, report_resource_plan, worker_environment
-        from primus_hydra.runtime.distributed_env import detect_distributed_env
+        from primus_hydra.distributed_env import detect_distributed_env
 
         run_dir = self.run_dir or hydra_run_dir()
+        job = self.job or HANDOFF.take(run_dir)
+        if job is None:  # not prepared by the single-run callback or a launcher (e.g. Hydra's basic sweeps)
+            job = self.prepare_job(self.cfg, run_dir)
+            show_warnings(job)
         inside_job = detect_distributed_env().is_distributed
-        if not inside_job and not self.cfg.task.dry_run:
-            from primus_hydra.launch.slurm.run import slurm_launcher_settings, submit_single_run
+        dry_run = bool(job.cfg.task.dry_run)
+        slurm = None if inside_job or dry_run else slurm_launcher_settings()
+        if slurm is not None:  # platform=slurm: this run is one Slurm job
+            from primus_hydra.launch.slurm.run import submit_single_run
 
-            slurm = slurm_launcher_settings()
-            if slurm is not None:  # platform=slurm: this run is one Slurm job
-                return submit_single_run(self.cfg, run_dir, slurm)
-        plan = apply_resource_plan(self.cfg)
-        if inside_job or self.cfg.task.dry_run or configured_world_size(self.cfg) == 1:
-            from primus_hydra.runtime.train_runtime import PrimusRuntime
-
-            if not inside_job:  # a rank of a torchrun/srun job: its launcher owns the thread variables
-                report_resource_plan(plan, run_dir)
-            # set before this process imports torch, so its OpenMP/BLAS pools start at the planned size
-            with worker_environment({} if inside_job else plan.worker_env):
-                return PrimusRuntime(self.cfg, run_dir).run()
+            return submit_single_run(job, run_dir, slurm)
+        if inside_job or dry_run or job.layout.world_size == 1:
+            return run_in_this_process(job, run_dir, report_plan=not inside_job)
         from primus_hydra.launch.elastic import launch_elastic_job
 
-        return launch_elastic_job(self.cfg, run_dir, plan)
+        return launch_elastic_job(job, run_dir)
+
+
+def run_in_this_process(job: PreparedJob, run_dir: Path, *, report_plan: bool) -> Any:
+    """The runtime here. A rank of a torchrun/srun job keeps the thread variables its launcher gave it; otherwise
+    the plan's are set before the runtime imports torch, so its OpenMP/BLAS pools start at the planned size."""
+    from primus_hydra.orchestrator.apply import report_resource_plan, worker_environment
+    from primus_hydra.runtime.train_runtime import PrimusRuntime
+
+    if report_plan and job.plan is not None:
+        report_resource_plan(job.plan, run_dir)
+    with worker_environment(job.plan.worker_env if report_plan and job.plan is not None else {}):
+        return PrimusRuntime(job, run_dir).run()
+
+
+def slurm_launcher_settings(cfg: Optional[DictConfig] = None) -> Optional[dict]:
+    """The primus_slurm launcher's settings when it is the selected hydra/launcher (platform=slurm), else None.
+    Read from cfg's `hydra` node when it has one (the callback's), else from HydraConfig (the task's)."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    from primus_hydra.launch.slurm.run import SLURM_LAUNCHER_TARGET
+
+    if cfg is not None and "hydra" in cfg:
+        launcher = cfg.hydra.launcher
+    elif HydraConfig.initialized():
+        launcher = HydraConfig.get().launcher
+    else:
+        return None
+    if launcher.get("_target_") != SLURM_LAUNCHER_TARGET:
+        return None
+    return OmegaConf.to_container(launcher, resolve=True)
+
+
+def show_warnings(job: PreparedJob) -> None:
+    import sys
+
+    for warning in job.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
 
 
 def hydra_run_dir() -> Path:

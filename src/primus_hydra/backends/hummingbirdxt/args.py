@@ -12,7 +12,6 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from primus_hydra.backends.external import merge_extra_args, wants_checkpoints
-from primus_hydra.config.values import option
 
 
 def build_hummingbirdxt_args(cfg: DictConfig, run_dir: Path) -> dict:
@@ -26,7 +25,7 @@ def build_hummingbirdxt_args(cfg: DictConfig, run_dir: Path) -> dict:
         "beta2": m.adam_beta2,
         "weight_decay": m.weight_decay,
         "batch_size": m.micro_batch_size,
-        "mixed_precision": option(m.precision) == "bf16",
+        "mixed_precision": str(m.precision) == "bf16",
         "logdir": str(m.checkpoint.dir) if m.checkpoint.dir else str(run_dir / "checkpoints"),
         "no_save": not wants_checkpoints(cfg),
         "data_path": str(m.data.path) if m.data.path else None,

@@ -11,21 +11,15 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from primus_hydra.backends.external import (
-    ParallelLayout,
-    merge_extra_args,
-    parallel_layout,
-    wants_checkpoints,
-)
+from primus_hydra.backends.external import merge_extra_args, wants_checkpoints
+from primus_hydra.config.layout import ParallelLayout
 from primus_hydra.config.model_math import attention_head_dim
-from primus_hydra.config.values import option
 
 DECODER_BLOCKS = {"llama": "llama2", "mixtral": "mixtral", "deepseek": "deepseek", "qwen3": "qwen3"}  # by family
 ROPE_TYPES = {"none": "default", "linear": "default", "llama3": "llama3.1", "yarn": "yarn"}
 
 
-def build_maxtext_config(cfg: DictConfig, run_dir: Path, world_size: int) -> dict:
-    layout = parallel_layout(cfg, world_size)
+def build_maxtext_config(cfg: DictConfig, run_dir: Path, layout: ParallelLayout) -> dict:
     config = {
         # outputs (checkpoints, tensorboard) land in <base_output_directory>/<run_name> = the run dir
         "run_name": run_dir.name,
@@ -59,7 +53,7 @@ def model_config(model: DictConfig) -> dict:
         "logits_via_embedding": model.tie_embeddings,
         "use_qk_norm": model.qk_norm,
         "rope_max_timescale": int(model.rope_theta),
-        "rope_type": ROPE_TYPES[option(model.rope_scaling.type)],
+        "rope_type": ROPE_TYPES[str(model.rope_scaling.type)],
         "dropout_rate": 0.0,
     }
     scaling = model.rope_scaling
@@ -69,7 +63,7 @@ def model_config(model: DictConfig) -> dict:
             original_max_position_embeddings=scaling.original_max_position_embeddings,
             rope_factor=scaling.factor, beta_fast=scaling.beta_fast, beta_slow=scaling.beta_slow, mscale=scaling.mscale,
         )
-    elif option(scaling.type) == "linear":
+    elif str(scaling.type) == "linear":
         config["rope_linear_scaling_factor"] = scaling.factor
     if model.mla.enabled:
         mla = model.mla
@@ -84,7 +78,7 @@ def model_config(model: DictConfig) -> dict:
 
 def moe_config(moe: DictConfig) -> dict:
     grouped = moe.router_num_groups > 1
-    balancing = option(moe.load_balancing_type)
+    balancing = str(moe.load_balancing_type)
     return {
         "num_experts": moe.num_experts,
         "num_experts_per_tok": moe.top_k,
@@ -92,7 +86,7 @@ def moe_config(moe: DictConfig) -> dict:
         "first_num_dense_layers": moe.first_dense_layers,
         "shared_experts": moe.shared_experts,
         "routed_scaling_factor": moe.router_topk_scaling_factor,
-        "routed_score_func": option(moe.router_score_function),
+        "routed_score_func": str(moe.router_score_function),
         "routed_bias": moe.router_enable_expert_bias,
         "routed_bias_update_rate": moe.router_bias_update_rate,
         "n_routing_groups": moe.router_num_groups if grouped else -1,
@@ -107,7 +101,7 @@ def training_config(cfg: DictConfig, layout: ParallelLayout) -> dict:
     m = cfg.module
     schedule_steps = m.lr_decay_iters or m.train_iters
     warmup_fraction = m.warmup_iters / schedule_steps
-    style = option(m.lr_decay_style)
+    style = str(m.lr_decay_style)
     config = {
         # MaxText's batch is per device (all devices, model-parallel ones included) and may be fractional
         "per_device_batch_size": m.micro_batch_size * layout.dp / layout.world_size,
@@ -125,7 +119,7 @@ def training_config(cfg: DictConfig, layout: ParallelLayout) -> dict:
         "adam_eps": m.adam_eps,
         "adam_weight_decay": m.weight_decay,
         "gradient_clipping_threshold": m.clip_grad,
-        "dtype": "bfloat16" if option(m.precision) == "bf16" else "float32",
+        "dtype": "bfloat16" if str(m.precision) == "bf16" else "float32",
         "weight_dtype": "float32",
         "init_weights_seed": m.seed,
         "data_shuffle_seed": m.seed,
@@ -154,7 +148,7 @@ def mesh_config(cfg: DictConfig, layout: ParallelLayout) -> dict:
 
 def data_checkpoint_logging_config(cfg: DictConfig) -> dict:
     m, ckpt = cfg.module, cfg.module.checkpoint
-    mock = option(m.data.source) == "mock"
+    mock = str(m.data.source) == "mock"
     config = {
         "dataset_type": "synthetic" if mock else "tfds",
         "enable_checkpointing": wants_checkpoints(cfg),

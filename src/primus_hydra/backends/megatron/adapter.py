@@ -3,10 +3,6 @@ from __future__ import annotations
 
 from primus_hydra.backends.external import ExternalBackendAdapter
 from primus_hydra.backends.megatron.args import build_megatron_args
-from primus_hydra.config.values import option
-
-TRANSFORMER_IMPLS = ("transformer_engine", "local")
-RECOMPUTE_GRANULARITIES = ("full", "selective")
 
 
 class MegatronAdapter(ExternalBackendAdapter):
@@ -26,13 +22,6 @@ class MegatronAdapter(ExternalBackendAdapter):
     def validate(self) -> list[str]:
         failures = super().validate()
         cfg, backend, p = self.cfg, self.cfg.backend, self.cfg.module.parallel
-        if backend.transformer_impl not in TRANSFORMER_IMPLS:
-            failures.append(f"backend.transformer_impl={backend.transformer_impl}: allowed: {', '.join(TRANSFORMER_IMPLS)}")
-        if backend.recompute_granularity not in (None, *RECOMPUTE_GRANULARITIES):
-            failures.append(
-                f"backend.recompute_granularity={backend.recompute_granularity}: "
-                f"allowed: null, {', '.join(RECOMPUTE_GRANULARITIES)}"
-            )
         if p.fsdp:  # Megatron's own asserts for --use-torch-fsdp2, reported before any GPU starts
             if p.pp > 1 or p.ep > 1:
                 failures.append(
@@ -42,7 +31,7 @@ class MegatronAdapter(ExternalBackendAdapter):
                 failures.append(
                     "module.parallel.fsdp=true: Megatron's torch FSDP2 needs untied embeddings (model.tie_embeddings=false)"
                 )
-        mock = option(cfg.module.data.source) == "mock"
+        mock = str(cfg.module.data.source) == "mock"
         if not mock and backend.tokenizer_type == "HuggingFaceTokenizer" and not backend.tokenizer_model:
             failures.append(
                 "backend.tokenizer_model is required with backend.tokenizer_type=HuggingFaceTokenizer and real data; "
@@ -51,4 +40,4 @@ class MegatronAdapter(ExternalBackendAdapter):
         return failures
 
     def convert_config(self) -> dict:
-        return build_megatron_args(self.cfg, self.world_size)
+        return build_megatron_args(self.cfg, self.layout)

@@ -9,19 +9,12 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from primus_hydra.backends.external import (
-    ParallelLayout,
-    checkpoint_load_path,
-    merge_extra_args,
-    parallel_layout,
-    wants_checkpoints,
-)
+from primus_hydra.backends.external import checkpoint_load_path, merge_extra_args, wants_checkpoints
+from primus_hydra.config.layout import ParallelLayout
 from primus_hydra.config.model_math import attention_head_dim, shared_expert_ffn_hidden_size
-from primus_hydra.config.values import option
 
 
-def build_megatron_args(cfg: DictConfig, world_size: int) -> dict:
-    layout = parallel_layout(cfg, world_size)
+def build_megatron_args(cfg: DictConfig, layout: ParallelLayout) -> dict:
     args: dict = {}
     args.update(model_args(cfg.model))
     args.update(moe_args(cfg.model))
@@ -72,7 +65,7 @@ def model_args(model: DictConfig) -> dict:
 
 def rope_scaling_args(model: DictConfig) -> dict:
     scaling = model.rope_scaling
-    kind = option(scaling.type)
+    kind = str(scaling.type)
     if kind == "llama3":  # Megatron's llama3.x scaling hard-codes low/high freq factors 1 and 4, original length 8192
         return {"use_rope_scaling": True, "rope_scaling_factor": scaling.factor}
     if kind == "linear":
@@ -91,7 +84,7 @@ def moe_args(model: DictConfig) -> dict:
     moe = model.moe
     if moe.num_experts == 0:
         return {}
-    score_function = option(moe.router_score_function)
+    score_function = str(moe.router_score_function)
     shared_ffn = shared_expert_ffn_hidden_size(model)
     dense, sparse = moe.first_dense_layers, model.num_layers - moe.first_dense_layers
     return {
@@ -110,7 +103,7 @@ def moe_args(model: DictConfig) -> dict:
         "moe_router_group_topk": moe.router_group_topk if moe.router_num_groups > 1 else None,
         "moe_router_enable_expert_bias": moe.router_enable_expert_bias,
         "moe_router_bias_update_rate": moe.router_bias_update_rate,
-        "moe_router_load_balancing_type": option(moe.load_balancing_type),
+        "moe_router_load_balancing_type": str(moe.load_balancing_type),
         "moe_aux_loss_coeff": moe.aux_loss_coeff,
         "moe_z_loss_coeff": moe.z_loss_coeff or None,
         "moe_expert_capacity_factor": moe.capacity_factor,
@@ -143,14 +136,14 @@ def optimizer_args(m: DictConfig) -> dict:
         "adam_beta2": m.adam_beta2,
         "adam_eps": m.adam_eps,
         "clip_grad": m.clip_grad,
-        "bf16": option(m.precision) == "bf16",
+        "bf16": str(m.precision) == "bf16",
         "fp16": False,
     }
 
 
 def scheduler_args(m: DictConfig) -> dict:
     return {
-        "lr_decay_style": option(m.lr_decay_style),
+        "lr_decay_style": str(m.lr_decay_style),
         "lr_warmup_iters": m.warmup_iters,
         "lr_decay_iters": m.lr_decay_iters or m.train_iters,
     }
@@ -194,7 +187,7 @@ def data_args(cfg: DictConfig) -> dict:
     data, backend = cfg.module.data, cfg.backend
     num_workers = data.num_workers
     args = {
-        "mock_data": option(data.source) == "mock",
+        "mock_data": str(data.source) == "mock",
         # a Megatron indexed dataset prefix (<prefix>.bin / <prefix>.idx)
         "data_path": [str(data.path)] if data.path else None,
         "tokenizer_type": backend.tokenizer_type,

@@ -9,7 +9,6 @@ import os
 
 from primus_hydra.backends.external import wants_checkpoints
 from primus_hydra.patches.registry import PatchContext, register_patch
-from primus_hydra.config.values import option
 
 
 def _user_set(ctx: PatchContext, key: str) -> bool:
@@ -52,7 +51,7 @@ def tensorboard_in_run_dir(ctx: PatchContext) -> None:
 
 @register_patch(
     "megatron.args.mock_data", backend="megatron", phase="build_args",
-    condition=lambda ctx: option(ctx.cfg.module.data.source) == "mock",
+    condition=lambda ctx: str(ctx.cfg.module.data.source) == "mock",
 )
 def mock_data_without_tokenizer(ctx: PatchContext) -> None:
     """Mock data needs no tokenizer files: NullTokenizer over model.vocab_size, and no data paths

@@ -4,8 +4,6 @@ from __future__ import annotations
 from primus_hydra.backends.external import ExternalBackendAdapter
 from primus_hydra.backends.megatron_bridge.args import build_megatron_bridge_config
 
-PEFT_METHODS = ("lora", "dora")
-
 
 class MegatronBridgeAdapter(ExternalBackendAdapter):
     name = "megatron_bridge"
@@ -21,13 +19,6 @@ class MegatronBridgeAdapter(ExternalBackendAdapter):
         "pretrain": "primus_hydra.backends.megatron_bridge.trainer.MegatronBridgePretrainTrainer",
         "sft": "primus_hydra.backends.megatron_bridge.trainer.MegatronBridgeSFTTrainer",
     }
-
-    def validate(self) -> list[str]:
-        failures = super().validate()
-        peft = self.cfg.backend.peft
-        if peft is not None and peft not in PEFT_METHODS:
-            failures.append(f"backend.peft={peft}: allowed: null, {', '.join(PEFT_METHODS)}")
-        return failures
 
     def convert_config(self) -> dict:
         return build_megatron_bridge_config(self.cfg, self.run_dir)

@@ -15,7 +15,6 @@ from omegaconf import DictConfig
 
 from primus_hydra.backends.external import merge_extra_args, wants_checkpoints
 from primus_hydra.backends.megatron.args import optimizer_args, scheduler_args
-from primus_hydra.config.values import option
 
 
 def default_recipe(model: DictConfig) -> str:
@@ -25,13 +24,13 @@ def default_recipe(model: DictConfig) -> str:
 
 def build_megatron_bridge_config(cfg: DictConfig, run_dir: Path) -> dict:
     m, backend, p, ckpt = cfg.module, cfg.backend, cfg.module.parallel, cfg.module.checkpoint
-    mock = option(m.data.source) == "mock"
+    mock = str(m.data.source) == "mock"
     save_dir = str(ckpt.dir) if ckpt.dir else str(run_dir / "checkpoints")
     config = {
         "recipe": {
             "name": backend.recipe or default_recipe(cfg.model),
             "hf_model_id": backend.hf_model_id,
-            "stage": option(m.stage),
+            "stage": str(m.stage),
         },
         "model": {
             "tensor_model_parallel_size": p.tp,

@@ -1,23 +1,39 @@
-"""backend=torch: translates the canonical config into the native trainer's arguments."""
+"""backend=torch: the layouts the native trainer implements, what a run would find on disk, and the typed
+arguments it reads (args.py)."""
 from __future__ import annotations
 
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from primus_hydra.backends.base import BackendAdapter, BaseTrainer
-from primus_hydra.config.validate import job_world_size, resolve_dp
-from primus_hydra.config.values import plain
+from primus_hydra.backends.torch.args import TorchTrainingArgs
+from primus_hydra.backends.torch.checkpoint_paths import CheckpointFolder
+from primus_hydra.errors import CheckpointError
+
+METRICS_FILE = "metrics.jsonl"
 
 
 class TorchAdapter(BackendAdapter):
     name = "torch"
     import_name = "torch"
     distribution = "torch"
+    required_modules = ("torch", "numpy")  # the rest of the extra (tqdm, tensorboard, matplotlib) is optional
     install_hint = "Install the torch extra: pip install 'primus-hydra[torch]' (pin torch to your CUDA/ROCm/CPU build)."
 
     def validate(self) -> list[str]:
-        """The layouts the native backend implements: DDP or FSDP2 over dp, DTensor TP (alone or with FSDP2
-        over dp), and PP alone (GPipe/1F1B) for dense models."""
-        cfg, p, model = self.cfg, self.cfg.module.parallel, self.cfg.model
+        failures = self._layout_failures()
+        if self.cfg.backend.extra_args:
+            failures.append(f"backend.extra_args={OmegaConf.to_container(self.cfg.backend.extra_args)}: backend=torch "
+                            "has no native arguments to pass them to; its knobs are module.*, model.* and backend.*")
+        if self.run_dir is not None:
+            failures += self._run_dir_failures()
+        return failures
+
+    def _layout_failures(self) -> list[str]:
+        """The layouts the native backend implements: DDP or FSDP2 over dp, DTensor TP (alone or with FSDP2 over
+        dp), and PP alone (GPipe/1F1B) for dense models."""
+        cfg, p, model, layout = self.cfg, self.cfg.module.parallel, self.cfg.model, self.layout
         failures = []
         for key in ("cp", "ep"):
             if p[key] > 1:
@@ -26,14 +42,9 @@ class TorchAdapter(BackendAdapter):
             failures.append("module.parallel.sequence_parallel=true: backend=torch does not implement sequence parallelism; set it to false")
         if model.moe.capacity_factor is not None:
             failures.append(f"model.moe.capacity_factor={model.moe.capacity_factor}: backend=torch routes dropless only; set it to null")
-        if p.pp_schedule not in ("1f1b", "gpipe"):
-            failures.append(f"module.parallel.pp_schedule={p.pp_schedule}: allowed: 1f1b, gpipe")
-        world = job_world_size(cfg, self.dist)
-        if world % (p.tp * p.pp * p.cp):
-            return failures  # the global world-layout rule already reported it
-        dp = resolve_dp(cfg, world)
+        dp = layout.dp
         if p.fsdp and dp == 1:
-            failures.append(f"module.parallel.fsdp=true needs dp > 1 to shard over (world {world} = tp {p.tp} x pp {p.pp}); set fsdp=false or add processes")
+            failures.append(f"module.parallel.fsdp=true needs dp > 1 to shard over (world {layout.world_size} = tp {p.tp} x pp {p.pp}); set fsdp=false or add processes")
         special = [name for name, used in (("MoE", model.moe.num_experts > 0), ("MLA", model.mla.enabled), ("tied embeddings", model.tie_embeddings)) if used]
         if p.tp > 1 and special:
             failures.append(f"module.parallel.tp={p.tp}: backend=torch shards dense GQA models only ({model.name} uses {', '.join(special)})")
@@ -44,50 +55,52 @@ class TorchAdapter(BackendAdapter):
                 failures.append(
                     f"module.parallel.pp={p.pp} with tp={p.tp}, dp={dp}, fsdp={str(p.fsdp).lower()}: backend=torch runs pp alone (tp=1, dp=1, fsdp=false)"
                 )
-            accum = cfg.module.global_batch_size // (cfg.module.micro_batch_size * dp)
-            if p.pp_schedule == "1f1b" and accum < p.pp:
+            if p.pp_schedule == "1f1b" and layout.grad_accum < p.pp:
                 failures.append(
                     f"module.parallel.pp={p.pp} with 1f1b needs at least {p.pp} micro-batches per step, got "
-                    f"global_batch_size/micro_batch_size = {accum}; raise global_batch_size or use pp_schedule=gpipe"
+                    f"global_batch_size/micro_batch_size = {layout.grad_accum}; raise global_batch_size or use pp_schedule=gpipe"
                 )
         return failures
 
-    def convert_config(self) -> dict:
-        cfg, m = self.cfg, self.cfg.module
-        world = job_world_size(cfg, self.dist)
-        dp = resolve_dp(cfg, world)
-        module = plain(m)
-        checkpoint = dict(module["checkpoint"])
-        checkpoint["dir"] = str(Path(checkpoint["dir"]).expanduser().resolve()) if checkpoint["dir"] else str(self.run_dir / "checkpoints")
-        return {
-            "model": plain(cfg.model),
-            "stage": module["stage"],
-            "train_iters": m.train_iters,
-            "exit_interval": m.exit_interval,
-            "micro_batch_size": m.micro_batch_size,
-            "global_batch_size": m.global_batch_size,
-            "grad_accum_steps": m.global_batch_size // (m.micro_batch_size * dp),
-            "seq_length": m.seq_length,
-            "precision": module["precision"],
-            "seed": m.seed,
-            "optimizer": {
-                "lr": m.lr, "min_lr": m.min_lr, "warmup_iters": m.warmup_iters,
-                "lr_decay_style": module["lr_decay_style"], "lr_decay_iters": m.lr_decay_iters or m.train_iters,
-                "weight_decay": m.weight_decay, "adam_beta1": m.adam_beta1, "adam_beta2": m.adam_beta2,
-                "adam_eps": m.adam_eps, "clip_grad": m.clip_grad,
-            },
-            "data": module["data"],
-            "checkpoint": checkpoint,
-            "log": module["log"],
-            "parallel": {**module["parallel"], "dp": dp},
-            "timeout_s": cfg.launch.timeout_s,
-            "device": cfg.platform.device,
-            "peak_tflops_per_device": cfg.platform.peak_tflops_per_device,
-            "compile": cfg.module.compile,
-            "deterministic": cfg.backend.deterministic,
-            "num_threads": cfg.backend.num_threads,
-            **plain(cfg.backend.extra_args),
-        }
+    def checkpoint_dir(self) -> Path:
+        configured = self.cfg.module.checkpoint.dir
+        return Path(configured).expanduser().resolve() if configured else self.run_dir / "checkpoints"
+
+    def _run_dir_failures(self) -> list[str]:
+        """What the run would find on disk and refuse, found before it starts: a checkpoint to resume or load that is
+        not one, checkpoints or metrics of an earlier run that a fresh run would mix with its own."""
+        ckpt = self.cfg.module.checkpoint
+        folder = CheckpointFolder(self.checkpoint_dir())
+        failures = []
+        for key, spec in (("module.checkpoint.resume", ckpt.resume), ("module.checkpoint.load", ckpt.load)):
+            if spec in (None, "auto") or not Path(spec).expanduser().exists():
+                continue  # a path that does not exist: the orchestrator reports it (orchestrator/prepare.py)
+            try:
+                folder.resolve(spec, key)
+            except CheckpointError as error:
+                failures.append(str(error))
+        existing = folder.steps()
+        if ckpt.resume is None and existing:
+            failures.append(
+                f"module.checkpoint.dir={folder.root} already holds checkpoints (step {existing[-1]}); "
+                f"set module.checkpoint.resume=auto to continue from them, or choose another dir"
+            )
+        if ckpt.resume is None and (self.run_dir / METRICS_FILE).exists():
+            failures.append(
+                f"{self.run_dir / METRICS_FILE} already holds an earlier run's metrics; choose a new hydra.run.dir, "
+                f"or continue that run with module.checkpoint.resume=auto"
+            )
+        return failures
+
+    def convert_config(self) -> TorchTrainingArgs:
+        cfg = self.cfg
+        module = OmegaConf.to_object(cfg.module)
+        module.checkpoint.dir = str(self.checkpoint_dir())
+        return TorchTrainingArgs(
+            model=OmegaConf.to_object(cfg.model), module=module, layout=self.layout, device=cfg.platform.device,
+            peak_tflops_per_device=cfg.platform.peak_tflops_per_device, timeout_s=cfg.launch.timeout_s,
+            deterministic=cfg.backend.deterministic, num_threads=cfg.backend.num_threads,
+        )
 
     def load_trainer_class(self, stage: str) -> type[BaseTrainer]:
         # pretrain and sft share the loop; sft starts from module.checkpoint.load

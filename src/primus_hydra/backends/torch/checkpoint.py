@@ -11,23 +11,16 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import warnings
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
 
+from primus_hydra.backends.torch.checkpoint_paths import LATEST, META, TRAINER_STATE, CheckpointFolder, step_dir_name
 from primus_hydra.errors import CheckpointError
-
-LATEST = "latest"
-META = "meta.json"
-TRAINER_STATE = "trainer_state.pt"
-
-
-def step_dir_name(step: int) -> str:
-    return f"step_{step:07d}"
 
 
 def _barrier() -> None:
@@ -39,21 +32,8 @@ def _is_main() -> bool:
     return not dist.is_initialized() or dist.get_rank() == 0
 
 
-class CheckpointManager:
-    def __init__(self, root: Path):
-        self.root = Path(root)
-
-    def steps(self) -> list[int]:
-        if not self.root.is_dir():
-            return []
-        return sorted(int(p.name[5:]) for p in self.root.glob("step_*") if p.name[5:].isdigit() and (p / META).is_file())
-
-    def latest(self) -> Optional[Path]:
-        pointer = self.root / LATEST
-        if not pointer.is_file():
-            return None
-        target = self.root / pointer.read_text().strip()
-        return target if (target / META).is_file() else None
+class CheckpointManager(CheckpointFolder):
+    """Saves and loads the checkpoints of a folder (collectives: every rank calls save and load)."""
 
     def save(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, trainer_state: dict,
              meta: dict[str, Any], before_finalize=None) -> Path:
@@ -87,39 +67,6 @@ class CheckpointManager:
             _fsync_dir(self.root)
         _barrier()  # nobody moves on (or exits) before the checkpoint is complete
         return final
-
-    def resolve(self, spec: Optional[str], key: str) -> Optional[Path]:
-        """`auto`: the latest here, or None for a fresh start. A path: a step folder or a checkpoints root."""
-        if spec is None:
-            return None
-        if spec == "auto":
-            return self.latest()
-        path = Path(spec).expanduser()
-        if (path / META).is_file():
-            return path
-        if (path / LATEST).is_file():
-            target = CheckpointManager(path).latest()
-            if target is None:
-                raise CheckpointError(f"{key}={spec}: its `latest` points to a missing or incomplete checkpoint")
-            return target
-        if not path.exists():
-            raise CheckpointError(f"{key}={spec}: no such checkpoint (give a step_* folder, a checkpoints folder, or auto)")
-        raise CheckpointError(f"{key}={spec}: not a checkpoint (no {META} and no `{LATEST}` inside)")
-
-    @staticmethod
-    def verify(path: Path, key: str) -> dict[str, Any]:
-        """meta.json, and every file it lists present with its recorded size."""
-        try:
-            meta = json.loads((path / META).read_text())
-        except (OSError, ValueError) as error:
-            raise CheckpointError(f"{key}: {path / META} is unreadable or corrupt ({error})") from error
-        for name, expected in meta.get("files", {}).items():
-            file = path / name
-            if not file.is_file():
-                raise CheckpointError(f"{key}: {file} is missing (incomplete checkpoint)")
-            if file.stat().st_size != expected:
-                raise CheckpointError(f"{key}: {file} has {file.stat().st_size} bytes, expected {expected} (truncated or corrupt)")
-        return meta
 
     @staticmethod
     def load(path: Path, key: str, model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer], model_name: str) -> dict:

@@ -18,22 +18,21 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from primus_hydra.runtime.distributed_env import DistributedEnv
+from primus_hydra.config.layout import ParallelLayout
+from primus_hydra.distributed_env import DistributedEnv
 
 
 @dataclass
 class ParallelState:
-    world_size: int = 1
-    dp: int = 1
-    tp: int = 1
-    pp: int = 1
-    fsdp: bool = False
+    """The job's layout as this rank sees it: its mesh, its coordinates and groups."""
+
+    layout: ParallelLayout
     mesh: Optional[DeviceMesh] = None  # only the dimensions larger than 1 (DDP alone needs none)
 
     def _coordinate(self, dim: str) -> int:
         if self.mesh is not None and dim in self.mesh.mesh_dim_names:
             return self.mesh.get_local_rank(dim)
-        if self.mesh is None and getattr(self, dim) > 1:  # the one distributed dimension spans the world
+        if self.mesh is None and getattr(self.layout, dim) > 1:  # the one distributed dimension spans the world
             return dist.get_rank()
         return 0
 
@@ -60,13 +59,13 @@ class ParallelState:
 
     @property
     def is_last_stage(self) -> bool:
-        return self.pp_rank == self.pp - 1
+        return self.pp_rank == self.layout.pp - 1
 
 
-def init_parallel_state(parallel: dict, device: torch.device, dist_env: DistributedEnv, timeout_s: float) -> ParallelState:
+def init_parallel_state(layout: ParallelLayout, device: torch.device, dist_env: DistributedEnv, timeout_s: float) -> ParallelState:
     """Join the job's process group (gloo on CPU, NCCL/RCCL on GPU) and build its mesh; one process: no group."""
-    state = ParallelState(world_size=dist_env.world_size, dp=parallel["dp"], tp=parallel["tp"], pp=parallel["pp"], fsdp=parallel["fsdp"])
-    if dist_env.world_size == 1:
+    state = ParallelState(layout)
+    if layout.world_size == 1:
         return state
     if not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
@@ -74,8 +73,8 @@ def init_parallel_state(parallel: dict, device: torch.device, dist_env: Distribu
         dist.init_process_group(backend=backend, store=_attempt_store(dist_env, timeout), timeout=timeout,
                                 rank=dist_env.rank, world_size=dist_env.world_size)
     # Each mesh dimension is a process group to set up (a full-mesh connect on gloo): build only what is used
-    dims = [(name, size) for name, size in (("pp", state.pp), ("dp", state.dp), ("tp", state.tp)) if size > 1]
-    if dims != [("dp", state.dp)] or state.fsdp:  # DDP over the whole world uses the default group
+    dims = [(name, size) for name, size in (("pp", layout.pp), ("dp", layout.dp), ("tp", layout.tp)) if size > 1]
+    if dims != [("dp", layout.dp)] or layout.fsdp:  # DDP over the whole world uses the default group
         state.mesh = init_device_mesh(device.type, tuple(size for _, size in dims), mesh_dim_names=tuple(name for name, _ in dims))
     return state
 
@@ -109,15 +108,15 @@ def destroy_parallel_state() -> None:
 
 def mean_over_data_parallel(value: torch.Tensor, state: ParallelState) -> torch.Tensor:
     """The batch mean of a per-rank mean (every DP rank sees the same number of tokens)."""
-    if state.dp == 1:
+    if state.layout.dp == 1:
         return value
     value = value.clone()
     dist.all_reduce(value, op=dist.ReduceOp.SUM, group=state.dp_group)
-    return value / state.dp
+    return value / state.layout.dp
 
 
 def sum_over_pipeline(value: torch.Tensor, state: ParallelState) -> torch.Tensor:
-    if state.pp == 1:
+    if state.layout.pp == 1:
         return value
     value = value.clone()
     dist.all_reduce(value, op=dist.ReduceOp.SUM, group=state.pp_group)

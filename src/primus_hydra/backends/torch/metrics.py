@@ -113,7 +113,10 @@ class MetricsLogger:
             self._file.close()
             self._file = None
             if plot:
-                return plot_loss_curve(self.path, self.run_dir / LOSS_PLOT_FILE)
+                try:
+                    return plot_loss_curve(self.path, self.run_dir / LOSS_PLOT_FILE)
+                except Exception as error:  # noqa: BLE001 - a plot is never worth a finished run
+                    log.warning("no loss-curve plot: %s: %s (metrics.jsonl has every step)", type(error).__name__, error)
         return None
 
 

@@ -11,18 +11,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from primus_hydra.config.values import option
+from primus_hydra.backends.torch.layers import FeedForward, RMSNorm
+from primus_hydra.backends.torch.moe import MoE
+from primus_hydra.backends.torch.weights import normal_
 
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        normed = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
-        return normed.type_as(x) * self.weight
 
 
 # -- rotary position embeddings -----------------------------------------------------------------------------
@@ -32,7 +24,7 @@ def _yarn_mscale(scale: float, mscale: float) -> float:
 
 def rope_inverse_frequencies(dim: int, theta: float, scaling) -> torch.Tensor:
     inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
-    kind = option(scaling.type)
+    kind = str(scaling.type)
     if kind == "linear":
         return inv_freq / scaling.factor
     if kind == "llama3":  # Llama 3.1: leave high frequencies, divide low ones, blend in between
@@ -56,7 +48,7 @@ def rope_inverse_frequencies(dim: int, theta: float, scaling) -> torch.Tensor:
 
 def rope_attention_scale(scaling) -> float:
     """YaRN scales cos/sin by mscale(factor, mscale) / mscale(factor, mscale_all_dim)."""
-    if option(scaling.type) != "yarn":
+    if str(scaling.type) != "yarn":
         return 1.0
     return _yarn_mscale(scaling.factor, scaling.mscale) / _yarn_mscale(scaling.factor, scaling.mscale_all_dim)
 
@@ -139,7 +131,7 @@ class LatentAttention(nn.Module):
         self.wkv_b = nn.Linear(mla.kv_lora_rank, self.n_heads * (self.nope_dim + self.v_dim), bias=False)
         self.wo = nn.Linear(self.n_heads * self.v_dim, h, bias=False)
         self.rope = RotaryEmbedding(self.rope_dim, args.rope_theta, args.rope_scaling)
-        mscale = _yarn_mscale(args.rope_scaling.factor, args.rope_scaling.mscale_all_dim) if option(args.rope_scaling.type) == "yarn" else 1.0
+        mscale = _yarn_mscale(args.rope_scaling.factor, args.rope_scaling.mscale_all_dim) if str(args.rope_scaling.type) == "yarn" else 1.0
         self.softmax_scale = qk_dim**-0.5 * mscale * mscale
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -159,26 +151,10 @@ class LatentAttention(nn.Module):
         return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
 
 
-# -- feed-forward ------------------------------------------------------------------------------------------
-class FeedForward(nn.Module):
-    """SwiGLU: w2(silu(w1 x) * w3 x)."""
-
-    def __init__(self, hidden: int, ffn_hidden: int):
-        super().__init__()
-        self.w1 = nn.Linear(hidden, ffn_hidden, bias=False)
-        self.w3 = nn.Linear(hidden, ffn_hidden, bias=False)
-        self.w2 = nn.Linear(ffn_hidden, hidden, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
-
-
 # -- the decoder -------------------------------------------------------------------------------------------
 class Block(nn.Module):
     def __init__(self, args, layer_index: int):
         super().__init__()
-        from primus_hydra.backends.torch.moe import MoE
-
         self.attention_norm = RMSNorm(args.hidden_size, args.norm_eps)
         self.attention = LatentAttention(args) if args.mla.enabled else Attention(args)
         self.ffn_norm = RMSNorm(args.hidden_size, args.norm_eps)
@@ -203,8 +179,9 @@ class Transformer(nn.Module):
         self.output = None if args.tie_embeddings else nn.Linear(args.hidden_size, args.vocab_size, bias=False)
 
     @torch.no_grad()
-    def init_weights(self) -> None:
-        """Normal(0, init_std); residual output projections scaled by 1/sqrt(2 * num_layers) (GPT-2)."""
+    def init_weights(self, seed: int) -> None:
+        """Normal(0, init_std); residual output projections scaled by 1/sqrt(2 * num_layers) (GPT-2). Each rank
+        draws only its shard, the same values whatever the layout (weights.py)."""
         std = self.args.init_std
         residual_std = std / (2 * self.args.num_layers) ** 0.5
         for name, param in self.named_parameters():
@@ -213,9 +190,9 @@ class Transformer(nn.Module):
             elif name.endswith("expert_bias") or name.endswith(".bias"):
                 param.zero_()
             elif name.endswith(("wo.weight", "w2.weight")) or name.endswith(".w2"):
-                nn.init.normal_(param, 0.0, residual_std)
+                normal_(param, residual_std, seed, name)
             else:
-                nn.init.normal_(param, 0.0, std)
+                normal_(param, std, seed, name)
 
     def moe_aux_loss(self) -> torch.Tensor:
         losses = [layer.feed_forward.aux_loss for layer in self.layers.values() if hasattr(layer.feed_forward, "aux_loss")]
@@ -233,14 +210,13 @@ class Transformer(nn.Module):
 
 
 def build_model_on_meta(args) -> Transformer:
-    """The model with no storage: count parameters, or materialize with `to_empty` + `init_weights`."""
+    """The model with no storage: count parameters, parallelize, then materialize."""
     with torch.device("meta"):
         return Transformer(args)
 
 
 def materialize(model: Transformer, device: torch.device, seed: int) -> Transformer:
+    """Storage on `device` for what this rank holds (after parallelize: its shards only), then its weights."""
     model.to_empty(device=device)
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        torch.manual_seed(seed)
-        model.init_weights()
+    model.init_weights(seed)
     return model

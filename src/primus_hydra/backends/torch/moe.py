@@ -9,9 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from primus_hydra.backends.torch.model import FeedForward
+from primus_hydra.backends.torch.layers import FeedForward
 from primus_hydra.config.model_math import shared_expert_ffn_hidden_size
-from primus_hydra.config.values import option
 
 
 class MoE(nn.Module):
@@ -19,10 +18,10 @@ class MoE(nn.Module):
         super().__init__()
         moe, h = args.moe, args.hidden_size
         self.num_experts, self.top_k = moe.num_experts, moe.top_k
-        self.score_function = option(moe.router_score_function)
+        self.score_function = str(moe.router_score_function)
         self.num_groups, self.group_topk = moe.router_num_groups, moe.router_group_topk
         self.norm_topk_prob, self.scaling = moe.router_norm_topk_prob, moe.router_topk_scaling_factor
-        self.balancing = option(moe.load_balancing_type)
+        self.balancing = str(moe.load_balancing_type)
         self.aux_loss_coeff, self.z_loss_coeff = moe.aux_loss_coeff, moe.z_loss_coeff
         self.router = nn.Linear(h, self.num_experts, bias=False)
         # aux-loss-free balancing (DeepSeek-V3): a per-expert bias that shifts selection, updated by rule, not by grads

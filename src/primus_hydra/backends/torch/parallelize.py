@@ -1,5 +1,11 @@
-"""Applies the job's layout to the native model with torch's own APIs: pipeline stage split, tensor parallelism
-(DTensor `parallelize_module`), FSDP2 (`fully_shard`) or DDP. The model itself stays plain (model.py)."""
+"""Applies the job's layout to the native model with torch's own APIs, in two steps around making its weights:
+
+1. `shard(model)` on the meta device: the pipeline stage split, tensor parallelism (DTensor `parallelize_module`),
+   FSDP2 (`fully_shard`). The model then describes only what this rank holds.
+2. materialize (model.py): storage and weights for those shards only.
+3. `wrap_data_parallel(model)`: DDP where the layout replicates the model over data-parallel ranks.
+
+The model itself stays plain (model.py)."""
 from __future__ import annotations
 
 import torch
@@ -33,7 +39,7 @@ def stage_layer_ids(num_layers: int, pp: int, pp_rank: int) -> list[str]:
 
 def keep_pipeline_stage(model: Transformer, state: ParallelState) -> Transformer:
     """Drop what other stages own; names of what stays are unchanged (layers.5 stays layers.5)."""
-    keep = set(stage_layer_ids(model.args.num_layers, state.pp, state.pp_rank))
+    keep = set(stage_layer_ids(model.args.num_layers, state.layout.pp, state.pp_rank))
     for layer_id in list(model.layers.keys()):
         if layer_id not in keep:
             del model.layers[layer_id]
@@ -70,15 +76,26 @@ def apply_fsdp(model: Transformer, state: ParallelState) -> None:
     fully_shard(model, mesh=dp_mesh)
 
 
-def parallelize(model: Transformer, state: ParallelState) -> nn.Module:
-    """Returns the module to run forward/backward on (DDP wraps; TP, FSDP2 and PP change `model` in place)."""
-    if state.pp > 1:
+def shards_over_data_parallel(state: ParallelState) -> bool:
+    """FSDP2 over dp: asked for, or next to TP (a 2-D mesh); otherwise dp > 1 replicates (DDP)."""
+    layout = state.layout
+    return layout.dp > 1 and (layout.fsdp or layout.tp > 1)
+
+
+def shard(model: Transformer, state: ParallelState) -> Transformer:
+    """The layout's split of a model on the meta device (PP, TP, FSDP2 change `model` in place)."""
+    if state.layout.pp > 1:
         keep_pipeline_stage(model, state)
-    if state.tp > 1:
+    if state.layout.tp > 1:
         apply_tensor_parallel(model, state)
-    if state.dp > 1 and (state.fsdp or state.tp > 1):  # DP next to TP goes through FSDP2 (2-D mesh)
+    if shards_over_data_parallel(state):
         apply_fsdp(model, state)
-    elif state.dp > 1:
+    return model
+
+
+def wrap_data_parallel(model: Transformer, state: ParallelState) -> nn.Module:
+    """The module to run forward/backward on: DDP when data-parallel ranks hold replicas, else the model."""
+    if state.layout.dp > 1 and not shards_over_data_parallel(state):
         device_ids = [torch.cuda.current_device()] if next(model.parameters()).is_cuda else None
         return DistributedDataParallel(model, process_group=state.dp_group, device_ids=device_ids)
     return model

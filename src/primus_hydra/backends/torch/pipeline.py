@@ -13,11 +13,12 @@ SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 
 
 class PipelineRunner:
-    def __init__(self, stage_module: torch.nn.Module, state: ParallelState, device: torch.device, args: dict):
+    def __init__(self, stage_module: torch.nn.Module, state: ParallelState, device: torch.device, schedule_name: str,
+                 micro_batch_size: int):
         self.state, self.device = state, device
-        self.micro_batches, self.micro_batch_size = args["grad_accum_steps"], args["micro_batch_size"]
-        stage = PipelineStage(stage_module, state.pp_rank, state.pp, device, group=state.pp_group)
-        schedule = SCHEDULES[args["parallel"]["pp_schedule"]]
+        self.micro_batches, self.micro_batch_size = state.layout.grad_accum, micro_batch_size
+        stage = PipelineStage(stage_module, state.pp_rank, state.layout.pp, device, group=state.pp_group)
+        schedule = SCHEDULES[schedule_name]
         # scale_grads: gradients are averaged over micro-batches, as gradient accumulation does without PP
         self.schedule = schedule(stage, n_microbatches=self.micro_batches, loss_fn=self._loss, scale_grads=True)
 

@@ -17,21 +17,21 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from omegaconf import OmegaConf
 
 from primus_hydra.backends.base import BaseTrainer
+from primus_hydra.backends.fault_injection import inject_fault
+from primus_hydra.backends.torch.args import TorchTrainingArgs
 from primus_hydra.backends.torch.checkpoint import CheckpointManager
 from primus_hydra.backends.torch.data import TokenBatches
 from primus_hydra.backends.torch.distributed import (
-    ParallelState, clip_grad_norm, destroy_parallel_state, init_parallel_state, mean_over_data_parallel, sum_over_pipeline,
+    clip_grad_norm, destroy_parallel_state, init_parallel_state, mean_over_data_parallel,
 )
 from primus_hydra.backends.torch.metrics import MetricsLogger, cpu_matmul_peak_tflops
 from primus_hydra.backends.torch.model import build_model_on_meta, materialize
 from primus_hydra.backends.torch.optim import build_optimizer, learning_rate
-from primus_hydra.backends.torch.parallelize import parallelize
-from primus_hydra.config.model_math import training_flops_per_token
+from primus_hydra.backends.torch.parallelize import shard, wrap_data_parallel
+from primus_hydra.config.model_math import count_parameters, training_flops_per_token
 from primus_hydra.errors import CheckpointError, PrimusError
-from primus_hydra.runtime.fault_injection import inject_fault
 
 log = logging.getLogger("primus_hydra.train")
 
@@ -63,71 +63,74 @@ def resolve_device(requested: str, local_rank: int) -> torch.device:
 
 
 class TorchTrainer(BaseTrainer):
+    backend_args: TorchTrainingArgs
+
     # -- lifecycle --------------------------------------------------------------------------------------
     def setup(self) -> None:
-        args = self.backend_args
-        self.device = resolve_device(args["device"], self.dist.local_rank)
+        args, module = self.backend_args, self.backend_args.module
+        self.device = resolve_device(str(args.device), self.dist.local_rank)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
-        if args["deterministic"] and self.device.type == "cpu":
+        if args.deterministic and self.device.type == "cpu":
             torch.use_deterministic_algorithms(True)
-        torch.manual_seed(args["seed"])
-        self.parallel = init_parallel_state(args["parallel"], self.device, self.dist, args["timeout_s"])
-        self.autocast_dtype = torch.bfloat16 if args["precision"] == "bf16" else None
+        torch.manual_seed(module.seed)
+        self.parallel = init_parallel_state(args.layout, self.device, self.dist, args.timeout_s)
+        self.autocast_dtype = torch.bfloat16 if module.precision == "bf16" else None
         self.stop_signal: Optional[int] = None
-        if args["checkpoint"]["on_signal"]:
+        if module.checkpoint.on_signal:
             for signum in STOP_SIGNALS:
                 signal.signal(signum, self._remember_signal)
-        peak = args["peak_tflops_per_device"]
+        peak = args.peak_tflops_per_device
         if peak is None and self.device.type == "cpu":
             peak = cpu_matmul_peak_tflops(self.autocast_dtype or torch.float32)
             log.info("MFU baseline: measured CPU matmul peak %.3f TFLOP/s (set platform.peak_tflops_per_device to override)", peak)
         self.peak_tflops = peak
-        self.peak_is_measured = args["peak_tflops_per_device"] is None
-        p = self.parallel
+        self.peak_is_measured = args.peak_tflops_per_device is None
+        layout = args.layout
         log.info("device: %s | precision: %s | torch %s | threads %d | layout: world %d = pp %d x dp %d x tp %d%s",
-                 self.device, args["precision"], torch.__version__, torch.get_num_threads(), p.world_size, p.pp, p.dp,
-                 p.tp, " (fsdp)" if p.fsdp else "")
+                 self.device, module.precision, torch.__version__, torch.get_num_threads(), layout.world_size,
+                 layout.pp, layout.dp, layout.tp, " (fsdp)" if layout.fsdp else "")
 
     def init(self) -> None:
-        args = self.backend_args
-        model_args = OmegaConf.create(args["model"])
-        # the full model is initialised identically on every rank, then split: any layout starts from the same weights
-        self.model = materialize(build_model_on_meta(model_args), self.device, args["seed"])
-        self.num_parameters = sum(p.numel() for p in self.model.parameters())
-        log.info("model %s: %s parameters", model_args.name, f"{self.num_parameters:,}")
-        self.train_module = parallelize(self.model, self.parallel)
-        if args["compile"]:
+        args, module = self.backend_args, self.backend_args.module
+        # built on the meta device and split by the layout; then each rank makes storage and weights for its own
+        # shards only (the same values whatever the layout: weights.py), and DDP wraps where ranks hold replicas
+        self.model = shard(build_model_on_meta(args.model), self.parallel)
+        materialize(self.model, self.device, module.seed)
+        self.train_module = wrap_data_parallel(self.model, self.parallel)
+        log.info("model %s: %s parameters", args.model.name, f"{count_parameters(args.model):,}")
+        if module.compile:
             self.train_module = torch.compile(self.train_module)
-        opt = args["optimizer"]
-        self.optimizer = build_optimizer(self.model, opt["lr"], opt["weight_decay"], (opt["adam_beta1"], opt["adam_beta2"]), opt["adam_eps"])
-        data = args["data"]
-        self.data = TokenBatches(data["source"], data["path"], data["token_dtype"], model_args.vocab_size, args["seq_length"], args["seed"])
+        self.optimizer = build_optimizer(self.model, module.lr, module.weight_decay,
+                                         (module.adam_beta1, module.adam_beta2), module.adam_eps)
+        data = module.data
+        self.data = TokenBatches(str(data.source), data.path, str(data.token_dtype), args.model.vocab_size,
+                                 module.seq_length, module.seed)
         self.pipeline = None
-        if self.parallel.pp > 1:  # torch.distributed.pipelining costs ~0.4 s to import: only when used
+        if args.layout.pp > 1:  # torch.distributed.pipelining costs ~0.4 s to import: only when used
             from primus_hydra.backends.torch.pipeline import PipelineRunner
 
-            self.pipeline = PipelineRunner(self.model, self.parallel, self.device, args)
-        self.flops_per_token = training_flops_per_token(model_args, args["seq_length"])
+            self.pipeline = PipelineRunner(self.model, self.parallel, self.device, str(module.parallel.pp_schedule),
+                                           module.micro_batch_size)
+        self.flops_per_token = training_flops_per_token(args.model, module.seq_length)
         self.start_step = 0
-        self.checkpoints = CheckpointManager(Path(args["checkpoint"]["dir"]))
+        self.checkpoints = CheckpointManager(Path(module.checkpoint.dir))
         self.restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
         resume_from = self._restore()
         self.metrics = MetricsLogger(  # a restarted attempt appends to the job's metrics (readers keep a step's last record)
-            self.run_dir, enabled=self.dist.is_main, tensorboard=args["log"]["tensorboard"],
-            log_interval=args["log"]["interval"], resuming=resume_from is not None or self.restarted,
+            self.run_dir, enabled=self.dist.is_main, tensorboard=module.log.tensorboard,
+            log_interval=module.log.interval, resuming=resume_from is not None or self.restarted,
         )
 
     def train(self) -> Optional[float]:
-        args = self.backend_args
-        total, exit_interval = args["train_iters"], args["exit_interval"]
-        interval = args["checkpoint"]["interval"]
+        module = self.backend_args.module
+        total, exit_interval, interval = module.train_iters, module.exit_interval, module.checkpoint.interval
         step, loss, saved_step = self.start_step, None, None
         if step >= total:
             log.info("nothing to train: resumed at step %d of %d", step, total)
             return None
         log.info("training steps %d..%d: %d micro-batch(es) of %d x %d tokens per step and data-parallel rank",
-                 step + 1, total, args["grad_accum_steps"], args["micro_batch_size"], args["seq_length"])
+                 step + 1, total, self.backend_args.layout.grad_accum, module.micro_batch_size, module.seq_length)
         # Objects alive now (config, model, optimizer) stay alive: keep the cyclic GC from rescanning them every
         # few steps (Primus disables GC around train for the same reason). No collect first: it costs ~0.15 s.
         gc.freeze()
@@ -152,7 +155,7 @@ class TorchTrainer(BaseTrainer):
                 if stop_early:
                     log.info("exit_interval=%d reached: stopping at step %d (resume with module.checkpoint.resume)", exit_interval, step)
                     return loss
-        if args["checkpoint"]["save_final"] and saved_step != step:
+        if module.checkpoint.save_final and saved_step != step:
             self.save_checkpoint(step)
         return loss
 
@@ -160,7 +163,7 @@ class TorchTrainer(BaseTrainer):
         gc.unfreeze()
         metrics = getattr(self, "metrics", None)
         if metrics is not None:
-            png = metrics.close(plot=self.backend_args["log"]["plot"] and not on_error)
+            png = metrics.close(plot=self.backend_args.module.log.plot and not on_error)
             if png:
                 log.info("loss curve: %s", png)
             self.metrics = None
@@ -172,9 +175,9 @@ class TorchTrainer(BaseTrainer):
 
     # -- one step ---------------------------------------------------------------------------------------
     def _train_step(self, step: int) -> dict[str, Any]:
-        args, opt = self.backend_args, self.backend_args["optimizer"]
-        lr = learning_rate(step, lr=opt["lr"], min_lr=opt["min_lr"], warmup_iters=opt["warmup_iters"],
-                           decay_iters=opt["lr_decay_iters"], style=opt["lr_decay_style"])
+        args, module = self.backend_args, self.backend_args.module
+        lr = learning_rate(step, lr=module.lr, min_lr=module.min_lr, warmup_iters=module.warmup_iters,
+                           decay_iters=args.lr_decay_iters, style=str(module.lr_decay_style))
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         started = time.perf_counter()
@@ -184,30 +187,29 @@ class TorchTrainer(BaseTrainer):
             loss_sum, aux_sum = self.pipeline.step(self.data, step)
         else:
             loss_sum, aux_sum = self._forward_backward(step)
-        grad_norm = clip_grad_norm(self.model.parameters(), opt["clip_grad"], self.parallel)
+        grad_norm = clip_grad_norm(self.model.parameters(), module.clip_grad, self.parallel)
         self.optimizer.step()
         loss_value = mean_over_data_parallel(loss_sum, self.parallel).item()
         if not math.isfinite(loss_value):
             raise TrainingDivergedError(f"loss is {loss_value} at step {step + 1} (lr {lr:.3e}); lower module.lr or check the data")
         elapsed = time.perf_counter() - started
-        tokens = args["global_batch_size"] * args["seq_length"] / self.parallel.world_size  # per rank, as MFU is
-        tflops = self.flops_per_token * tokens / elapsed / 1e12
+        batch_tokens = module.global_batch_size * module.seq_length
+        tflops = self.flops_per_token * batch_tokens / args.layout.world_size / elapsed / 1e12  # per rank, as MFU is
         if self.peak_is_measured and self.peak_tflops and tflops > self.peak_tflops:
             # a measured peak is a lower bound (a busy machine, a small matmul): the best step seen replaces it
             self.peak_tflops = tflops
         record = {
             "step": step + 1, "loss": loss_value, "lr": lr, "grad_norm": grad_norm,
-            "tokens_per_s": args["global_batch_size"] * args["seq_length"] / elapsed, "tflops": tflops,
+            "tokens_per_s": batch_tokens / elapsed, "tflops": tflops,
             "mfu": tflops / self.peak_tflops if self.peak_tflops else None, "step_time_s": elapsed,
         }
-        if self.model.args.moe.num_experts:
+        if args.model.moe.num_experts:
             record["moe_aux_loss"] = mean_over_data_parallel(aux_sum, self.parallel).item()
         return record
 
     def _forward_backward(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Gradient accumulation over this data-parallel rank's micro-batches; returns (mean loss, mean aux loss)."""
-        args = self.backend_args
-        accum, micro_batch = args["grad_accum_steps"], args["micro_batch_size"]
+        accum, micro_batch = self.backend_args.layout.grad_accum, self.backend_args.module.micro_batch_size
         loss_sum = torch.zeros((), device=self.device)
         aux_sum = torch.zeros((), device=self.device)
         for micro in range(accum):
@@ -235,12 +237,15 @@ class TorchTrainer(BaseTrainer):
         return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
 
     def _progress(self, total: int, start: int):
-        show = self.dist.is_main and self.backend_args["log"]["progress_bar"] and sys.stderr.isatty()
+        show = self.dist.is_main and self.backend_args.module.log.progress_bar and sys.stderr.isatty()
         if not show:  # periodic log lines carry the progress when there is no terminal (CI, files, pipes)
             return contextlib.nullcontext()
-        from tqdm.auto import tqdm
-        from tqdm.contrib.logging import logging_redirect_tqdm
-
+        try:
+            from tqdm.auto import tqdm
+            from tqdm.contrib.logging import logging_redirect_tqdm
+        except ImportError:
+            log.warning("module.log.progress_bar=true but tqdm is not installed: progress comes as log lines")
+            return contextlib.nullcontext()
         stack = contextlib.ExitStack()
         stack.enter_context(logging_redirect_tqdm())
         bar = stack.enter_context(tqdm(total=total, initial=start, desc="train", unit="step", dynamic_ncols=True))
@@ -254,7 +259,7 @@ class TorchTrainer(BaseTrainer):
 
     def _agreed_stop_signal(self) -> Optional[int]:
         """Ranks may see a signal at different steps; they agree (max over ranks, USR2 first) so that all save together."""
-        if not self.backend_args["checkpoint"]["on_signal"]:
+        if not self.backend_args.module.checkpoint.on_signal:
             return None
         code = _PREEMPTION_CODE if self.stop_signal == signal.SIGUSR2 else (self.stop_signal or 0)
         flag = torch.tensor(code, device=self.device)
@@ -267,9 +272,10 @@ class TorchTrainer(BaseTrainer):
     def save_checkpoint(self, step: int) -> Path:
         trainer_state = {"step": step, "torch_rng": torch.get_rng_state(),
                          "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
-        p = self.parallel
-        meta = {"model": self.backend_args["model"]["name"], "backend": "torch", "stage": self.backend_args["stage"],
-                "world_size": p.world_size, "layout": {"pp": p.pp, "dp": p.dp, "tp": p.tp, "fsdp": p.fsdp},
+        args, layout = self.backend_args, self.backend_args.layout
+        meta = {"model": args.model.name, "backend": "torch", "stage": str(args.module.stage),
+                "world_size": layout.world_size,
+                "layout": {"pp": layout.pp, "dp": layout.dp, "tp": layout.tp, "fsdp": layout.fsdp},
                 "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
         path = self.checkpoints.save(step, self.model, self.optimizer, trainer_state, meta,
                                      before_finalize=lambda: inject_fault("save", self.dist.rank, step))
@@ -277,8 +283,8 @@ class TorchTrainer(BaseTrainer):
         return path
 
     def _restore(self) -> Optional[Path]:
-        ckpt = self.backend_args["checkpoint"]
-        resume = ckpt["resume"]
+        ckpt = self.backend_args.module.checkpoint
+        resume = ckpt.resume
         if self.restarted and (resume is None or self.checkpoints.latest() is not None):
             resume = "auto"  # a restarted worker continues from the job's own last checkpoint
         existing = self.checkpoints.steps()
@@ -288,7 +294,7 @@ class TorchTrainer(BaseTrainer):
                 f"module.checkpoint.dir={self.checkpoints.root} already holds checkpoints (step {existing[-1]}); "
                 f"set module.checkpoint.resume=auto to continue from them, or choose another dir"
             )
-        model_name = self.model.args.name
+        model_name = self.backend_args.model.name
         if resume_from is not None:
             trainer_state = CheckpointManager.load(resume_from, "module.checkpoint.resume", self.model, self.optimizer, model_name)
             self.start_step = int(trainer_state["step"])
@@ -302,10 +308,10 @@ class TorchTrainer(BaseTrainer):
                     f"({later[0]}...); resume from the latest one or choose another module.checkpoint.dir"
                 )
             log.info("resumed from %s at step %d", resume_from, self.start_step)
-        elif ckpt["load"] is None and self.backend_args["stage"] == "sft":
+        elif ckpt.load is None and self.backend_args.module.stage == "sft":
             log.warning("module.stage=sft without module.checkpoint.load: fine-tuning starts from random weights")
-        elif ckpt["load"]:
-            source = self.checkpoints.resolve(ckpt["load"], "module.checkpoint.load")
+        elif ckpt.load:
+            source = self.checkpoints.resolve(ckpt.load, "module.checkpoint.load")
             CheckpointManager.load(source, "module.checkpoint.load", self.model, None, model_name)
             log.info("initial weights loaded from %s", source)
         return resume_from

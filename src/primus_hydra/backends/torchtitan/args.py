@@ -12,14 +12,8 @@ from typing import Optional
 
 from omegaconf import DictConfig
 
-from primus_hydra.backends.external import (
-    checkpoint_load_path,
-    merge_extra_args,
-    parallel_layout,
-    size_tag,
-    wants_checkpoints,
-)
-from primus_hydra.config.values import option
+from primus_hydra.backends.external import checkpoint_load_path, merge_extra_args, size_tag, wants_checkpoints
+from primus_hydra.config.layout import ParallelLayout
 
 TORCHTITAN_MODEL_NAMES = {"llama": "llama3", "deepseek": "deepseek_v3", "qwen3": "qwen3"}  # by model.family
 KNOWN_FLAVORS = {"deepseek_v2_lite": "16B"}  # torchtitan's deepseek_v3 "16B" flavor is DeepSeek-V2-Lite's shape
@@ -27,10 +21,10 @@ DECAY_TYPES = {"cosine": "cosine", "linear": "linear", "constant": "linear"}  # 
 MULTIPLE_OF_CANDIDATES = (1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1)
 
 
-def build_torchtitan_job_config(cfg: DictConfig, run_dir, world_size: int) -> dict:
+def build_torchtitan_job_config(cfg: DictConfig, run_dir, layout: ParallelLayout) -> dict:
     m, backend = cfg.module, cfg.backend
     job = {
-        "job": {"dump_folder": str(run_dir), "description": f"{cfg.model.name} {option(m.stage)} (primus-hydra)"},
+        "job": {"dump_folder": str(run_dir), "description": f"{cfg.model.name} {str(m.stage)} (primus-hydra)"},
         "model": {
             "name": TORCHTITAN_MODEL_NAMES.get(cfg.model.family, cfg.model.family),
             "flavor": backend.flavor or KNOWN_FLAVORS.get(cfg.model.name) or size_tag(cfg.model.name) or cfg.model.name,
@@ -41,7 +35,7 @@ def build_torchtitan_job_config(cfg: DictConfig, run_dir, world_size: int) -> di
         },
         "lr_scheduler": lr_scheduler_section(m),
         "training": training_section(cfg),
-        "parallelism": parallelism_section(cfg, world_size),
+        "parallelism": parallelism_section(cfg, layout),
         "checkpoint": checkpoint_section(cfg),
         "activation_checkpoint": {"mode": backend.activation_checkpoint},
         "compile": {"enable": backend.compile or m.compile},
@@ -55,7 +49,7 @@ def build_torchtitan_job_config(cfg: DictConfig, run_dir, world_size: int) -> di
 
 
 def lr_scheduler_section(m: DictConfig) -> dict:
-    style = option(m.lr_decay_style)
+    style = str(m.lr_decay_style)
     section = {
         "warmup_steps": m.warmup_iters,
         "decay_type": DECAY_TYPES[style],
@@ -69,7 +63,7 @@ def lr_scheduler_section(m: DictConfig) -> dict:
 
 def training_section(cfg: DictConfig) -> dict:
     m, data = cfg.module, cfg.module.data
-    mock = option(data.source) == "mock"
+    mock = str(data.source) == "mock"
     return {
         # torchtitan's local batch is one micro-batch; it accumulates up to global_batch_size
         "local_batch_size": m.micro_batch_size,
@@ -77,16 +71,15 @@ def training_section(cfg: DictConfig) -> dict:
         "seq_len": m.seq_length,
         "steps": m.train_iters,
         "max_norm": m.clip_grad,
-        "mixed_precision_param": "bfloat16" if option(m.precision) == "bf16" else "float32",
+        "mixed_precision_param": "bfloat16" if str(m.precision) == "bf16" else "float32",
         # no random-token dataset in torchtitan: c4_test is the small sample it ships for tests
         "dataset": "c4_test" if mock else "c4",
         "dataset_path": None if mock else (str(data.path) if data.path else None),
     }
 
 
-def parallelism_section(cfg: DictConfig, world_size: int) -> dict:
-    p = cfg.module.parallel
-    dp = parallel_layout(cfg, world_size).dp
+def parallelism_section(cfg: DictConfig, layout: ParallelLayout) -> dict:
+    p, dp = cfg.module.parallel, layout.dp
     return {
         "data_parallel_replicate_degree": 1 if p.fsdp else dp,
         "data_parallel_shard_degree": dp if p.fsdp else 1,
@@ -127,7 +120,7 @@ def model_args_section(model: DictConfig, seq_length: int) -> dict:
         "max_seq_len": seq_length,
     }
     scaling = model.rope_scaling
-    if option(scaling.type) == "llama3":
+    if str(scaling.type) == "llama3":
         args["rope_scaling_args"] = {
             "scaling_factor": scaling.factor,
             "low_freq_factor": scaling.low_freq_factor,
@@ -153,7 +146,7 @@ def _deepseek_v3_model_args(model: DictConfig, seq_length: int) -> dict:
             "num_experts": moe.num_experts,
             "num_shared_experts": moe.shared_experts,
             "top_k": moe.top_k,
-            "score_func": option(moe.router_score_function),
+            "score_func": str(moe.router_score_function),
             "route_norm": moe.router_norm_topk_prob,
             "route_scale": moe.router_topk_scaling_factor,
             "load_balance_coeff": moe.router_bias_update_rate if moe.router_enable_expert_bias else None,

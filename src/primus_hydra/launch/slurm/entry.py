@@ -1,9 +1,10 @@
 """What runs on the Slurm nodes: the submitted callable (pickled by submitit, so it stays small and importable).
 
 srun mode: this process is one rank; it exports torch.distributed's variables from the Slurm task and runs
-the worker runtime on the composed config. torchrun mode: this process is the node's elastic agent (c10d
-rendezvous on the first node), which starts the node's ranks. Either way the config is the one composed and
-validated on the submitting machine; nothing is recomposed here.
+the worker runtime on the prepared job. torchrun mode: this process is the node's elastic agent (c10d
+rendezvous on the first node), which starts the node's ranks. Either way the job is the one composed and
+prepared on the submitting machine; nothing is recomposed or validated again here. Each node resolves the
+job's `auto` knobs for its own CPUs, memory and GPUs (orchestrator/prepare.py: plan_on_this_node).
 
 Preemption and time limits: Slurm (via submitit's --signal) sends USR2; the trainer checkpoints at the end of the
 step its ranks agree on, then rank 0 asks submitit to requeue this callable with `attempt + 1`, and the rerun
@@ -42,7 +43,7 @@ class SlurmTaskEnv:
 def read_slurm_task_env(environ: Mapping[str, str] = os.environ) -> SlurmTaskEnv:
     """From Slurm's variables only (through the same reader a user's own srun uses): torchrun or MASTER_* variables
     that sbatch copied from the submitting shell must not decide where ranks meet. PRIMUS_MASTER_ADDR overrides."""
-    from primus_hydra.runtime.distributed_env import detect_distributed_env
+    from primus_hydra.distributed_env import detect_distributed_env
 
     slurm = {key: value for key, value in environ.items() if key.startswith("SLURM_")}
     if environ.get("PRIMUS_MASTER_ADDR"):
@@ -112,7 +113,8 @@ class SlurmJobEntry:
 
         notice = PreemptionNotice()
         task = read_slurm_task_env()
-        cfg = load_job_config(Path(self.job_config))
+        job = load_job_config(Path(self.job_config))
+        cfg = job.cfg
         cfg.module.checkpoint.on_signal = True  # a preempted or timed-out job must leave a checkpoint to resume from
         if self.attempt > 0 and cfg.module.checkpoint.resume is None:
             cfg.module.checkpoint.resume = "auto"
@@ -120,7 +122,7 @@ class SlurmJobEntry:
               f"{task.world_size} on node {task.node_rank}/{task.nnodes}, master {task.master_addr}:{task.master_port}",
               file=sys.stderr, flush=True)
         try:
-            return self._run(cfg, task)
+            return self._run(job, task)
         except BaseException as error:  # noqa: B902 - a preempted job must requeue whatever the stop looked like
             # srun mode: the trainer took over USR2 and stopped with it; torchrun mode: this agent got the notice
             preempted = notice.received or getattr(error, "signum", None) == signal.SIGUSR2
@@ -132,27 +134,27 @@ class SlurmJobEntry:
                 notice.requeue_and_exit()
             raise SystemExit(0) from None  # no result file: the requeued run writes it
 
-    def _run(self, cfg, task: SlurmTaskEnv) -> Any:
-        if self.mode == "srun":
-            from primus_hydra.orchestrator.apply import apply_resource_plan, report_resource_plan
+    def _run(self, job, task: SlurmTaskEnv) -> Any:
+        from primus_hydra.orchestrator.prepare import plan_on_this_node
 
-            # this node's share for each of its tasks (threads, data loader workers), set before torch is imported
-            cfg.launch.nproc_per_node = task.local_world_size
-            plan = apply_resource_plan(cfg)
-            if task.rank == 0:
-                report_resource_plan(plan, Path(self.run_dir))
-            os.environ.update({key: value for key, value in plan.worker_env.items() if key not in os.environ})
-            export_torch_distributed_env(task)
+        if self.mode == "srun":
+            from primus_hydra.orchestrator.apply import report_resource_plan
             from primus_hydra.runtime.train_runtime import PrimusRuntime
 
-            return PrimusRuntime(cfg, Path(self.run_dir)).run()
+            # this node's share for each of its tasks (threads, data loader workers), set before torch is imported
+            job = plan_on_this_node(job, nproc_per_node=task.local_world_size)
+            if task.rank == 0:
+                report_resource_plan(job.plan, Path(self.run_dir))
+            os.environ.update({key: value for key, value in job.plan.worker_env.items() if key not in os.environ})
+            export_torch_distributed_env(task)
+            return PrimusRuntime(job, Path(self.run_dir)).run()
         from primus_hydra.launch.elastic import launch_elastic_job
-        from primus_hydra.orchestrator.apply import apply_resource_plan
 
-        cfg.launch.nnodes = task.nnodes
-        cfg.launch.node_rank = task.node_rank
-        cfg.launch.master_addr = task.master_addr
-        cfg.launch.master_port = task.master_port
-        cfg.launch.rdzv_backend = "c10d"
+        launch = job.cfg.launch
+        launch.nnodes = task.nnodes
+        launch.node_rank = task.node_rank
+        launch.master_addr = task.master_addr
+        launch.master_port = task.master_port
+        launch.rdzv_backend = "c10d"
         # this agent is the node's orchestrator: it resolves the auto knobs for its node and its workers
-        return launch_elastic_job(cfg, Path(self.run_dir), apply_resource_plan(cfg))
+        return launch_elastic_job(plan_on_this_node(job), Path(self.run_dir))

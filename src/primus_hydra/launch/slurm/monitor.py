@@ -29,9 +29,9 @@ class JobOutcome:
 
 
 def describe_submission(job: SubmittedJob) -> str:
-    shape = job.prepared.shape
-    return (f"slurm job {job.job_id} [{job.prepared.label}]: {shape.nodes} node(s) x {shape.tasks_per_node} task(s), "
-            f"{shape.mode} mode, world size {shape.world_size}; run dir {job.prepared.run_dir}")
+    shape = job.staged.shape
+    return (f"slurm job {job.job_id} [{job.staged.label}]: {shape.nodes} node(s) x {shape.tasks_per_node} task(s), "
+            f"{shape.mode} mode, world size {shape.world_size}; run dir {job.staged.run_dir}")
 
 
 def wait_for_jobs(jobs: list[SubmittedJob], poll_interval_s: float = 2.0, heartbeat_s: float = 30.0) -> list[JobOutcome]:
@@ -58,12 +58,12 @@ def _wait(jobs: list[SubmittedJob], poll_interval_s: float, heartbeat_s: float) 
                 outcome = outcomes[job.job_id] = _outcome(job)
                 pending.remove(job)
                 result = f"loss {outcome.result:.4f}" if isinstance(outcome.result, float) else ""
-                print(f"[slurm] job {job.job_id} [{job.prepared.label}]: {outcome.state} {result}".rstrip(),
+                print(f"[slurm] job {job.job_id} [{job.staged.label}]: {outcome.state} {result}".rstrip(),
                       file=sys.stderr, flush=True)
                 continue
             state = _state(job)
             if state != last_state.get(job.job_id) and state != "UNKNOWN":  # UNKNOWN: not in sacct yet
-                print(f"[slurm] job {job.job_id} [{job.prepared.label}]: {state}", file=sys.stderr, flush=True)
+                print(f"[slurm] job {job.job_id} [{job.staged.label}]: {state}", file=sys.stderr, flush=True)
                 last_state[job.job_id] = state
         if pending:
             if time.monotonic() - last_heartbeat >= heartbeat_s:
@@ -103,14 +103,14 @@ def _outcome(job: SubmittedJob) -> JobOutcome:
 def first_task_error(job: SubmittedJob, state: str) -> str:
     """The first task to fail (its submitit result file is the oldest error: the peers of a crashed rank fail
     after it, in their next collective), else the tail of a task's stderr."""
-    tasks = job.prepared.shape.nodes * job.prepared.shape.tasks_per_node
+    tasks = job.staged.shape.nodes * job.staged.shape.tasks_per_node
     task_paths = [job.job.task(task).paths if tasks > 1 else job.job.paths for task in range(tasks)]
     errors = []
     for task, paths in enumerate(task_paths):
         message = _error_from_result(paths.result_pickle)
         if message:
             errors.append((paths.result_pickle.stat().st_mtime, task, message, paths.stderr))
-    logs_dir = job.prepared.run_dir / "logs"
+    logs_dir = job.staged.run_dir / "logs"
     if errors:
         _, task, message, stderr = min(errors)
         return f"slurm job {job.job_id} {state}: task {task}: {message}; logs: {stderr}, {logs_dir}"

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Optional
-
-from omegaconf import DictConfig, OmegaConf
+from typing import Any
 
 from primus_hydra.errors import PrimusError
+from primus_hydra.orchestrator.prepare import PreparedJob
 
 SLURM_LAUNCHER_TARGET = "hydra_plugins.primus_slurm_launcher.primus_slurm_launcher.PrimusSlurmLauncher"
 
@@ -17,25 +16,13 @@ class SlurmJobFailedError(PrimusError):
     exit_code = 1
 
 
-def slurm_launcher_settings() -> Optional[dict]:
-    """The primus_slurm launcher's settings when it is the selected hydra/launcher (platform=slurm), else None."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if not HydraConfig.initialized():
-        return None
-    launcher = HydraConfig.get().launcher
-    if launcher.get("_target_") != SLURM_LAUNCHER_TARGET:
-        return None
-    return OmegaConf.to_container(launcher, resolve=True)
-
-
-def submit_single_run(cfg: DictConfig, run_dir: Path, settings: dict) -> Any:
+def submit_single_run(job: PreparedJob, run_dir: Path, settings: dict) -> Any:
     from primus_hydra.launch.slurm.monitor import describe_submission, wait_for_jobs
-    from primus_hydra.launch.slurm.submission import prepare_job, submit_jobs
+    from primus_hydra.launch.slurm.submission import stage_job, submit_jobs
 
-    jobs = submit_jobs([prepare_job(cfg, run_dir, settings)], settings, run_dir)
+    jobs = submit_jobs([stage_job(job, run_dir, settings)], settings, run_dir)
     print(f"submitted {describe_submission(jobs[0])}", file=sys.stderr, flush=True)
-    if not cfg.launch.wait:
+    if not job.cfg.launch.wait:
         print_status_hint([run_dir])
         return None
     outcome = wait_for_jobs(jobs, float(settings.get("poll_interval_s", 2.0)))[0]

@@ -1,8 +1,8 @@
-"""Submit composed, validated jobs to Slurm through submitit: one job, or one job array per job shape.
+"""Submit prepared jobs to Slurm through submitit: one job, or one job array per job shape.
 
-Runs on the submitting machine. Before anything is submitted every job is validated (config rules, the
-backend's layout for the job's world size) and its config is written to <run_dir>/.primus/job_config.yaml:
-the nodes read that file and never recompose.
+Runs on the submitting machine. Every job was prepared for its Slurm world size (orchestrator/prepare.py) before
+anything is written; staging writes its config to <run_dir>/.primus/job_config.yaml, which the nodes read and
+trust (no recomposition, no second validation).
 """
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from omegaconf import DictConfig
-
 from primus_hydra.errors import PrimusError
+from primus_hydra.launch.job_config import write_job_config
 from primus_hydra.launch.slurm.entry import SlurmJobEntry
 from primus_hydra.launch.slurm.job_shape import SlurmJobShape, executor_parameters, job_shape
+from primus_hydra.orchestrator.prepare import PreparedJob
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,9 @@ SUBMISSION_RECORD = Path(".primus") / "slurm_job.json"
 
 
 @dataclass
-class PreparedJob:
+class StagedJob:
+    """A prepared job whose run dir holds its job config, ready to submit."""
+
     label: str  # "run" or "job N: overrides", for messages
     run_dir: Path
     shape: SlurmJobShape
@@ -35,7 +37,7 @@ class PreparedJob:
 
 @dataclass
 class SubmittedJob:
-    prepared: PreparedJob
+    staged: StagedJob
     job: Any  # submitit.SlurmJob
 
     @property
@@ -43,29 +45,23 @@ class SubmittedJob:
         return str(self.job.job_id)
 
 
-def prepare_job(cfg: DictConfig, run_dir: Path, settings: Mapping[str, Any], label: str = "run") -> PreparedJob:
-    """Validate the job as it will run on the cluster and write the config its nodes will read."""
-    from primus_hydra.config.validate import validate_config
-    from primus_hydra.launch.elastic import check_backend_layout
-    from primus_hydra.launch.job_config import write_job_config
-
-    shape = job_shape(cfg, settings)
-    validate_config(cfg, world_size=shape.world_size)
-    check_backend_layout(cfg, run_dir, shape.world_size)
+def stage_job(job: PreparedJob, run_dir: Path, settings: Mapping[str, Any], label: str = "run") -> StagedJob:
+    """Write the config the job's nodes will read into its run dir."""
+    shape = job_shape(job.cfg, settings)
     run_dir.mkdir(parents=True, exist_ok=True)
-    job_config = write_job_config(cfg, run_dir)
-    entry = SlurmJobEntry(job_config=str(job_config.resolve()), run_dir=str(run_dir.resolve()), mode=shape.mode)
-    return PreparedJob(label=label, run_dir=run_dir, shape=shape, entry=entry)
+    job_config = write_job_config(job, run_dir)
+    entry = SlurmJobEntry(job_config=str(job_config.resolve()), run_dir=str(run_dir.resolve()), mode=str(shape.mode))
+    return StagedJob(label=label, run_dir=run_dir, shape=shape, entry=entry)
 
 
-def submit_jobs(prepared: list[PreparedJob], settings: Mapping[str, Any], base_dir: Path) -> list[SubmittedJob]:
+def submit_jobs(staged: list[StagedJob], settings: Mapping[str, Any], base_dir: Path) -> list[SubmittedJob]:
     """Jobs of the same shape go out as one array (Slurm arrays share their resources); each job's id is
     recorded in its run dir for task=status."""
     import submitit
 
     folder = settings.get("submitit_folder") or str(base_dir / ".submitit" / "%j")
     submitted: list[SubmittedJob] = []
-    for shape, group in groupby(prepared, key=lambda job: job.shape):
+    for shape, group in groupby(staged, key=lambda job: job.shape):
         group = list(group)
         executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=int(settings.get("max_num_timeout", 3)))
         executor.update_parameters(**executor_parameters(settings, shape, str(settings.get("name") or "primus")))
@@ -78,17 +74,17 @@ def submit_jobs(prepared: list[PreparedJob], settings: Mapping[str, Any], base_d
         except (submitit.core.utils.FailedJobError, OSError) as error:
             reason = " ".join(str(error).split()) or type(error).__name__
             raise PrimusError(f"submitting to Slurm failed ({len(group)} job(s), nothing else submitted after): {reason}") from None
-        submitted += [SubmittedJob(prepared=job, job=slurm_job) for job, slurm_job in zip(group, jobs)]
+        submitted += [SubmittedJob(staged=job, job=slurm_job) for job, slurm_job in zip(group, jobs)]
     for job in submitted:
         _record_submission(job)
     return submitted
 
 
 def _record_submission(submitted: SubmittedJob) -> None:
-    shape = submitted.prepared.shape
+    shape = submitted.staged.shape
     record = {
         "job_id": submitted.job_id,
-        "label": submitted.prepared.label,
+        "label": submitted.staged.label,
         "submitit_folder": str(Path(submitted.job.paths.folder).resolve()),
         "mode": shape.mode,
         "nodes": shape.nodes,
@@ -96,7 +92,7 @@ def _record_submission(submitted: SubmittedJob) -> None:
         "world_size": shape.world_size,
         "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    target = submitted.prepared.run_dir / SUBMISSION_RECORD
+    target = submitted.staged.run_dir / SUBMISSION_RECORD
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(record, indent=2) + "\n")
 

@@ -1,8 +1,8 @@
-"""`-m` sweeps with hydra/launcher=primus_slurm: compose and validate every point here, then prepare each point's
-run dir through Hydra's own run_job (.hydra files, job callbacks), submit (one array per job shape), wait."""
+"""`-m` sweeps with hydra/launcher=primus_slurm: compose and prepare every point here (for its Slurm world size),
+then stage each point's run dir through Hydra's own run_job (.hydra files, job callbacks), submit (one array per
+job shape), wait."""
 from __future__ import annotations
 
-import copy
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -10,9 +10,9 @@ from typing import Sequence
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides, run_job
 from hydra.types import HydraContext
-from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf import DictConfig, OmegaConf, open_dict
 
-from primus_hydra.errors import ConfigValidationError
+from primus_hydra.errors import ConfigValidationError, PrimusError
 from primus_hydra.launch.slurm.run import SlurmJobFailedError, print_status_hint
 from primus_hydra.tables import aligned_table
 
@@ -20,31 +20,31 @@ from primus_hydra.tables import aligned_table
 def launch_slurm_sweep(hydra_context: HydraContext, config: DictConfig, job_overrides: Sequence[Sequence[str]],
                        initial_job_idx: int) -> list[JobReturn]:
     from primus_hydra.launch.slurm.monitor import describe_submission, wait_for_jobs
-    from primus_hydra.launch.slurm.submission import prepare_job, submit_jobs
+    from primus_hydra.launch.slurm.submission import stage_job, submit_jobs
 
     settings = OmegaConf.to_container(config.hydra.launcher, resolve=True)
     points = [_sweep_point(hydra_context, config, list(overrides), initial_job_idx + i)
               for i, overrides in enumerate(job_overrides)]
-    _validate_all(points, settings)  # a bad point: nothing is written or submitted
+    prepared = _prepare_all(points)  # a bad point: nothing is written or submitted
 
-    prepared, returns = [], []
-    for label, sweep_config in points:
-        def prepare(task_cfg: DictConfig, label: str = label):
-            return prepare_job(task_cfg, Path(HydraConfig.get().runtime.output_dir), settings, label)
+    staged, returns = [], []
+    for (label, sweep_config), job in zip(points, prepared):
+        def stage(task_cfg: DictConfig, label: str = label, job=job):
+            return stage_job(job, Path(HydraConfig.get().runtime.output_dir), settings, label)
 
-        job_return = run_job(hydra_context=hydra_context, task_function=prepare, config=sweep_config,
+        job_return = run_job(hydra_context=hydra_context, task_function=stage, config=sweep_config,
                              job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir", configure_logging=False)
         if job_return.status != JobStatus.COMPLETED:
-            raise job_return._return_value  # preparing failed (e.g. a run dir that cannot be written): nothing submitted
-        prepared.append(job_return.return_value)
+            raise job_return._return_value  # staging failed (e.g. a run dir that cannot be written): nothing submitted
+        staged.append(job_return.return_value)
         returns.append(job_return)
 
     sweep_dir = Path(str(config.hydra.sweep.dir))
-    jobs = submit_jobs(prepared, settings, sweep_dir)
+    jobs = submit_jobs(staged, settings, sweep_dir)
     for job in jobs:
         print(f"submitted {describe_submission(job)}", file=sys.stderr, flush=True)
     if not config.launch.wait:
-        print_status_hint([job.prepared.run_dir for job in jobs])
+        print_status_hint([job.staged.run_dir for job in jobs])
         for job_return in returns:
             job_return.return_value = None
         return returns
@@ -54,7 +54,7 @@ def launch_slurm_sweep(hydra_context: HydraContext, config: DictConfig, job_over
     for job_return, outcome in zip(returns, outcomes):
         job_return.return_value = outcome.result
         if not outcome.ok:
-            failures.append(f"[{outcome.submitted.prepared.label}] {outcome.error}")
+            failures.append(f"[{outcome.submitted.staged.label}] {outcome.error}")
     _print_summary(outcomes)
     if failures:
         raise SlurmJobFailedError("\n".join(failures))
@@ -69,27 +69,29 @@ def _sweep_point(hydra_context: HydraContext, config: DictConfig, overrides: lis
     return f"job {num}: {' '.join(filter_overrides(overrides)) or '(no overrides)'}", sweep_config
 
 
-def _validate_all(points: list, settings: dict) -> None:
-    from primus_hydra.config.validate import validate_config
-    from primus_hydra.launch.slurm.job_shape import job_shape
+def _prepare_all(points: list) -> list:
+    """Every point prepared by its task for the Slurm job it will be (its world size from the job shape); every
+    failure of every point reported together, labelled with its point."""
+    from primus_hydra.config.targets import load_target
 
-    failures = []
+    prepared, failures = [], []
     for label, sweep_config in points:
         HydraConfig.instance().set_config(sweep_config)
-        task_cfg = copy.deepcopy(sweep_config)
-        with read_write(task_cfg), open_dict(task_cfg):
-            del task_cfg["hydra"]
+        task_class = load_target(sweep_config.task._target_, "task._target_")
         try:
-            validate_config(task_cfg, world_size=job_shape(task_cfg, settings).world_size)
+            prepared.append(task_class.prepare_job(sweep_config, None))
         except ConfigValidationError as error:
             failures += [f"[{label}] {line}" for line in error.failures]
+        except PrimusError as error:
+            failures.append(f"[{label}] {error}")
     if failures:
         raise ConfigValidationError(failures)
+    return prepared
 
 
 def _print_summary(outcomes: list) -> None:
-    rows = [(outcome.submitted.job_id, outcome.submitted.prepared.label, outcome.state,
+    rows = [(outcome.submitted.job_id, outcome.submitted.staged.label, outcome.state,
              f"{outcome.result:.4f}" if isinstance(outcome.result, float) else (outcome.error or "-"),
-             str(outcome.submitted.prepared.run_dir)) for outcome in outcomes]
+             str(outcome.submitted.staged.run_dir)) for outcome in outcomes]
     print("slurm sweep summary:\n" + aligned_table(("job", "point", "state", "final loss", "run dir"), rows, rule=True),
           file=sys.stderr, flush=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_cluster import LOCAL_SLURM, require_slurm, sacct_state, slurm_conf_path, squeue_job_ids, wait_until
+from helpers.slurm_cluster import LOCAL_SLURM, require_slurm, sacct_state, slurm_conf_path, squeue_job_ids, wait_until
 
 
 @pytest.fixture

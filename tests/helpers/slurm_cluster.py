@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Callable, List, Tuple, TypeVar
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LOCAL_SLURM = REPO / "scripts" / "local_slurm.sh"
 NODES = ("n1", "n2")
 # sinfo %t states of a node that runs or can run jobs (comp: a job is completing; plnd: reserved by backfill)

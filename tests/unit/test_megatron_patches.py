@@ -7,8 +7,8 @@ import os
 import pytest
 import yaml
 
+from helpers.compose import run_job
 from primus_hydra.patches.registry import REGISTRY, PatchContext
-from primus_hydra.runtime.train_runtime import PrimusRuntime
 
 PATCHES_MODULE = "primus_hydra.backends.megatron.patches"
 MEGATRON = ("backend=megatron", "model=llama3_8b", "launch.nproc_per_node=8", "module.seq_length=1024", "module.global_batch_size=64")
@@ -16,7 +16,7 @@ MEGATRON = ("backend=megatron", "model=llama3_8b", "launch.nproc_per_node=8", "m
 
 def dry_run(compose_config, run_dir, *overrides: str) -> dict:
     cfg = compose_config("task.dry_run=true", *MEGATRON, *overrides)
-    return yaml.safe_load(PrimusRuntime(cfg, run_dir=run_dir).run().read_text())
+    return yaml.safe_load(run_job(cfg, run_dir).read_text())
 
 
 def test_the_five_patches_are_registered_for_megatron_with_their_phases():

@@ -6,11 +6,16 @@ import os
 import pytest
 import yaml
 
-import recording_backend
-from primus_hydra.runtime.distributed_env import detect_distributed_env, first_host
+from helpers import recording_backend
+from primus_hydra.distributed_env import detect_distributed_env, first_host
+from primus_hydra.orchestrator.prepare import prepare
 from primus_hydra.runtime.train_runtime import PrimusRuntime, apply_env_block
 
-RECORDING = ["backend._target_=recording_backend.RecordingAdapter", "backend.name=recording"]
+RECORDING = ["backend._target_=helpers.recording_backend.RecordingAdapter", "backend.name=recording"]
+
+
+def prepared_runtime(cfg, run_dir):
+    return PrimusRuntime(prepare(cfg, run_dir=run_dir), run_dir)
 
 
 @pytest.fixture(autouse=True)
@@ -19,7 +24,7 @@ def fresh_events():
 
 
 def test_phases_run_in_the_documented_order(compose_config, tmp_path):
-    runtime = PrimusRuntime(compose_config(*RECORDING), tmp_path)
+    runtime = prepared_runtime(compose_config(*RECORDING), tmp_path)
     assert runtime.run() == 1.5
     assert recording_backend.EVENTS == [
         "adapter.convert_config", "patch:build_args", "adapter.load_trainer_class(pretrain)", "patch:setup",
@@ -35,25 +40,25 @@ def test_phases_run_in_the_documented_order(compose_config, tmp_path):
 def test_error_cleans_up_once_and_lands_in_the_run_dir_log(compose_config, tmp_path):
     cfg = compose_config(*RECORDING, "+backend.extra_args.fail_in=train")
     with pytest.raises(RuntimeError, match="training exploded"):
-        PrimusRuntime(cfg, tmp_path).run()
+        prepared_runtime(cfg, tmp_path).run()
     assert recording_backend.EVENTS[-2:] == ["trainer.train", "trainer.cleanup(on_error=True)"]
     log_text = (tmp_path / "logs" / "rank_0.log").read_text()
     assert "run failed: RuntimeError: training exploded" in log_text and "Traceback" in log_text
 
 
 def test_dry_run_stops_after_build_args_and_writes_the_arguments(compose_config, tmp_path):
-    path = PrimusRuntime(compose_config(*RECORDING, "task.dry_run=true"), tmp_path).run()
+    path = prepared_runtime(compose_config(*RECORDING, "task.dry_run=true"), tmp_path).run()
     assert recording_backend.EVENTS == ["adapter.convert_config", "patch:build_args"]
     assert yaml.safe_load(path.read_text()) == {"hidden_size": 256, "fail_in": None}
 
 
 def test_stage_of_post_trainer_selects_sft(compose_config, tmp_path):
-    PrimusRuntime(compose_config(*RECORDING, "module=post_trainer"), tmp_path).run()
+    prepared_runtime(compose_config(*RECORDING, "module=post_trainer"), tmp_path).run()
     assert "adapter.load_trainer_class(sft)" in recording_backend.EVENTS
 
 
 def test_trainer_override_by_target(compose_config, tmp_path):
-    PrimusRuntime(compose_config(*RECORDING, "backend.trainer=recording_backend.RecordingTrainer"), tmp_path).run()
+    prepared_runtime(compose_config(*RECORDING, "backend.trainer=helpers.recording_backend.RecordingTrainer"), tmp_path).run()
     assert not any(e.startswith("adapter.load_trainer_class") for e in recording_backend.EVENTS)
 
 
@@ -68,7 +73,7 @@ def test_env_block_never_overrides_the_users_variables(monkeypatch):
 
 def test_platform_env_reaches_the_worker(compose_config, tmp_path, monkeypatch):
     monkeypatch.delenv("PRIMUS_TEST_PLATFORM_VAR", raising=False)
-    PrimusRuntime(compose_config(*RECORDING, "+platform.env.PRIMUS_TEST_PLATFORM_VAR=hello"), tmp_path).run()
+    prepared_runtime(compose_config(*RECORDING, "+platform.env.PRIMUS_TEST_PLATFORM_VAR=hello"), tmp_path).run()
     assert os.environ.pop("PRIMUS_TEST_PLATFORM_VAR") == "hello"
 
 

@@ -15,7 +15,7 @@ from primus_hydra.config import model_math
 from primus_hydra.config.paths import find_conf_dir
 from primus_hydra.config.validate import validate_config
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CONF_DIR = Path(find_conf_dir())
 
 PRESETS = sorted(path.stem for path in (CONF_DIR / "model").glob("*.yaml"))
@@ -95,17 +95,6 @@ def test_preset_file_names_its_source_first(name):
     assert first_line.startswith("# ")
     if name in PUBLISHED_TOTALS:
         assert f"{PUBLISHED_TOTALS[name][0]:,}" in first_line, "the header comment must state the published count"
-
-
-def test_dotted_preset_name_works_on_the_command_line():
-    """`model=llama3.1_8b` (a dot in the option name) must compose through the real CLI too."""
-    result = subprocess.run(
-        [sys.executable, "-m", "primus_hydra", "model=llama3.1_8b", "--cfg", "job", "--package", "model"],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-    assert "name: llama3.1_8b" in result.stdout
-    assert "type: llama3" in result.stdout
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED_TOTALS))
@@ -196,12 +185,6 @@ def test_flops_use_active_experts_and_mla_head_widths(zoo):
 def test_calculator_takes_the_dataclass_as_well(zoo):
     as_dataclass = OmegaConf.to_object(zoo("deepseek_v3").model)
     assert model_math.count_parameters(as_dataclass) == PUBLISHED_TOTALS["deepseek_v3"][0]
-
-
-def test_model_math_does_not_import_torch():
-    code = "import primus_hydra.config.model_math, sys; assert 'torch' not in sys.modules, 'torch was imported'"
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
 
 
 def test_model_math_stays_small():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 QUICK_RUN = ["module.train_iters=12", "module.warmup_iters=2", "module.log.interval=4", "module.seq_length=64", "module.checkpoint.interval=6"]
 
 
@@ -70,7 +70,7 @@ def test_dry_run_writes_backend_arguments(tmp_path):
     result = primus("task.dry_run=true", output_root=tmp_path)
     assert result.returncode == 0, result.stderr
     (run_dir,) = run_dirs(tmp_path)
-    assert "grad_accum_steps: 1" in (run_dir / "backend_args.yaml").read_text()
+    assert "  grad_accum: 1\n" in (run_dir / "backend_args.yaml").read_text()  # the layout the job was prepared with
     assert not (run_dir / "metrics.jsonl").exists()
 
 
@@ -87,7 +87,7 @@ def test_dry_run_writes_backend_arguments(tmp_path):
         (["module.data.path=/no/such/corpus"], "error: module.data.path=/no/such/corpus: no such file or folder"),
         (["module.checkpoint.resume=/no/such/ckpt"], "error: module.checkpoint.resume=/no/such/ckpt: no such checkpoint"),
         (["patches.modules=[no_such_patch_module]"], "error: patches.modules: cannot import 'no_such_patch_module'"),
-        (["backend=megatron", "model=llama3_8b", "module.data.source=mock"], "error: backend=megatron needs `megatron.training`"),
+        (["backend=megatron", "model=llama3_8b", "module.data.source=mock"], "error: backend=megatron needs megatron.training, which cannot be found"),
     ],
     ids=["unknown_model", "unknown_backend", "unknown_key", "wrong_type", "bad_enum", "missing_value", "world_layout",
          "missing_data", "missing_checkpoint", "bad_patch_module", "backend_library_absent"],
@@ -127,14 +127,17 @@ def test_an_invalid_config_leaves_no_run_dir(tmp_path, args):
 
 def test_user_patch_module_registers_through_the_hydra_callback_and_runs(tmp_path):
     (tmp_path / "my_patches.py").write_text(
+        "from dataclasses import replace\n"
         "from pathlib import Path\n"
         "from primus_hydra.patches import register_patch\n\n"
         "@register_patch('user.args.short_log', backend='torch', phase='build_args', priority=90)\n"
         "def short_log(ctx):\n"
-        "    ctx.backend_args['log']['interval'] = 1\n\n"
+        "    args = ctx.backend_args  # backend=torch: frozen typed arguments, changed by replacing them\n"
+        "    log = replace(args.module.log, interval=1)\n"
+        "    ctx.backend_args = replace(args, module=replace(args.module, log=log))\n\n"
         "@register_patch('user.after_train.marker', phase='after_train')\n"
         "def marker(ctx):\n"
-        "    Path(ctx.run_dir, 'patched.txt').write_text(str(ctx.backend_args['log']['interval']))\n"
+        "    Path(ctx.run_dir, 'patched.txt').write_text(str(ctx.backend_args.module.log.interval))\n"
     )
     result = primus("patches.modules=[my_patches]", "module.train_iters=2", "module.warmup_iters=0", "module.seq_length=32",
                     "module.log.tensorboard=false", "module.log.plot=false", output_root=tmp_path,

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from helpers.compose import REPO
 
 # Runs the CLI and reports on stderr, at exit, whether torch was imported.
 WRAPPER = (

@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers.compose import run_job
 from primus_hydra.backends.torch.checkpoint import CheckpointManager
 from primus_hydra.backends.torch.metrics import read_metrics
-from primus_hydra.errors import CheckpointError, DataError, PrimusError
-from primus_hydra.runtime.train_runtime import PrimusRuntime
+from primus_hydra.errors import CheckpointError, ConfigValidationError, DataError, PrimusError
 
 # small and fast: 2 micro-batches of 4 x 64 tokens per step
 FAST = [
@@ -21,7 +21,7 @@ FAST = [
 
 def train(compose_config, run_dir: Path, *overrides: str):
     cfg = compose_config(*FAST, *overrides)
-    result = PrimusRuntime(cfg, run_dir).run()
+    result = run_job(cfg, run_dir)
     return result, read_metrics(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").exists() else []
 
 
@@ -64,7 +64,7 @@ def test_resume_auto_continues_in_the_same_run_dir(compose_config, tmp_path):
 
 def test_fresh_run_refuses_a_checkpoint_dir_that_holds_checkpoints(compose_config, tmp_path):
     train(compose_config, tmp_path / "a", "module.train_iters=2")
-    with pytest.raises(CheckpointError, match=r"already holds checkpoints \(step 2\); set module.checkpoint.resume=auto"):
+    with pytest.raises(ConfigValidationError, match=r"already holds checkpoints \(step 2\); set module.checkpoint.resume=auto"):
         train(compose_config, tmp_path / "b", "module.train_iters=2", f"module.checkpoint.dir={tmp_path / 'a' / 'checkpoints'}")
     assert CheckpointManager(tmp_path / "a" / "checkpoints").steps() == [2]
 
@@ -77,7 +77,7 @@ def test_fresh_run_never_appends_to_an_earlier_runs_metrics(compose_config, tmp_
 
 
 def test_missing_resume_checkpoint_is_named(compose_config, tmp_path):
-    with pytest.raises(CheckpointError, match=r"module.checkpoint.resume=/no/such/ckpt: no such checkpoint"):
+    with pytest.raises(ConfigValidationError, match=r"module.checkpoint.resume=/no/such/ckpt: no such checkpoint"):
         train(compose_config, tmp_path, "module.train_iters=2", "module.checkpoint.resume=/no/such/ckpt")
 
 
@@ -128,7 +128,8 @@ def test_bad_data_is_one_clear_error(compose_config, tmp_path, setup, overrides,
     elif setup == "big":
         np.full(1000, 999, dtype=np.uint16).tofile(file)
     overrides = [o.format(file=file, dir=folder) for o in overrides]
-    with pytest.raises(DataError, match=message.replace("(", r"\(").replace(")", r"\)").replace("?", r"\?")):
+    # a missing path is found before the run starts (ConfigValidationError); a bad file when it is read (DataError)
+    with pytest.raises((ConfigValidationError, DataError), match=message.replace("(", r"\(").replace(")", r"\)").replace("?", r"\?")):
         train(compose_config, tmp_path / "run", "module.train_iters=2", *overrides)
 
 

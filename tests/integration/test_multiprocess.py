@@ -163,8 +163,8 @@ def test_sigterm_to_the_main_process_checkpoints_then_stops_every_worker(tmp_pat
         (["launch.nproc_per_node=2", "model=moe_tiny", "module.parallel.tp=2"], {},
          "error: module.parallel.tp=2: backend=torch shards dense GQA models only (moe_tiny uses MoE)"),
         (["launch.nproc_per_node=3"], {}, "error: module.global_batch_size=8 is not divisible by module.micro_batch_size*dp = 2*3 = 6"),
-        (["launch.nproc_per_node=2", "module.parallel.tp=3"], {},
-         "error: world size 2 (launch.nnodes x launch.nproc_per_node) is not divisible by tp*pp*cp = 3*1*1 = 3"),
+        (["launch.nproc_per_node=3", "module.parallel.tp=2"], {},
+         "error: world size 3 (launch.nnodes x launch.nproc_per_node) is not divisible by tp*pp*cp = 2*1*1 = 2"),
     ],
     ids=["more_procs_than_gpus", "fsdp_without_dp", "pp_with_tp", "tp_with_moe", "batch_not_divisible", "world_layout"],
 )

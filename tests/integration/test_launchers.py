@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LAUNCHERS = REPO / "launchers"
 DIRECT, SLURM, CONTAINER = (str(LAUNCHERS / name) for name in ("direct.sh", "slurm.sh", "container.sh"))
 DEFAULT_PYTHON = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv" / "bin" / "python").exists() else "python3"

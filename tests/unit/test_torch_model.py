@@ -7,7 +7,7 @@ import torch
 
 from primus_hydra.backends.torch.model import build_model_on_meta, materialize, rope_inverse_frequencies
 from primus_hydra.config.model_math import count_parameters
-from test_model_zoo import PRESETS
+from test_model_zoo import PRESETS  # noqa: E402
 
 
 @pytest.mark.parametrize("name", PRESETS)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CONF_DIR
+from helpers.compose import CONF_DIR
 from primus_hydra.config.validate import validate_config
 
 GROUPS = ("platform", "module", "backend", "task")
@@ -43,24 +43,3 @@ def test_env_substitution_reads_the_environment(compose_config, monkeypatch):
     assert compose_config().platform.peak_tflops_per_device == 1307.4
     monkeypatch.delenv("PRIMUS_PEAK_TFLOPS")
     assert compose_config().platform.peak_tflops_per_device is None
-
-
-def test_config_dir_adds_a_users_model_preset(tmp_path):
-    (tmp_path / "model").mkdir()
-    (tmp_path / "model" / "my_model.yaml").write_text(
-        "name: my_model\nhidden_size: 512\nnum_layers: 2\nnum_attention_heads: 8\nnum_kv_heads: 8\n"
-        "ffn_hidden_size: 1024\nvocab_size: 256\nmax_position_embeddings: 512\n"
-    )
-    result = subprocess.run([sys.executable, "-m", "primus_hydra", "--config-dir", str(tmp_path), "model=my_model", "--cfg", "job",
-                             "-p", "model"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert "hidden_size: 512" in result.stdout and "rope_theta: 10000.0" in result.stdout  # schema defaults filled in
-
-
-def test_user_preset_with_a_stale_key_fails_at_composition(tmp_path):
-    (tmp_path / "model").mkdir()
-    (tmp_path / "model" / "stale.yaml").write_text("name: stale\nmoe_force_load_balance: true\n")
-    result = subprocess.run([sys.executable, "-m", "primus_hydra", "--config-dir", str(tmp_path), "model=stale", "--cfg", "job"],
-                            capture_output=True, text=True, timeout=60, cwd=tmp_path)
-    assert result.returncode == 2
-    assert result.stderr.strip() == "error: model.moe_force_load_balance: Key 'moe_force_load_balance' not in 'ModelConfig'"

@@ -12,11 +12,11 @@ needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CU
 @needs_gpu
 def test_bf16_training_on_the_gpu_with_a_peak_for_mfu(compose_config, tmp_path):
     from primus_hydra.backends.torch.metrics import read_metrics
-    from primus_hydra.runtime.train_runtime import PrimusRuntime
+    from helpers.compose import run_job
 
     cfg = compose_config("platform.device=cuda", "module.precision=bf16", "module.train_iters=20", "module.warmup_iters=2",
                          "platform.peak_tflops_per_device=989.0", "module.log.progress_bar=false")
-    PrimusRuntime(cfg, tmp_path).run()
+    run_job(cfg, tmp_path)
     records = read_metrics(tmp_path / "metrics.jsonl")
     assert len(records) == 20 and all(np.isfinite(r["loss"]) for r in records)
     assert records[-1]["loss"] < records[0]["loss"] and 0 < records[-1]["mfu"] < 1

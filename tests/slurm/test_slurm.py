@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_cluster import require_slurm, sacct_state, squeue_job_ids, wait_until
+from helpers.slurm_cluster import require_slurm, sacct_state, squeue_job_ids, wait_until
 
 pytestmark = pytest.mark.slurm
 
@@ -166,7 +166,7 @@ def test_a_bad_config_is_rejected_here_and_nothing_is_submitted(tmp_path):
     (sweep_error,) = sweep.stderr.strip().splitlines()
     assert sweep_error.startswith("error: [job 1: ") and "module.global_batch_size=6 " in sweep_error
     assert sweep_error.endswith("] module.global_batch_size=6 is not divisible by module.micro_batch_size*dp = 4*1 = 4")
-    assert mode.stderr.strip().splitlines()[-1] == "error: launch.mode=mpirun: allowed values are srun, torchrun"
+    assert mode.stderr.strip().splitlines()[-1] == "error: launch.mode: Invalid value 'mpirun', expected one of [srun, torchrun]"
     assert accounted_job_ids() == before and not squeue_job_ids()
     assert not (tmp_path / "sweep" / "0").exists()
 
@@ -198,7 +198,7 @@ def test_wait_false_returns_after_submission_and_task_status_follows_the_run(tmp
 
 def test_the_shell_launcher_runs_direct_sh_on_both_nodes_and_trains_the_local_curve(tmp_path, local_curve):
     """launchers/slurm.sh (srun, one direct.sh per node) -> one orchestrator per node -> c10d across the nodes."""
-    launcher = Path(__file__).resolve().parents[1] / "launchers" / "slurm.sh"
+    launcher = Path(__file__).resolve().parents[2] / "launchers" / "slurm.sh"
     env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "OMP_NUM_THREADS", "PRIMUS_FAULT")}
     env["PRIMUS_OUTPUT_ROOT"] = str(tmp_path / "outputs")
     result = subprocess.run(["bash", str(launcher), "--srun", "-N", "2", "-o", str(tmp_path / "out_%j.txt"), "--",

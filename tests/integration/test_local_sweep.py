@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PYTHON, REPO
+from helpers.compose import PYTHON, REPO
 
 FAST = [
     "hydra/launcher=primus_local",

@@ -1,0 +1,76 @@
+"""How a job's ranks split: world size, data-parallel size and gradient accumulation, from the config and the
+number of processes. The one place these are computed; a pure function, no probing (the orchestrator resolves
+`launch.nproc_per_node=auto` first)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from primus_hydra.config.choices import auto_int
+from primus_hydra.errors import ConfigValidationError
+
+
+@dataclass(frozen=True)
+class ParallelLayout:
+    """world_size = tp * pp * cp * dp; a global batch = micro_batch_size * dp * grad_accum."""
+
+    world_size: int
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    dp: int
+    grad_accum: int  # micro-batches per optimizer step on one data-parallel rank
+    fsdp: bool
+
+    @property
+    def model_parallel(self) -> int:
+        return self.tp * self.pp * self.cp
+
+
+def data_parallel_size(parallel: Any, world_size: int) -> int:
+    """module.parallel.dp: an explicit integer, or auto = world_size / (tp * pp * cp)."""
+    explicit = auto_int(parallel.dp)
+    return explicit if explicit is not None else world_size // (parallel.tp * parallel.pp * parallel.cp)
+
+
+def gradient_accumulation(module: Any, dp: int) -> int:
+    """Micro-batches per optimizer step on one data-parallel rank: global / (micro x dp)."""
+    return max(1, module.global_batch_size // (module.micro_batch_size * max(1, dp)))
+
+
+def configured_world_size(cfg: Any) -> Optional[int]:
+    """launch.nnodes x launch.nproc_per_node, or None while nproc_per_node is `auto`."""
+    nproc = auto_int(cfg.launch.nproc_per_node)
+    return None if nproc is None else int(cfg.launch.nnodes) * nproc
+
+
+def layout_failures(cfg: Any, world_size: int) -> list[str]:
+    """What keeps this config from running on `world_size` processes: one line each (the first that fails, since
+    the later rules build on it)."""
+    p, m = cfg.module.parallel, cfg.module
+    model_parallel = p.tp * p.pp * p.cp
+    if world_size % model_parallel:
+        return [f"world size {world_size} (launch.nnodes x launch.nproc_per_node) is not divisible by "
+                f"tp*pp*cp = {p.tp}*{p.pp}*{p.cp} = {model_parallel}"]
+    dp = data_parallel_size(p, world_size)
+    if dp < 1 or dp * model_parallel != world_size:
+        return [f"world size {world_size} != tp*pp*cp*dp = {p.tp}*{p.pp}*{p.cp}*{dp}; "
+                f"set module.parallel.dp=auto or {world_size // model_parallel}"]
+    if m.global_batch_size % (m.micro_batch_size * dp):
+        return [f"module.global_batch_size={m.global_batch_size} is not divisible by "
+                f"module.micro_batch_size*dp = {m.micro_batch_size}*{dp} = {m.micro_batch_size * dp}"]
+    if p.ep > 1 and (world_size // p.pp) % p.ep:
+        return [f"module.parallel.ep={p.ep} must divide the ranks of one pipeline stage (world/pp = {world_size // p.pp})"]
+    return []
+
+
+def parallel_layout(cfg: Any, world_size: int) -> ParallelLayout:
+    """The layout of this config on `world_size` processes; ConfigValidationError when it does not fit."""
+    failures = layout_failures(cfg, world_size)
+    if failures:
+        raise ConfigValidationError(failures)
+    p = cfg.module.parallel
+    dp = data_parallel_size(p, world_size)
+    return ParallelLayout(world_size=world_size, tp=int(p.tp), pp=int(p.pp), cp=int(p.cp), ep=int(p.ep), dp=dp,
+                          grad_accum=gradient_accumulation(cfg.module, dp), fsdp=bool(p.fsdp))

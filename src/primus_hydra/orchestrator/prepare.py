@@ -1,0 +1,166 @@
+"""Prepare a job once, before Hydra makes its run directory: validate, plan, resolve `auto`, check what would fail.
+
+`prepare(cfg, ...) -> PreparedJob` is the one place a job is checked: the config rules (config/validate.py), the
+resource overrides and the visible-devices mask, the resource plan (which resolves `launch.nproc_per_node` and
+`module.data.num_workers`), the layout for the job's world size (config/layout.py), the visible GPU count, the
+backend adapter's own rules, the patch ids, and the paths a run reads. Every failure is one line; all are
+reported together. The single-run path (PrepareJobCallback), the local sweep and the Slurm submission call it;
+workers load what it prepared (launch/job_config.py) and trust it.
+"""
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+from primus_hydra.backends.base import load_adapter
+from primus_hydra.config.choices import auto_int, is_auto
+from primus_hydra.config.layout import ParallelLayout, configured_world_size, layout_failures, parallel_layout
+from primus_hydra.config.validate import validate_config
+from primus_hydra.errors import ConfigValidationError
+from primus_hydra.orchestrator.plan import ResourcePlan, build_resource_plan
+from primus_hydra.orchestrator.resource_rules import override_failures, visible_devices_failures
+from primus_hydra.patches.loader import patch_failures
+
+
+@dataclass
+class PreparedJob:
+    cfg: DictConfig  # the job's config (no `hydra` node): validated, its `auto` knobs resolved where planned
+    layout: ParallelLayout
+    plan: Optional[ResourcePlan] = None  # None: planned on the nodes that run it (Slurm), or loaded by a worker
+    warnings: list[str] = field(default_factory=list)  # one line each, shown once by whoever launches the job
+    auto_knobs: frozenset = frozenset()  # the knobs that were `auto` in the job's own config (resolved by its plan)
+
+
+def job_config(cfg: DictConfig) -> DictConfig:
+    """A copy of the composed config without Hydra's own node: what the job reads."""
+    if "hydra" not in cfg:
+        return copy.deepcopy(cfg)
+    job = copy.deepcopy(cfg)
+    with read_write(job), open_dict(job):
+        del job["hydra"]
+    return job
+
+
+def prepare(cfg: DictConfig, *, run_dir: Optional[Path] = None, world_size: Optional[int] = None,
+            plan: Optional[ResourcePlan] = None, sweep_points: int = 1, on_this_machine: bool = True,
+            launched: bool = False, trains: bool = True) -> PreparedJob:
+    """The job `cfg` describes, checked and planned; ConfigValidationError (every failed check, one line each).
+
+    run_dir: where it will write (None when unknown). world_size: fixed by who starts the ranks (a torchrun/srun
+    job, a Slurm job's shape); else launch.nnodes x the planned nproc_per_node. plan: a plan made already (the
+    local sweep's, shared by its points). on_this_machine=False: the job runs elsewhere (Slurm nodes): no plan,
+    no check of this machine's GPUs, paths or libraries. launched: this process is already a rank of its job.
+    trains: the job will train (not a dry run, not a plan): its library and the files it reads must be there.
+    """
+    job = job_config(cfg)
+    warnings = validate_config(job)
+    failures = override_failures() if on_this_machine else []
+    if on_this_machine and not launched and not failures:  # detection reads the overrides: they must be valid
+        failures += visible_devices_failures(job)
+    if failures:
+        raise ConfigValidationError(failures)
+    auto_knobs = frozenset(key for key in AUTO_KNOBS if is_auto(OmegaConf.select(job, key)))
+    if on_this_machine:
+        plan = plan if plan is not None else build_resource_plan(job, sweep_points=sweep_points)
+        _resolve_auto_knobs(job, plan, auto_knobs)
+    world = world_size if world_size is not None else configured_world_size(job)
+    if world is None:
+        raise ValueError("prepare: the world size of a job planned elsewhere must be given")
+    failures = layout_failures(job, world)
+    if failures:
+        raise ConfigValidationError(failures)
+    layout = parallel_layout(job, world)
+    if on_this_machine and not launched and trains:
+        failures += _device_count_failures(job, plan)
+    adapter = load_adapter(job, layout, run_dir)
+    failures += adapter.validate()
+    failures += patch_failures(job)
+    if on_this_machine and trains:
+        failures += input_path_failures(job) + adapter.requirement_failures()
+    if failures:
+        raise ConfigValidationError(failures)
+    return PreparedJob(job, layout, plan, warnings + (list(plan.warnings) if plan is not None else []), auto_knobs)
+
+
+AUTO_KNOBS = ("launch.nproc_per_node", "module.data.num_workers")  # what a plan resolves in the job's config
+
+
+def _resolve_auto_knobs(cfg: DictConfig, plan: ResourcePlan, auto_knobs: frozenset) -> None:
+    """The plan's values into the job's `auto` knobs: what the workers read."""
+    values = {"launch.nproc_per_node": plan.nproc_per_node, "module.data.num_workers": plan.num_workers}
+    for key in auto_knobs:
+        OmegaConf.update(cfg, key, values[key])
+
+
+def replan(job: PreparedJob, plan: ResourcePlan) -> PreparedJob:
+    """The same job under a revised plan (after a sweep's probe): its `auto` knobs take the plan's values, the rest
+    (checked already) stays."""
+    cfg = copy.deepcopy(job.cfg)
+    _resolve_auto_knobs(cfg, plan, job.auto_knobs)
+    return PreparedJob(cfg, job.layout, plan, job.warnings, job.auto_knobs)
+
+
+def _device_count_failures(job: DictConfig, plan: ResourcePlan) -> list[str]:
+    gpus = plan.resources.num_gpus
+    nproc = auto_int(job.launch.nproc_per_node)
+    wants_gpu = job.platform.device == "cuda" or (job.platform.device == "auto" and gpus > 0)
+    if job.platform.device == "cuda" and gpus == 0:
+        return ["platform.device=cuda but this machine shows no GPU (nvidia-smi, amd-smi, rocm-smi, visible-devices "
+                "variables); use platform.device=cpu"]
+    if wants_gpu and nproc is not None and nproc > gpus:
+        return [f"launch.nproc_per_node={nproc} exceeds the {gpus} visible GPU(s) of this node; "
+                f"use launch.nproc_per_node=auto or <= {gpus} (or platform.device=cpu)"]
+    return []
+
+
+def input_path_failures(job: DictConfig) -> list[str]:
+    """The files a run reads, where the config names them: they exist (their format is the backend's check)."""
+    failures = []
+    data = job.module.data
+    if data.path and data.source in ("text", "tokens") and not Path(str(data.path)).expanduser().exists():
+        kind = "text files" if data.source == "text" else "a pre-tokenized token file"
+        failures.append(f"module.data.path={data.path}: no such file or folder (module.data.source={data.source} "
+                        f"reads {kind})")
+    checkpoint = job.module.checkpoint
+    for key, value in (("resume", checkpoint.resume), ("load", checkpoint.load)):
+        if value not in (None, "auto") and not Path(str(value)).expanduser().exists():
+            failures.append(f"module.checkpoint.{key}={value}: no such checkpoint (nothing at that path)")
+    return failures
+
+
+def plan_on_this_node(job: PreparedJob, nproc_per_node: Optional[int] = None) -> PreparedJob:
+    """A job prepared on another machine (a Slurm submission) gets this node's plan: its `auto` knobs resolved for
+    the node's own CPUs, memory and GPUs. The layout stays the one the job was prepared for."""
+    cfg = copy.deepcopy(job.cfg)
+    if nproc_per_node is not None:
+        cfg.launch.nproc_per_node = nproc_per_node
+    auto_knobs = frozenset(key for key in AUTO_KNOBS if is_auto(OmegaConf.select(cfg, key)))
+    plan = build_resource_plan(cfg)
+    _resolve_auto_knobs(cfg, plan, auto_knobs)
+    return PreparedJob(cfg, job.layout, plan, job.warnings, auto_knobs)
+
+
+class JobHandoff:
+    """Jobs prepared before Hydra's run_job, for the task it then calls, by run dir.
+
+    Hydra calls the single-run callback (which prepares the job before the run dir exists) and then the task
+    function with a deep copy of the config: this is how the task gets the job instead of preparing it again.
+    A local sweep point's process hands over the job its parent prepared the same way. Taken once.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, PreparedJob] = {}
+
+    def give(self, run_dir: Path, job: PreparedJob) -> None:
+        self._jobs[os.path.abspath(run_dir)] = job
+
+    def take(self, run_dir: Path) -> Optional[PreparedJob]:
+        return self._jobs.pop(os.path.abspath(run_dir), None)
+
+
+HANDOFF = JobHandoff()

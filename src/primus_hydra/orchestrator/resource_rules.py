@@ -1,0 +1,58 @@
+"""The checks that read this machine: the PRIMUS_AUTO_* overrides, TORCHINDUCTOR_COMPILE_THREADS, and the
+visible-devices mask against the devices nvidia-smi / amd-smi / rocm-smi list. One line each, before the plan.
+
+The mask is checked by the process that launches the job only: inside a launched job each rank's mask comes from
+its launcher.
+"""
+from __future__ import annotations
+
+import os
+from typing import Mapping
+
+from omegaconf import DictConfig
+
+from primus_hydra.config.choices import auto_int_failure
+from primus_hydra.errors import ConfigValidationError
+from primus_hydra.orchestrator.gpu_probe import parse_free_vram_env, parse_number_env
+
+NUMERIC_OVERRIDES = {  # variable: (integer, zero allowed)
+    "PRIMUS_AUTO_NUM_GPUS": (True, True),
+    "PRIMUS_AUTO_VCPUS": (True, False),
+    "PRIMUS_AUTO_RAM_GB": (False, True),
+    "PRIMUS_AUTO_PER_JOB_GB": (False, False),
+    "PRIMUS_AUTO_JOBS_PER_GPU_HARD_CAP": (True, False),
+    "PRIMUS_AUTO_DATALOADER_HARD_CAP": (True, True),
+}
+
+
+def override_failures(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """The resource overrides a user exported, each checked (one line per bad variable)."""
+    failures: list[str] = []
+    for name, (integer, allow_zero) in NUMERIC_OVERRIDES.items():
+        try:
+            parse_number_env(environ, name, integer=integer, allow_zero=allow_zero)
+        except ConfigValidationError as error:
+            failures.extend(error.failures)
+    try:
+        parse_free_vram_env(environ)
+    except ConfigValidationError as error:
+        failures.extend(error.failures)
+    compile_threads = environ.get("TORCHINDUCTOR_COMPILE_THREADS")
+    if compile_threads is not None:
+        failure = auto_int_failure("TORCHINDUCTOR_COMPILE_THREADS", compile_threads.strip(), 1)
+        if failure:
+            failures.append(failure)
+    return failures
+
+
+def visible_devices_failures(cfg: DictConfig) -> list[str]:
+    """A CUDA_/HIP_/ROCR_VISIBLE_DEVICES entry that names no device of this machine (when a vendor tool lists them)."""
+    if cfg.platform.device == "cpu":
+        return []
+    from primus_hydra.orchestrator.resources import detect_resources
+
+    try:
+        resources = detect_resources()
+    except ConfigValidationError as error:
+        return list(error.failures)
+    return [resources.mask_error] if resources.mask_error else []

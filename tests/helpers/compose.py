@@ -1,0 +1,30 @@
+"""Composing the real conf/ with Hydra's Compose API (no CLI, no run dir), and running a composed job in-process."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+from primus_hydra.config.paths import find_conf_dir
+from primus_hydra.config.schema import register_schemas
+
+REPO = Path(__file__).resolve().parents[2]
+CONF_DIR = Path(find_conf_dir())
+PYTHON = sys.executable
+
+
+def compose_primus(*overrides: str) -> DictConfig:
+    """The composed config for these overrides, exactly as the CLI would compose it (without hydra.* resolved)."""
+    register_schemas()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def run_job(cfg: DictConfig, run_dir: Path):
+    """task=train in this process, as the CLI runs it after composing: the job prepared, then run (a dry run or a
+    job of one process runs here); returns what the task returns."""
+    from primus_hydra.tasks.train import TrainTask
+
+    return TrainTask(cfg, run_dir=Path(run_dir)).run()
