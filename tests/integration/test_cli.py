@@ -171,6 +171,6 @@ def test_sigterm_with_on_signal_checkpoints_a_single_process_run(tmp_path):
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 128 + signal.SIGTERM
-    assert [l for l in stderr.splitlines() if l.startswith("error:")][0].startswith("error: stopped by SIGTERM at step")
+    assert [line for line in stderr.splitlines() if line.startswith("error:")][0].startswith("error: stopped by SIGTERM at step")
     step = int((tmp_path / "run" / "checkpoints" / "latest").read_text().strip().removeprefix("step_"))
     assert step == len(metrics.read_text().splitlines())

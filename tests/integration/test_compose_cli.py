@@ -7,6 +7,7 @@ import sys
 
 from helpers.compose import REPO
 
+
 def test_config_dir_adds_a_users_model_preset(tmp_path):
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "my_model.yaml").write_text(

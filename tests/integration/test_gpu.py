@@ -11,8 +11,8 @@ needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CU
 
 @needs_gpu
 def test_bf16_training_on_the_gpu_with_a_peak_for_mfu(compose_config, tmp_path):
-    from primus_hydra.backends.torch.metrics import read_metrics
     from helpers.compose import run_job
+    from primus_hydra.backends.torch.metrics import read_metrics
 
     cfg = compose_config("platform.device=cuda", "module.precision=bf16", "module.train_iters=20", "module.warmup_iters=2",
                          "platform.peak_tflops_per_device=989.0", "module.log.progress_bar=false")

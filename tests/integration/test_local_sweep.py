@@ -61,7 +61,9 @@ def test_four_points_run_two_at_a_time_and_a_failing_point_is_isolated(tmp_path)
     for point in points:
         run_dir = Path(point["run_dir"])
         assert (run_dir / ".hydra" / "overrides.yaml").is_file()  # Hydra's run_job made the run dir
-        assert (run_dir / "point.log").read_text().startswith(f"[primus_local] {point['pinning']}")
+        log = (run_dir / "point.log").read_text()
+        assert log.startswith(f"[primus_local] {point['pinning']}")
+        assert "did not take the job prepared" not in log  # the point ran the job its parent prepared
     assert (tmp_path / "sweep" / "resources.json").is_file()
     assert "| point | overrides | status |" in (tmp_path / "sweep" / "summary.md").read_text()
     table = result.stderr[result.stderr.index("point  overrides"):]

@@ -95,7 +95,7 @@ def test_a_raising_rank_fails_the_job_naming_it(tmp_path):
     result = primus(tmp_path / "run", "module.train_iters=20", *SMALL, *LAYOUTS["dp2"], env={"PRIMUS_FAULT": "raise:1:2"})
     assert result.returncode == 1
     assert time.monotonic() - started < 60
-    (line,) = [l for l in result.stderr.splitlines() if l.startswith("error:")]
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert line.startswith("error: rank 1 failed (exit code 1): InjectedFault: injected fault on rank 1 at step 2; its log:")
     assert "rank_1.log" in line
 
@@ -118,7 +118,7 @@ def test_a_rank_killed_during_a_save_leaves_latest_loadable(tmp_path, single_pro
     assert (checkpoints / ".tmp-step_0000004").is_dir() and not (checkpoints / "step_0000004").exists()
     resumed = primus(tmp_path / "resumed", "module.train_iters=6", *SMALL, f"module.checkpoint.resume={checkpoints}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert_same_curve(losses(tmp_path / "resumed"), {s: l for s, l in single_process_curve.items() if s > 2})
+    assert_same_curve(losses(tmp_path / "resumed"), {s: loss for s, loss in single_process_curve.items() if s > 2})
 
 
 def test_max_restarts_resumes_from_the_last_checkpoint(tmp_path, single_process_curve):
@@ -199,7 +199,7 @@ def test_a_stuck_rank_times_out_instead_of_hanging_the_job(tmp_path):
                     "launch.shutdown_timeout_s=2", env={"PRIMUS_FAULT": "hang:1:2"}, timeout=120)
     assert result.returncode == 1
     assert time.monotonic() - started < 60
-    (line,) = [l for l in result.stderr.splitlines() if l.startswith("error:")]
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert line.startswith("error: rank 0 failed (exit code 1): ")  # rank 0 waited for rank 1 and gave up
 
 

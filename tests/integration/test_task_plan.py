@@ -77,7 +77,7 @@ def test_plan_of_a_sweep_plans_for_all_its_points(tmp_path):
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, env, line):
     result = primus_plan(tmp_path, "task=plan", *args, env=env)
     assert result.returncode == 2, result.stderr[-2000:]
-    errors = [l for l in result.stderr.splitlines() if l.startswith("error:")]
+    errors = [text for text in result.stderr.splitlines() if text.startswith("error:")]
     assert errors == [line] and result.stdout == ""
 
 
@@ -86,7 +86,7 @@ def test_a_job_too_large_for_the_gpu_is_a_warning_not_an_error(tmp_path):
                          env={"PRIMUS_AUTO_NUM_GPUS": "1", "PRIMUS_AUTO_FREE_VRAM_GB": "24"})
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads(result.stdout)["jobs_per_gpu"] == 1
-    (warning,) = [l for l in result.stderr.splitlines() if l.startswith("warning:")]
+    (warning,) = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
     assert warning.startswith("warning: the per-job estimate ") and "exceeds the usable free memory" in warning
 
 

@@ -2,10 +2,6 @@
 search path works for user configs (--config-dir)."""
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from helpers.compose import CONF_DIR

@@ -142,3 +142,24 @@ def test_no_two_modules_import_each_other():
 ])
 def test_the_cycle_finder_finds_cycles(graph, expected):
     assert _cycles(graph) == expected
+
+
+WORKER_SIDE = ["primus_hydra/runtime", "primus_hydra/launch/worker.py", "primus_hydra/launch/sweep_point.py",
+               "primus_hydra/launch/slurm/entry.py", "primus_hydra/backends"]
+PREPARING = {"validate_config", "prepare", "layout_failures", "parallel_layout", "build_resource_plan"}
+
+
+def test_the_worker_side_trusts_the_prepared_job():
+    """Workers load what the orchestrator prepared (launch/job_config.py) and never validate or lay it out again.
+    (A Slurm node plans its own share through plan_on_this_node; it does not check the job again.)"""
+    offenders = []
+    for entry in WORKER_SIDE:
+        path = SRC.parent / entry
+        for file in ([path] if path.suffix == ".py" else sorted(path.rglob("*.py"))):
+            for node in ast.walk(ast.parse(file.read_text())):
+                name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+                if name is None and isinstance(node, ast.alias):
+                    name = node.name.rsplit(".", 1)[-1]
+                if name in PREPARING:
+                    offenders.append(f"{file.relative_to(SRC.parent)}:{getattr(node, 'lineno', '?')} uses {name}")
+    assert not offenders, "\n".join(offenders)

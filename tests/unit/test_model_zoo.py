@@ -4,8 +4,6 @@ Every preset composes and validates; every real model's closed-form count equals
 """
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest

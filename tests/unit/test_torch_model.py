@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_model_zoo import PRESETS  # noqa: E402
 
 from primus_hydra.backends.torch.model import build_model_on_meta, materialize, rope_inverse_frequencies
 from primus_hydra.config.model_math import count_parameters
-from test_model_zoo import PRESETS  # noqa: E402
 
 
 @pytest.mark.parametrize("name", PRESETS)

@@ -45,7 +45,7 @@ class BaseTrainer(ABC):
     def train(self) -> Any:
         """Run the training loop; returns a summary (e.g. the final loss)."""
 
-    def cleanup(self, on_error: bool = False) -> None:
+    def cleanup(self, on_error: bool = False) -> None:  # noqa: B027 - optional: a trainer with nothing to release
         """Release resources. Called once, also after a failure."""
 
 

@@ -8,7 +8,6 @@ Nothing here imports torch or a backend library: adapters are imported on the la
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 from typing import Any, Optional
 

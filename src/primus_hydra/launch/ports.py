@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import socket
 
+from primus_hydra.config.choices import is_auto
 from primus_hydra.errors import PrimusError
 
 
@@ -23,7 +24,7 @@ def ensure_port_free(addr: str, port: int) -> None:
 
 
 def resolve_master_port(addr: str, port, nnodes: int) -> int:
-    if str(port) == "auto":
+    if is_auto(port):
         if nnodes > 1:
             raise PrimusError("launch.master_port=auto works on one node only; with launch.nnodes>1 give every node the same port")
         return find_free_port(addr)

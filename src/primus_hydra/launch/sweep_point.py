@@ -19,6 +19,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+
 @dataclasses.dataclass
 class PointLaunch:
     """Everything a point's process needs; pickled once by multiprocessing's spawn."""
@@ -173,8 +174,17 @@ def _run_job(launch: PointLaunch) -> PointResult:
             error = job_return._return_value
             traceback.print_exception(type(error), error, error.__traceback__)
             result = PointResult("failed", error=first_line(error), exit_code=1)
+    if payload.prepared is not None and _job_left_behind(Path(payload.run_dir)):
+        print(f"[primus_local] warning: the task did not take the job prepared for {payload.run_dir}", flush=True)
     result.peak_host_gib, result.peak_device_gib = _measured_peaks()
     return result
+
+
+def _job_left_behind(run_dir: Path) -> bool:
+    """A prepared job still waiting: the point's task did not take it (it prepared another one itself)."""
+    from primus_hydra.orchestrator.prepare import HANDOFF
+
+    return HANDOFF.take(run_dir) is not None
 
 
 def first_line(error: BaseException) -> str:

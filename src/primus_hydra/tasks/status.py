@@ -13,8 +13,8 @@ from typing import Optional
 from omegaconf import DictConfig
 
 from primus_hydra.errors import PrimusError
-from primus_hydra.tables import aligned_table
 from primus_hydra.launch.slurm.submission import SUBMISSION_RECORD, read_submission
+from primus_hydra.tables import aligned_table
 
 SACCT_TIMEOUT_S = 10
 

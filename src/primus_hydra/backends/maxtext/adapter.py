@@ -4,6 +4,7 @@ from __future__ import annotations
 from primus_hydra.backends.external import ExternalBackendAdapter
 from primus_hydra.backends.maxtext.args import build_maxtext_config
 
+
 class MaxTextAdapter(ExternalBackendAdapter):
     name = "maxtext"
     import_name = "MaxText"

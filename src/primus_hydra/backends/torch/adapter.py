@@ -33,7 +33,7 @@ class TorchAdapter(BackendAdapter):
     def _layout_failures(self) -> list[str]:
         """The layouts the native backend implements: DDP or FSDP2 over dp, DTensor TP (alone or with FSDP2 over
         dp), and PP alone (GPipe/1F1B) for dense models."""
-        cfg, p, model, layout = self.cfg, self.cfg.module.parallel, self.cfg.model, self.layout
+        p, model, layout = self.cfg.module.parallel, self.cfg.model, self.layout
         failures = []
         for key in ("cp", "ep"):
             if p[key] > 1:

@@ -16,7 +16,6 @@ from primus_hydra.backends.torch.moe import MoE
 from primus_hydra.backends.torch.weights import normal_
 
 
-
 # -- rotary position embeddings -----------------------------------------------------------------------------
 def _yarn_mscale(scale: float, mscale: float) -> float:
     return 1.0 if scale <= 1 or mscale == 0 else 0.1 * mscale * math.log(scale) + 1.0

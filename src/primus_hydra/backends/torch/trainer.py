@@ -24,7 +24,10 @@ from primus_hydra.backends.torch.args import TorchTrainingArgs
 from primus_hydra.backends.torch.checkpoint import CheckpointManager
 from primus_hydra.backends.torch.data import TokenBatches
 from primus_hydra.backends.torch.distributed import (
-    clip_grad_norm, destroy_parallel_state, init_parallel_state, mean_over_data_parallel,
+    clip_grad_norm,
+    destroy_parallel_state,
+    init_parallel_state,
+    mean_over_data_parallel,
 )
 from primus_hydra.backends.torch.metrics import MetricsLogger, cpu_matmul_peak_tflops
 from primus_hydra.backends.torch.model import build_model_on_meta, materialize

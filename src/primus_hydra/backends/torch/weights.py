@@ -23,7 +23,7 @@ def block_seed(seed: int, name: str, block: int) -> int:
 
 
 def shard_bounds(param: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...], tuple[int, ...]]:
-    """(this rank's local tensor, its shape, its offset in the full tensor)."""
+    """(this rank's local tensor, its shape, its offset in the full tensor): the whole of a plain tensor."""
     dtensor_type = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", ())
     if isinstance(param, dtensor_type):
         from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
@@ -37,20 +37,26 @@ def shard_bounds(param: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...], tu
 def normal_(param: torch.Tensor, std: float, seed: int, name: str) -> None:
     """Fill this rank's shard of `param` with N(0, std) values that depend only on (seed, name, position)."""
     local, shape, offset = shard_bounds(param)
+    fill_normal_shard(local, tuple(param.shape), offset, std, seed, name)
+
+
+def fill_normal_shard(local: torch.Tensor, full_shape: tuple[int, ...], offset: tuple[int, ...], std: float,
+                      seed: int, name: str) -> None:
+    """`local` holds the block of a `full_shape` tensor that starts at `offset`: fill it with its N(0, std) values."""
     if local.numel() == 0:
         return
-    full_rows = param.shape[0]
-    row_width = math.prod(param.shape[1:]) if param.dim() > 1 else 1
-    if param.dim() > 2 and any(offset[1:]):
-        raise NotImplementedError(f"{name}: a shard of a {param.dim()}-D parameter split beyond dim 0")
-    columns = (offset[1], offset[1] + shape[1]) if param.dim() == 2 else (0, row_width)
-    target = local.view(shape[0], -1)
-    first, last = offset[0], offset[0] + shape[0]  # rows of the full tensor held here
+    rank = len(full_shape)
+    if rank > 2 and any(offset[1:]):
+        raise NotImplementedError(f"{name}: a shard of a {rank}-D parameter split beyond dim 0")
+    row_width = math.prod(full_shape[1:]) if rank > 1 else 1
+    columns = (offset[1], offset[1] + local.shape[1]) if rank == 2 else (0, row_width)
+    target = local.view(local.shape[0], -1)
+    first, last = offset[0], offset[0] + local.shape[0]  # rows of the full tensor held here
     rows_per_block = max(1, BLOCK_ELEMENTS // row_width)
     for block in range(first // rows_per_block, math.ceil(last / rows_per_block)):
         start = block * rows_per_block
         generator = torch.Generator(device=local.device).manual_seed(block_seed(seed, name, block))
-        values = torch.randn(min(rows_per_block, full_rows - start), row_width, generator=generator,
+        values = torch.randn(min(rows_per_block, full_shape[0] - start), row_width, generator=generator,
                              device=local.device, dtype=torch.float32)
         low, high = max(first, start), min(last, start + rows_per_block)
         target[low - first: high - first].copy_(values[low - start: high - start, columns[0]: columns[1]].mul_(std))

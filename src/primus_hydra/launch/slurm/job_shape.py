@@ -11,7 +11,9 @@ from typing import Any, Mapping, Optional
 
 from omegaconf import DictConfig
 
+from primus_hydra.config.choices import auto_int
 from primus_hydra.errors import ConfigValidationError
+
 
 @dataclass(frozen=True)
 class SlurmJobShape:
@@ -29,17 +31,13 @@ class SlurmJobShape:
         return self.nodes * self.processes_per_node
 
 
-def _explicit_int(value: Any) -> Optional[int]:
-    return int(value) if value is not None and str(value) != "auto" else None
-
-
 def job_shape(cfg: DictConfig, settings: Mapping[str, Any]) -> SlurmJobShape:
     mode = str(cfg.launch.mode)  # srun | torchrun (a validation rule)
     gpus = settings.get("gpus_per_node")
     if gpus is None:
-        gpus = _explicit_int(cfg.platform.gpus_per_node)
+        gpus = auto_int(cfg.platform.gpus_per_node)
     nodes = settings.get("nodes") or int(cfg.launch.nnodes)
-    processes = _explicit_int(cfg.launch.nproc_per_node)
+    processes = auto_int(cfg.launch.nproc_per_node)
     if processes is None:  # auto: one process per GPU the job asks for, else one
         processes = gpus or 1
     tasks = settings.get("tasks_per_node")
