@@ -61,6 +61,32 @@ def test_plan_of_a_sweep_plans_for_all_its_points(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["tmp"]  # Hydra's multirun.yaml only, in the temp folder
 
 
+def test_a_sweep_plan_is_the_plan_hydras_own_sweeper_and_launcher_give(tmp_path):
+    """Points planned in one process, from the first point's config where only values differ, print exactly what
+    Hydra's basic sweeper and launcher (each point composed from scratch) print."""
+    sweep = ["-m", "task=plan", "module.lr=1e-3,2e-3", "module.micro_batch_size=1,2", "model=llama_tiny,moe_tiny"]
+    env = {**FAKE_8_GPU_NODE, "TMPDIR": str(tmp_path / "tmp")}
+    del env["PRIMUS_AUTO_PER_JOB_GB"]  # sized by each point's own estimate
+    ours = primus_plan(tmp_path, *sweep, env=env)
+    hydras = primus_plan(tmp_path, *sweep, "hydra/sweeper=basic", "hydra/launcher=basic", env=env)
+    assert ours.returncode == 0 and hydras.returncode == 0, ours.stderr[-2000:] + hydras.stderr[-2000:]
+    points = [json.loads(line) for line in ours.stdout.splitlines()]
+    assert len(points) == 8 and {p["per_job_gib"] for p in points} != {points[0]["per_job_gib"]}  # the sizes differ
+    assert ours.stdout == hydras.stdout.replace(", \"hydra/sweeper=basic\", \"hydra/launcher=basic\"", "")
+
+
+def test_reading_only_the_first_line_of_a_sweep_plan_ends_quietly(tmp_path):
+    env = {**FAKE_8_GPU_NODE, "TMPDIR": str(tmp_path / "tmp")}
+    command = [sys.executable, "-m", "primus_hydra", "-m", "task=plan", "module.lr=range(1,200)"]
+    reader = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
+                              env={**os.environ, **env, "PYTHONPATH": str(REPO / "src")})
+    first = reader.stdout.readline()
+    reader.stdout.close()  # what `| head -1` does
+    stderr = reader.stderr.read().decode()
+    assert reader.wait(timeout=60) == 141  # 128 + SIGPIPE, like any shell tool whose reader went away
+    assert json.loads(first)["point"]["num"] == 0 and stderr == ""
+
+
 @pytest.mark.parametrize("args, env, line", [
     (["launch.nproc_per_node=atuo"], {}, "error: launch.nproc_per_node=atuo: must be 'auto' or an integer >= 1"),
     (["module.data.num_workers=-2"], {}, "error: module.data.num_workers=-2: must be 'auto' or an integer >= 0"),

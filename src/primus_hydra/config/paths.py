@@ -19,12 +19,16 @@ def find_conf_dir() -> str:
 
 def hydra_job_dir(config, *, sweep: bool) -> Path:
     """The directory Hydra's run_job will give this job (hydra.run.dir, or hydra.sweep.dir/subdir), absolute,
-    resolved before Hydra makes it: its `${hydra:...}` interpolations read HydraConfig, set here for the moment."""
+    resolved before Hydra makes it. A `${hydra:...}` interpolation in them reads HydraConfig: set for the moment
+    (copying the hydra node, so only when one is there)."""
     from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
 
+    section = OmegaConf.to_container(config.hydra.sweep if sweep else config.hydra.run, resolve=False)
     hydra_config = HydraConfig.instance()
     previous = hydra_config.cfg
-    hydra_config.set_config(config)
+    if any("${hydra:" in str(value) for value in section.values()):
+        hydra_config.set_config(config)
     try:
         if sweep:
             return Path(os.path.abspath(os.path.join(str(config.hydra.sweep.dir), str(config.hydra.sweep.subdir))))

@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from primus_hydra.config.paths import hydra_job_dir
 from primus_hydra.errors import PrimusError
+from primus_hydra.launch.sweep_compose import SweepComposer
 from primus_hydra.launch.sweep_probe import (
     PROBE_SUBDIR,
     compile_environment,
@@ -74,6 +75,7 @@ class LocalSweep:
         self.config = config
         self.memory = memory
         self.sweep_dir = Path(str(config.hydra.sweep.dir)).absolute()
+        self.composer = SweepComposer(hydra_context.config_loader, config)
         self.processes = PointProcesses(hydra_context, task_function, self.sweep_dir / STATE_DIR,
                                         start_method=start_method, pin_cpus=pin_cpus, stop_grace_s=stop_grace_s)
 
@@ -83,6 +85,8 @@ class LocalSweep:
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         points = self.compose_points(job_overrides, initial_job_idx)
         plan = self.prepare_points(points)
+        if _runs_points_here(points[0]):
+            return self.run_here(points)
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
         (self.sweep_dir / STATE_DIR).mkdir(exist_ok=True)
         first = points[0].prepared
@@ -100,8 +104,8 @@ class LocalSweep:
         return self.job_returns(points, outcomes)
 
     def compose_point(self, overrides: list, job: int, subdir: Optional[str] = None) -> DictConfig:
-        config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
-        with open_dict(config):
+        config = self.composer.compose(overrides)
+        with read_write(config.hydra), open_dict(config):
             config.hydra.job.id = job
             config.hydra.job.num = job
             if subdir is not None:
@@ -131,10 +135,13 @@ class LocalSweep:
         task_class = _task_class(points[0].config)
         if task_class is None or not hasattr(task_class, "prepare_job"):
             return plan_for_generic_points(len(points))
+        # points that run in their own processes share one plan (its slots); a task run here plans each point
+        shared = not getattr(task_class, "runs_sweep_points_in_process", False)
         plan, failures = None, []
         for point in points:
             try:
-                point.prepared = task_class.prepare_job(point.config, point.run_dir, plan=plan, sweep_points=len(points))
+                point.prepared = task_class.prepare_job(point.config, point.run_dir, plan=plan if shared else None,
+                                                        sweep_points=len(points))
             except Exception as error:  # noqa: BLE001 - user errors become one line each; anything else is a bug
                 failures += [f"error: [job {point.job}: {' '.join(point.overrides)}] {line}" for line in _lines(error)]
                 continue
@@ -143,6 +150,16 @@ class LocalSweep:
                 say(f"warning: [job {point.job}: {' '.join(point.overrides)}] {warning}")
         _stop_on(failures)
         return plan
+
+    def run_here(self, points: list) -> list:
+        """A task that only computes and prints (task=plan) runs its points in this process, one after the other:
+        no run dirs, no point processes, milliseconds a point."""
+        returns = []
+        for point in points:
+            task = _task_class(point.config)(point.prepared.cfg, job=point.prepared,
+                                              point={"num": point.job, "overrides": point.overrides})
+            returns.append(self._job_return(point, task.run(), ok=True))
+        return returns
 
     def probe(self, points: list, plan):
         """The first point alone for sweep.probe_steps steps: its measured peak tightens the plan, and every point's
@@ -223,19 +240,20 @@ class LocalSweep:
             names = ", ".join(f"{outcome.label}: {outcome.status}" for outcome in failed)
             failure = SweepPointsFailed(f"{len(failed)} of {len(outcomes)} sweep point(s) failed ({names}); "
                                         f"summary in {self.sweep_dir / 'summary.md'}")
-        returns = []
-        for point, outcome in zip(points, outcomes):
-            hydra_cfg = OmegaConf.create({"hydra": OmegaConf.to_container(point.config.hydra)})
-            with read_write(hydra_cfg), open_dict(hydra_cfg):
-                hydra_cfg.hydra.runtime.output_dir = str(point.run_dir)
-            task_cfg = OmegaConf.masked_copy(point.config, [key for key in point.config if key != "hydra"])
-            ok = outcome.status == "ok"
-            returns.append(SweepPointReturn(
-                overrides=point.overrides, cfg=task_cfg, hydra_cfg=hydra_cfg, working_dir=os.getcwd(),
-                task_name=str(point.config.hydra.job.name),
-                status=JobStatus.COMPLETED if ok else JobStatus.FAILED,
-                _return_value=outcome.return_value if ok else failure))
-        return returns
+        return [self._job_return(point, outcome.return_value if outcome.status == "ok" else failure,
+                                 ok=outcome.status == "ok") for point, outcome in zip(points, outcomes)]
+
+    @staticmethod
+    def _job_return(point: SweepPoint, value: Any, *, ok: bool) -> SweepPointReturn:
+        """What Hydra's run_job would return for the point (its config is the point's own: nothing else uses it)."""
+        hydra_cfg = point.config
+        with read_write(hydra_cfg.hydra), open_dict(hydra_cfg.hydra):
+            hydra_cfg.hydra.runtime.output_dir = str(point.run_dir)
+        task_cfg = point.prepared.cfg if point.prepared is not None else OmegaConf.masked_copy(
+            point.config, [key for key in point.config if key != "hydra"])
+        return SweepPointReturn(overrides=point.overrides, cfg=task_cfg, hydra_cfg=hydra_cfg, working_dir=os.getcwd(),
+                                task_name=str(point.config.hydra.job.name),
+                                status=JobStatus.COMPLETED if ok else JobStatus.FAILED, _return_value=value)
 
 
 def _task_class(config: DictConfig) -> Optional[type]:
@@ -244,6 +262,11 @@ def _task_class(config: DictConfig) -> Optional[type]:
 
     target = OmegaConf.select(config, "task._target_", default=None)
     return load_target(target, "task._target_") if target else None
+
+
+def _runs_points_here(point: SweepPoint) -> bool:
+    task_class = _task_class(point.config)
+    return point.prepared is not None and bool(getattr(task_class, "runs_sweep_points_in_process", False))
 
 
 def _lines(error: BaseException) -> list[str]:

@@ -40,9 +40,10 @@ def job_config(cfg: DictConfig) -> DictConfig:
     """A copy of the composed config without Hydra's own node: what the job reads."""
     if "hydra" not in cfg:
         return copy.deepcopy(cfg)
-    job = copy.deepcopy(cfg)
+    hydra_node = cfg._get_node("hydra")
+    job = copy.deepcopy(cfg, {id(hydra_node): hydra_node})  # the hydra subtree (half the config) is not copied...
     with read_write(job), open_dict(job):
-        del job["hydra"]
+        del job["hydra"]  # ...since the copy drops it
     return job
 
 

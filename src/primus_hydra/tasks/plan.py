@@ -14,10 +14,13 @@ from omegaconf import DictConfig
 
 
 class PlanTask:
-    def __init__(self, cfg: DictConfig, job=None):
+    # under -m (hydra/launcher=primus_local, set by conf/task/plan.yaml) the points run in the sweep's process
+    runs_sweep_points_in_process = True
+
+    def __init__(self, cfg: DictConfig, job=None, point: Optional[dict] = None):
         self.cfg = cfg
         self.job = job
-
+        self.point = point  # {"num": ..., "overrides": [...]} of a sweep point; None: read from Hydra
     @classmethod
     def prepare_job(cls, cfg: DictConfig, run_dir: Optional[Path], *, plan=None, sweep_points: Optional[int] = None):
         from primus_hydra.orchestrator.prepare import prepare
@@ -33,7 +36,7 @@ class PlanTask:
             job = self.prepare_job(self.cfg, None)
             for warning in job.warnings:
                 print(f"warning: {warning}", file=sys.stderr)
-        point = _sweep_point()
+        point = self.point or _sweep_point()
         data = job.plan.to_dict()
         if point is None:
             print(json.dumps(data, indent=2))
