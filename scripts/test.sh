@@ -1,5 +1,11 @@
 #!/usr/bin/env bash
-# Runs the whole test suite (installing everything first when needed). Extra arguments go to pytest.
+# Runs the test suite (installing everything first when needed): ruff, then pytest.
+#
+#   bash scripts/test.sh [TIER] [pytest arguments]
+#
+# TIER: all (the default: README's and CI's command), unit (tests/unit: no subprocess, no training, under a
+# minute: the fast loop), integration (tests/integration: real runs, several processes) or slurm (tests/slurm: the
+# local cluster). Arguments after it go to pytest.
 #
 # As root on Linux with apt, a local Slurm cluster (scripts/local_slurm.sh) is brought up first and stopped at the
 # end, also on failure or Ctrl-C; SLURM_CONF and PRIMUS_REQUIRE_SLURM=1 are then exported, so the Slurm tests fail
@@ -9,6 +15,18 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/setup.sh"
 cd "$root"
+
+tier=all
+case "${1:-}" in
+  all|unit|integration|slurm) tier="$1"; shift ;;
+esac
+case "$tier" in
+  all) paths=("$root/tests") ;;
+  *) paths=("$root/tests/$tier") ;;
+esac
+
+echo "[test] ruff check" >&2
+"$root/.venv/bin/ruff" check --quiet "$root"
 
 slurm="$root/scripts/local_slurm.sh"
 slurm_stop_at_exit=0
@@ -23,7 +41,9 @@ trap stop_slurm EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-if [[ "${PRIMUS_LOCAL_SLURM:-1}" == 0 ]]; then
+if [[ "$tier" == unit || "$tier" == integration ]]; then
+  :  # these tiers need no cluster
+elif [[ "${PRIMUS_LOCAL_SLURM:-1}" == 0 ]]; then
   echo "[test] warning: PRIMUS_LOCAL_SLURM=0: no local Slurm cluster; the Slurm tests skip" >&2
 elif [[ "$(uname -s)" != Linux || "$(id -u)" != 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
   echo "[test] warning: no local Slurm cluster (needs root, Linux and apt); the Slurm tests skip" >&2
@@ -46,5 +66,5 @@ else
 fi
 
 rc=0
-"$root/.venv/bin/python" -m pytest "$root/tests" "$@" || rc=$?
+"$root/.venv/bin/python" -m pytest "${paths[@]}" "$@" || rc=$?
 exit "$rc"

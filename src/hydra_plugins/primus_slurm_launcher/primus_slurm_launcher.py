@@ -57,10 +57,14 @@ class PrimusSlurmLauncher(BaseSubmititLauncher):
     _EXECUTOR = "slurm"
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from primus_hydra.launch.slurm.sweep import launch_slurm_sweep
+        from primus_hydra.config.targets import task_class_of
 
         assert self.config is not None and self.hydra_context is not None
-        return launch_slurm_sweep(self.hydra_context, self.config, job_overrides, initial_job_idx)
+        if not hasattr(task_class_of(self.config), "prepare_job"):
+            # another Hydra app's task: each point runs Hydra's run_job on its node (this object's __call__)
+            from primus_hydra.launch.slurm.generic import launch_generic_sweep
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:  # 1.2.0 submits the launcher itself; we never do
-        raise RuntimeError("PrimusSlurmLauncher submits primus_hydra.launch.slurm.entry.SlurmJobEntry, not itself")
+            return launch_generic_sweep(self, job_overrides, initial_job_idx)
+        from primus_hydra.launch.slurm.sweep import launch_slurm_sweep
+
+        return launch_slurm_sweep(self.hydra_context, self.config, job_overrides, initial_job_idx)

@@ -22,6 +22,7 @@ from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrid
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from primus_hydra.config.paths import hydra_job_dir
+from primus_hydra.config.targets import task_class_of
 from primus_hydra.errors import PrimusError
 from primus_hydra.launch.sweep_compose import SweepComposer
 from primus_hydra.launch.sweep_probe import (
@@ -132,7 +133,7 @@ class LocalSweep:
     def prepare_points(self, points: list):
         """Every point prepared by its task (the cross-field rules, the backend's, the paths it reads) before any
         starts, all with the plan of the first: the first mistake costs nothing. Returns the sweep's plan."""
-        task_class = _task_class(points[0].config)
+        task_class = task_class_of(points[0].config)
         if task_class is None or not hasattr(task_class, "prepare_job"):
             return plan_for_generic_points(len(points))
         # points that run in their own processes share one plan (its slots); a task run here plans each point
@@ -156,7 +157,7 @@ class LocalSweep:
         no run dirs, no point processes, milliseconds a point."""
         returns = []
         for point in points:
-            task = _task_class(point.config)(point.prepared.cfg, job=point.prepared,
+            task = task_class_of(point.config)(point.prepared.cfg, job=point.prepared,
                                               point={"num": point.job, "overrides": point.overrides})
             returns.append(self._job_return(point, task.run(), ok=True))
         return returns
@@ -182,7 +183,7 @@ class LocalSweep:
         config = self.compose_point(overrides, point.job, subdir=PROBE_SUBDIR)
         run_dir = hydra_job_dir(config, sweep=True)
         try:
-            job = _task_class(config).prepare_job(config, run_dir, plan=plan, sweep_points=1)
+            job = task_class_of(config).prepare_job(config, run_dir, plan=plan, sweep_points=1)
         except Exception as error:  # noqa: BLE001
             say(f"probe: skipped, {steps} step(s) of job {point.job} are not a valid job: {_lines(error)[0]}; "
                 "the plan stays as estimated")
@@ -241,31 +242,26 @@ class LocalSweep:
             failure = SweepPointsFailed(f"{len(failed)} of {len(outcomes)} sweep point(s) failed ({names}); "
                                         f"summary in {self.sweep_dir / 'summary.md'}")
         return [self._job_return(point, outcome.return_value if outcome.status == "ok" else failure,
-                                 ok=outcome.status == "ok") for point, outcome in zip(points, outcomes)]
+                                 ok=outcome.status == "ok", working_dir=outcome.working_dir)
+                for point, outcome in zip(points, outcomes)]
 
     @staticmethod
-    def _job_return(point: SweepPoint, value: Any, *, ok: bool) -> SweepPointReturn:
-        """What Hydra's run_job would return for the point (its config is the point's own: nothing else uses it)."""
+    def _job_return(point: SweepPoint, value: Any, *, ok: bool, working_dir: Optional[str] = None) -> SweepPointReturn:
+        """What Hydra's run_job returned in the point's process (its config is the point's own: nothing else uses
+        it)."""
         hydra_cfg = point.config
         with read_write(hydra_cfg.hydra), open_dict(hydra_cfg.hydra):
             hydra_cfg.hydra.runtime.output_dir = str(point.run_dir)
         task_cfg = point.prepared.cfg if point.prepared is not None else OmegaConf.masked_copy(
             point.config, [key for key in point.config if key != "hydra"])
-        return SweepPointReturn(overrides=point.overrides, cfg=task_cfg, hydra_cfg=hydra_cfg, working_dir=os.getcwd(),
+        return SweepPointReturn(overrides=point.overrides, cfg=task_cfg, hydra_cfg=hydra_cfg,
+                                working_dir=working_dir or os.getcwd(),
                                 task_name=str(point.config.hydra.job.name),
                                 status=JobStatus.COMPLETED if ok else JobStatus.FAILED, _return_value=value)
 
 
-def _task_class(config: DictConfig) -> Optional[type]:
-    """The task class of a primus-hydra config (task._target_); None for another Hydra app."""
-    from primus_hydra.config.targets import load_target
-
-    target = OmegaConf.select(config, "task._target_", default=None)
-    return load_target(target, "task._target_") if target else None
-
-
 def _runs_points_here(point: SweepPoint) -> bool:
-    task_class = _task_class(point.config)
+    task_class = task_class_of(point.config)
     return point.prepared is not None and bool(getattr(task_class, "runs_sweep_points_in_process", False))
 
 

@@ -79,6 +79,7 @@ class PointResult:
     exit_code: int = 0
     peak_host_gib: Optional[float] = None  # max RSS of one of the point's processes
     peak_device_gib: Optional[float] = None  # CUDA/HIP max reserved of one rank (None: not measured)
+    working_dir: Optional[str] = None  # run_job's (the run dir when hydra.job.chdir=true, else the cwd)
 
 
 def run_point(launch: PointLaunch) -> None:
@@ -174,6 +175,7 @@ def _run_job(launch: PointLaunch) -> PointResult:
             error = job_return._return_value
             traceback.print_exception(type(error), error, error.__traceback__)
             result = PointResult("failed", error=first_line(error), exit_code=1)
+        result.working_dir = job_return.working_dir
     if payload.prepared is not None and _job_left_behind(Path(payload.run_dir)):
         print(f"[primus_local] warning: the task did not take the job prepared for {payload.run_dir}", flush=True)
     result.peak_host_gib, result.peak_device_gib = _measured_peaks()

@@ -149,6 +149,7 @@ def _record_result(running: _Running) -> None:
         outcome.error = result.error
         outcome.final_loss = final_loss_of(result.return_value)
         outcome.peak_host_gib, outcome.peak_device_gib = result.peak_host_gib, result.peak_device_gib
+        outcome.working_dir = result.working_dir
         outcome.return_value = result.return_value
     elif exit_code is not None and exit_code < 0:
         outcome.status = "killed"

@@ -27,6 +27,7 @@ class PointOutcome:
     pid: Optional[int] = None  # of the point's process (and its process group)
     peak_host_gib: Optional[float] = None
     peak_device_gib: Optional[float] = None
+    working_dir: Optional[str] = None  # Hydra's JobReturn.working_dir, as the point's run_job had it
     return_value: Any = dataclasses.field(default=None, repr=False)  # the task's own, handed back to Hydra
 
     @property
