@@ -19,6 +19,7 @@ from primus_hydra.orchestrator.prepare import PreparedJob
 
 log = logging.getLogger(__name__)
 
+
 USER_ERROR_TYPES = {"PrimusError", "ConfigValidationError", "BackendUnavailableError", "DataError", "CheckpointError",
                     "PatchError", "TrainingDivergedError", "StoppedBySignalError"}
 
@@ -35,13 +36,19 @@ class JobInterruptedError(PrimusError):
 
 def launch_elastic_job(job: PreparedJob, run_dir: Path) -> Any:
     """The job's plan decided its worker_env (threads per worker, compile threads) before any worker starts;
-    workers inherit it and never change it."""
-    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    workers inherit it and never change it.
 
-    from primus_hydra.launch.worker import worker_main
+    Workers are forked from this process (start_method="fork"): it has imported torch and the worker's modules
+    already, so no worker pays that again (~1 s with "spawn"), and they are this process's own children, so the
+    agent sees at once which one died first. It never initialises CUDA/HIP, so forking it is safe; the workers'
+    thread variables are set before it imports torch, because OpenMP reads them when torch loads."""
+    with worker_environment(job.plan.worker_env):
+        from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+        from torch.distributed.elastic.multiprocessing.api import SignalException
+        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+        from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+        from primus_hydra.launch.worker import worker_main
 
     launch, plan = job.cfg.launch, job.plan
     nproc = plan.nproc_per_node
@@ -61,7 +68,7 @@ def launch_elastic_job(job: PreparedJob, run_dir: Path) -> Any:
         rdzv_configs={"rank": launch.node_rank} if launch.rdzv_backend == "static" else {},
         max_restarts=launch.max_restarts,
         monitor_interval=launch.monitor_interval,
-        start_method="spawn",
+        start_method="fork",
         # local rank 0 talks to the terminal (progress bar, log lines); the others write files only
         logs_specs=DefaultLogsSpecs(log_dir=str(worker_logs), redirects={r: Std.ALL for r in range(1, nproc)}),
         shutdown_timeout=launch.shutdown_timeout_s,
