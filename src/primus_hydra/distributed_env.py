@@ -50,7 +50,7 @@ def _int(environ: Mapping[str, str], key: str, default: int) -> int:
 
 def detect_distributed_env(environ: Mapping[str, str] = os.environ) -> DistributedEnv:
     if "RANK" in environ and "WORLD_SIZE" in environ and "LOCAL_RANK" in environ:
-        # torchrun / torch elastic agent (also our own launcher later): the standard variables are complete
+        # torchrun or torch's elastic agent (a user's torchrun, our own launch): the standard variables are complete;
         # an srun task whose variables the Slurm launcher exported (no elastic agent) is a Slurm rank
         from_srun = "SLURM_PROCID" in environ and "TORCHELASTIC_RUN_ID" not in environ
         return DistributedEnv(

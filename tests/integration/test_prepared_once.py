@@ -61,10 +61,10 @@ def test_the_composing_process_prepares_the_job_once(tmp_path, args):
     (["module.lr=${oc.env:PRIMUS_TEST_UNSET_VARIABLE}"], "error: module.lr: KeyError raised while resolving interpolation"),
     (["patches.modules=[no_such_patch_module]"], "error: patches.modules: cannot import 'no_such_patch_module'"),
     (["launch.nproc_per_node=3", "module.parallel.tp=2"], "error: world size 3 (launch.nnodes x launch.nproc_per_node)"),
-    (["backend=megatron", "module.data.source=mock"], "error: backend=megatron needs megatron.training"),
+    (["backend=megatron", "module.data.source=mock"], "error: backend=megatron: training through Megatron-LM is not integrated yet"),
     (["backend=torchtitan", "module.data.source=mock", "platform.device=cpu"], "error: platform.device=cpu: backend=torchtitan trains on GPUs only"),
 ], ids=["data_path", "resume_path", "backend_rule", "patch_id", "interpolation", "patch_module", "layout",
-        "backend_library", "backend_device"])
+        "backend_not_integrated", "backend_device"])
 def test_a_rejected_run_leaves_no_run_dir(tmp_path, args, expected):
     result = primus(*args, cwd=tmp_path, env={"PRIMUS_OUTPUT_ROOT": str(tmp_path / "out")})
     assert result.returncode == 2, result.stderr[-2000:]

@@ -107,6 +107,10 @@ class BackendAdapter(ABC):
         self.backend_path = root
         return root
 
+    def training_failures(self) -> list[str]:
+        """What keeps a real run of this backend from training here (checked before it starts)."""
+        return self.requirement_failures()
+
     def requirement_failures(self) -> list[str]:
         """The modules a real run imports, looked up without importing them (in the source tree too): one line
         naming what is missing and how to get it. The runtime imports them for real (prepare_backend)."""

@@ -1,7 +1,7 @@
 """What the adapters of the external backends (megatron, torchtitan, maxtext, megatron_bridge, hummingbirdxt)
 share: plain values out of the typed config, `backend.extra_args` merged last,
-the base adapter (trainer choice by module.stage, source sub-folders on sys.path) and the placeholder trainer
-of backends whose training loop is not integrated yet.
+the base adapter (the stages a backend trains, source sub-folders on sys.path, what a run needs before it
+starts).
 
 Nothing here imports torch or a backend library: adapters are imported on the launcher side too.
 """
@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 from primus_hydra.backends.base import BackendAdapter, BaseTrainer
 from primus_hydra.config.targets import load_target
 from primus_hydra.config.values import to_plain
-from primus_hydra.errors import BackendUnavailableError, ConfigValidationError
+from primus_hydra.errors import BackendUnavailableError
 
 
 def merge_extra_args(native: dict, extra: Any) -> dict:
@@ -53,13 +53,16 @@ def size_tag(model_name: str) -> Optional[str]:
 
 
 class ExternalBackendAdapter(BackendAdapter):
-    """An adapter whose trainer lives in its package's trainer.py, chosen by module.stage.
+    """An adapter that translates the canonical config into another library's arguments.
 
-    Subclasses set `trainer_classes` ({stage: "module.Class"}) and, for source checkouts whose importable
-    package sits in a sub-folder (e.g. maxtext's src/), `source_subdirs`.
+    Subclasses set `stages` (the module.stage values the backend trains), `library` (what a real run drives) and,
+    for source checkouts whose importable package sits in a sub-folder (e.g. maxtext's src/), `source_subdirs`.
+    Once training through the library is wired up, `trainer_classes` maps each stage to its trainer class.
     """
 
-    trainer_classes: dict[str, str] = {}
+    stages: tuple[str, ...] = ()
+    library: str = ""
+    trainer_classes: dict[str, str] = {}  # {stage: "module.Class"}; empty: only the arguments are translated
     source_subdirs: tuple[str, ...] = ()
 
     @property
@@ -71,9 +74,9 @@ class ExternalBackendAdapter(BackendAdapter):
 
     def validate(self) -> list[str]:
         failures = []
-        if self.stage not in self.trainer_classes:
+        if self.stage not in self.stages:
             failures.append(
-                f"module.stage={self.stage}: backend={self.name} supports {', '.join(self.trainer_classes)}; "
+                f"module.stage={self.stage}: backend={self.name} supports {', '.join(self.stages)}; "
                 f"pick the module preset with that stage (module=pre_trainer: pretrain, module=post_trainer: sft)"
             )
         data = self.cfg.module.data
@@ -85,27 +88,16 @@ class ExternalBackendAdapter(BackendAdapter):
             )
         return failures
 
+    def training_failures(self) -> list[str]:
+        if not self.trainer_classes:
+            return [self.not_integrated()]
+        return super().training_failures()
+
+    def not_integrated(self) -> str:
+        return (f"backend={self.name}: training through {self.library} is not integrated yet in this release; "
+                f"task.dry_run=true exports the translated arguments to backend_args.yaml in the run dir")
+
     def load_trainer_class(self, stage: str) -> type[BaseTrainer]:
-        if stage not in self.trainer_classes:
-            supported = ", ".join(self.trainer_classes)
-            raise ConfigValidationError([f"module.stage={stage}: backend={self.name} supports {supported}"])
+        if not self.trainer_classes:
+            raise BackendUnavailableError(self.not_integrated())
         return load_target(self.trainer_classes[stage], "backend trainer")
-
-
-class PendingIntegrationTrainer(BaseTrainer):
-    """The trainer of a backend whose training loop is not wired up yet: setup says so in one line, so init and
-    train are never reached."""
-
-    backend = ""
-    library = ""  # what a real run would drive, e.g. "Megatron-LM"
-
-    def setup(self) -> None:
-        raise BackendUnavailableError(
-            f"backend={self.backend}: training through {self.library} is not integrated yet in this release; "
-            f"task.dry_run=true exports the translated arguments to {self.run_dir}/backend_args.yaml"
-        )
-
-    def init(self) -> None:  # pragma: no cover - setup raised
-        raise AssertionError("unreachable: setup() raised")
-
-    train = init

@@ -1,1 +1,1 @@
-"""Starting the job's processes: torch's elastic agent in the orchestrator process (multi-node Slurm later)."""
+"""Starting the job's processes: torch's elastic agent in the orchestrator process, local sweeps, Slurm."""

@@ -82,7 +82,7 @@ def prepare(cfg: DictConfig, *, run_dir: Optional[Path] = None, world_size: Opti
     failures += adapter.validate()
     failures += patch_failures(job)
     if on_this_machine and trains:
-        failures += input_path_failures(job) + adapter.requirement_failures()
+        failures += input_path_failures(job) + adapter.training_failures()
     if failures:
         raise ConfigValidationError(failures)
     return PreparedJob(job, layout, plan, warnings + (list(plan.warnings) if plan is not None else []), auto_knobs)

@@ -15,7 +15,8 @@ class HummingbirdXTAdapter(ExternalBackendAdapter):
         "Provide a HummingbirdXT checkout via backend.path=<dir>, $BACKEND_PATH or third_party/HummingbirdXT "
         "(its Python dependencies installed)."
     )
-    trainer_classes = {"sft": "primus_hydra.backends.hummingbirdxt.trainer.HummingbirdXTPosttrainTrainer"}
+    stages = ("sft",)
+    library = "HummingbirdXT"
 
     def convert_config(self) -> dict:
         return build_hummingbirdxt_args(self.cfg, self.run_dir)

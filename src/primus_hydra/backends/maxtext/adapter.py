@@ -15,7 +15,8 @@ class MaxTextAdapter(ExternalBackendAdapter):
         "Install MaxText with JAX for your accelerator (pip install maxtext) or point backend.path=<dir>, "
         "$BACKEND_PATH or third_party/maxtext at a MaxText checkout."
     )
-    trainer_classes = {"pretrain": "primus_hydra.backends.maxtext.trainer.MaxTextPretrainTrainer"}
+    stages = ("pretrain",)
+    library = "MaxText"
 
     def convert_config(self) -> dict:
         return build_maxtext_config(self.cfg, self.run_dir, self.layout)

@@ -14,10 +14,8 @@ class MegatronAdapter(ExternalBackendAdapter):
         "Install megatron-core (pip install megatron-core) and provide a Megatron-LM checkout for megatron.training "
         "via backend.path=<dir>, $BACKEND_PATH or third_party/Megatron-LM."
     )
-    trainer_classes = {
-        "pretrain": "primus_hydra.backends.megatron.trainer.MegatronPretrainTrainer",
-        "sft": "primus_hydra.backends.megatron.trainer.MegatronSFTTrainer",
-    }
+    stages = ("pretrain", "sft")
+    library = "Megatron-LM"
 
     def validate(self) -> list[str]:
         failures = super().validate()

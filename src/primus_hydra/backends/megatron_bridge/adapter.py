@@ -15,10 +15,8 @@ class MegatronBridgeAdapter(ExternalBackendAdapter):
         "Install Megatron-Bridge (pip install megatron-bridge) or point backend.path=<dir>, $BACKEND_PATH or "
         "third_party/Megatron-Bridge at a Megatron-Bridge checkout (with its 3rdparty/Megatron-LM)."
     )
-    trainer_classes = {
-        "pretrain": "primus_hydra.backends.megatron_bridge.trainer.MegatronBridgePretrainTrainer",
-        "sft": "primus_hydra.backends.megatron_bridge.trainer.MegatronBridgeSFTTrainer",
-    }
+    stages = ("pretrain", "sft")
+    library = "Megatron-Bridge"
 
     def convert_config(self) -> dict:
         return build_megatron_bridge_config(self.cfg, self.run_dir)

@@ -14,7 +14,8 @@ class TorchTitanAdapter(ExternalBackendAdapter):
         "Install torchtitan (pip install torchtitan, next to a CUDA or ROCm build of torch) or point "
         "backend.path=<dir>, $BACKEND_PATH or third_party/torchtitan at a torchtitan checkout."
     )
-    trainer_classes = {"pretrain": "primus_hydra.backends.torchtitan.trainer.TorchTitanPretrainTrainer"}
+    stages = ("pretrain",)
+    library = "torchtitan"
 
     def validate(self) -> list[str]:
         failures = super().validate()
