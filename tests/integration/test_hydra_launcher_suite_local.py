@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from hydra.test_utils.launcher_common_tests import IntegrationTestSuite, LauncherTestSuite
 
+from helpers.hydra_state import unspecified_version_base  # noqa: F401 (an autouse fixture)
+
 pytestmark = pytest.mark.slow
 
 

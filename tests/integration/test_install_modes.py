@@ -114,3 +114,12 @@ def test_hydra_finds_the_launchers_and_conf(mode, source, wheelhouse, tmp_path):
     has_torch = subprocess.run([str(python), "-c", "import torch"], capture_output=True, cwd=workdir,
                                env=_clean_env(), timeout=60).returncode == 0
     assert not has_torch  # composing needs only hydra: torch is the [torch] extra
+
+    # training without the [torch] extra: one line naming it, before anything is written
+    result = subprocess.run([str(python), "-m", "primus_hydra"], capture_output=True, text=True, cwd=workdir,
+                            env=_clean_env(), timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        "error: backend=torch needs torch, numpy, which cannot be found. Install the torch extra: pip install "
+        "'primus-hydra[torch]' (pin torch to your CUDA/ROCm/CPU build)."]
+    assert not (workdir / "outputs").exists()
