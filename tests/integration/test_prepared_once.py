@@ -25,6 +25,7 @@ COUNTING = (
     "counted('primus_hydra.orchestrator.prepare', 'validate_config')\n"
     "counted('primus_hydra.orchestrator.prepare', 'build_resource_plan')\n"
     "counted('primus_hydra.orchestrator.prepare', 'prepare')\n"
+    "counted('primus_hydra.orchestrator.prepare', 'parallel_layout')\n"
     "counted('primus_hydra.config.layout', 'layout_failures')\n"
     "atexit.register(lambda: print('COUNTS ' + json.dumps(counts), file=sys.stderr))\n"
     "sys.argv = ['primus_hydra', *sys.argv[1:]]\n"
@@ -50,7 +51,8 @@ def counts_of(tmp_path, *args: str) -> dict:
 ], ids=["dry_run", "one_process", "two_workers", "plan"])
 def test_the_composing_process_prepares_the_job_once(tmp_path, args):
     counts = counts_of(tmp_path, *args)
-    assert counts == {"prepare": 1, "validate_config": 1, "build_resource_plan": 1, "layout_failures": 1}
+    assert counts == {"prepare": 1, "validate_config": 1, "build_resource_plan": 1, "parallel_layout": 1,
+                      "layout_failures": 1}
 
 
 @pytest.mark.parametrize("args, expected", [
@@ -81,3 +83,19 @@ def test_a_fresh_run_in_an_earlier_runs_dir_is_rejected_before_hydra_writes_ther
     assert second.returncode == 2
     assert second.stderr.splitlines()[0].startswith(f"error: module.checkpoint.dir={run / 'checkpoints'} already holds")
     assert (run / ".hydra" / "config.yaml").read_text() == config_before  # the earlier run's record is intact
+
+
+def test_a_basic_sweep_prepares_each_point_once(tmp_path):
+    counts = counts_of(tmp_path, "-m", *QUICK, "module.lr=1e-3,2e-3", "hydra/launcher=basic")
+    assert counts == {"prepare": 2, "validate_config": 2, "build_resource_plan": 2, "parallel_layout": 2,
+                      "layout_failures": 2}
+
+
+def test_a_basic_sweep_with_a_bad_point_stops_before_any_point_runs(tmp_path):
+    result = primus("-m", *QUICK, "module.seq_length=64,4096", "hydra/launcher=basic",
+                    f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr[-2000:]
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: [job 1: ") and "module.seq_length=4096" in line.split("]")[0]
+    assert line.endswith("] module.seq_length=4096 exceeds model.max_position_embeddings=1024")
+    assert [path.name for path in (tmp_path / "sweep").iterdir()] == ["multirun.yaml"]  # Hydra's, before launch

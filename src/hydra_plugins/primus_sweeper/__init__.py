@@ -1,1 +1,1 @@
-"""hydra/sweeper=primus_basic: Hydra's basic sweeper, validating points without composing each one again."""
+"""hydra/sweeper=primus_basic: Hydra's basic sweeper, preparing or checking each batch without composing every point again."""

@@ -55,9 +55,10 @@ def size_tag(model_name: str) -> Optional[str]:
 class ExternalBackendAdapter(BackendAdapter):
     """An adapter that translates the canonical config into another library's arguments.
 
-    Subclasses set `stages` (the module.stage values the backend trains), `library` (what a real run drives) and,
-    for source checkouts whose importable package sits in a sub-folder (e.g. maxtext's src/), `source_subdirs`.
-    Once training through the library is wired up, `trainer_classes` maps each stage to its trainer class.
+    Subclasses set `stages` (the module.stage values the backend trains), `library` (what a real run drives),
+    `trainer_classes` (each stage's trainer class; empty while only the arguments are translated: a real run then
+    stops before it starts, unless backend.trainer names a trainer) and, for source checkouts whose importable
+    package sits in a sub-folder (e.g. maxtext's src/), `source_subdirs`.
     """
 
     stages: tuple[str, ...] = ()
@@ -89,7 +90,7 @@ class ExternalBackendAdapter(BackendAdapter):
         return failures
 
     def training_failures(self) -> list[str]:
-        if not self.trainer_classes:
+        if not self.trainer_classes and not self.cfg.backend.trainer:  # backend.trainer: the user brings one
             return [self.not_integrated()]
         return super().training_failures()
 

@@ -48,3 +48,26 @@ def _first_sentence(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     kept = [line for line in lines if not line.startswith(("full_key:", "object_type=", "reference_type="))]
     return " ".join(kept) if kept else text.strip()
+
+
+def user_error_lines(error: BaseException) -> list[str]:
+    """What to print for an error the user can fix: a failed check's lines, a user error's lines, a composition
+    error as one line. Anything else is a bug: re-raised, with its traceback."""
+    from primus_hydra.errors import ConfigValidationError, PrimusError
+
+    if isinstance(error, ConfigValidationError):
+        return list(error.failures)
+    if isinstance(error, PrimusError):
+        return str(error).splitlines() or [type(error).__name__]
+    if is_compose_error(error):
+        return [format_compose_error(error)]
+    raise error
+
+
+def stop_with(lines: list[str], exit_code: int = 2) -> None:
+    """Print each line on stderr and exit: a rejected command, before anything ran."""
+    import sys
+
+    for line in lines:
+        print(line, file=sys.stderr, flush=True)
+    raise SystemExit(exit_code)

@@ -23,10 +23,6 @@ class ParallelLayout:
     grad_accum: int  # micro-batches per optimizer step on one data-parallel rank
     fsdp: bool
 
-    @property
-    def model_parallel(self) -> int:
-        return self.tp * self.pp * self.cp
-
 
 def data_parallel_size(parallel: Any, world_size: int) -> int:
     """module.parallel.dp: an explicit integer, or auto = world_size / (tp * pp * cp)."""

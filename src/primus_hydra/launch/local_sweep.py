@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional, Sequence
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from primus_hydra.config.error_format import stop_with, user_error_lines
 from primus_hydra.config.paths import hydra_job_dir
 from primus_hydra.config.targets import task_class_of
 from primus_hydra.errors import PrimusError
@@ -35,6 +36,7 @@ from primus_hydra.launch.sweep_probe import (
 from primus_hydra.launch.sweep_processes import PointProcesses, SweepPoint, forward_stop_signals
 from primus_hydra.launch.sweep_summary import PointOutcome, end_line, format_table, say, write_summary
 from primus_hydra.orchestrator.plan import plan_for_generic_points, write_resources_json
+from primus_hydra.orchestrator.prepare import show_warnings
 
 STATE_DIR = ".primus_local"  # result files of the points, inside the sweep dir
 _NOT_PROBED = object()
@@ -121,7 +123,7 @@ class LocalSweep:
                 config = self.compose_point(list(overrides), job)
                 run_dir = hydra_job_dir(config, sweep=True)
             except Exception as error:  # noqa: BLE001 - composition errors become one line; anything else is a bug
-                failures.append(f"error: [job {job}: {' '.join(filter_overrides(overrides))}] {_one_line(error)}")
+                failures.append(f"error: [job {job}: {' '.join(filter_overrides(overrides))}] {' '.join(user_error_lines(error))}")
                 continue
             points.append(SweepPoint(job, list(filter_overrides(overrides)), [], config, run_dir))
         _stop_on(failures)
@@ -144,11 +146,10 @@ class LocalSweep:
                 point.prepared = task_class.prepare_job(point.config, point.run_dir, plan=plan if shared else None,
                                                         sweep_points=len(points))
             except Exception as error:  # noqa: BLE001 - user errors become one line each; anything else is a bug
-                failures += [f"error: [job {point.job}: {' '.join(point.overrides)}] {line}" for line in _lines(error)]
+                failures += [f"error: [job {point.job}: {' '.join(point.overrides)}] {line}" for line in user_error_lines(error)]
                 continue
             plan = plan or point.prepared.plan
-            for warning in point.prepared.warnings:
-                say(f"warning: [job {point.job}: {' '.join(point.overrides)}] {warning}")
+            show_warnings(point.prepared, label=f"[job {point.job}: {' '.join(point.overrides)}] ")
         _stop_on(failures)
         return plan
 
@@ -185,7 +186,7 @@ class LocalSweep:
         try:
             job = task_class_of(config).prepare_job(config, run_dir, plan=plan, sweep_points=1)
         except Exception as error:  # noqa: BLE001
-            say(f"probe: skipped, {steps} step(s) of job {point.job} are not a valid job: {_lines(error)[0]}; "
+            say(f"probe: skipped, {steps} step(s) of job {point.job} are not a valid job: {user_error_lines(error)[0]}; "
                 "the plan stays as estimated")
             return None
         probe = SweepPoint(point.job, overrides, [f"probe of job {point.job}", f"module.train_iters={steps}"],
@@ -265,29 +266,9 @@ def _runs_points_here(point: SweepPoint) -> bool:
     return point.prepared is not None and bool(getattr(task_class, "runs_sweep_points_in_process", False))
 
 
-def _lines(error: BaseException) -> list[str]:
-    """A user error as its lines; a composition error as one line; anything else is a bug and re-raised."""
-    from primus_hydra.config.error_format import format_compose_error, is_compose_error
-    from primus_hydra.errors import ConfigValidationError
-
-    if isinstance(error, ConfigValidationError):
-        return list(error.failures)
-    if isinstance(error, PrimusError):
-        return str(error).splitlines() or [type(error).__name__]
-    if is_compose_error(error):
-        return [format_compose_error(error)]
-    raise error
-
-
-def _one_line(error: BaseException) -> str:
-    return " ".join(_lines(error))
-
-
 def _stop_on(failures: list) -> None:
     if failures:
-        for line in failures:
-            say(line)
-        raise SystemExit(2)
+        stop_with(failures, 2)
 
 
 def _override_key(override: str) -> str:

@@ -253,7 +253,7 @@ def _worker_env(inputs: PlanInputs, resources: MachineResources, threads: int, p
     """The variables to hoist into every worker: only those the user has not set. `auto` in
     TORCHINDUCTOR_COMPILE_THREADS is replaced by a number even without compile (Inductor calls int() on it)."""
     env = {name: str(threads) for name in THREAD_VARIABLES if name not in environ}
-    compile_value = environ.get(COMPILE_THREADS_VARIABLE)  # validated (resource_rules.py): auto or an integer >= 1
+    compile_value = environ.get(COMPILE_THREADS_VARIABLE)  # validated (resource_checks.py): auto or an integer >= 1
     if (compile_value is not None and is_auto(compile_value.strip())) or (compile_value is None and inputs.compile):
         env[COMPILE_THREADS_VARIABLE] = str(rules.compile_threads(resources.vcpus, processes))
     return env, "OMP_NUM_THREADS" not in environ

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -19,11 +20,11 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from primus_hydra.backends.base import load_adapter
 from primus_hydra.config.choices import auto_int, is_auto
-from primus_hydra.config.layout import ParallelLayout, configured_world_size, layout_failures, parallel_layout
+from primus_hydra.config.layout import ParallelLayout, configured_world_size, parallel_layout
 from primus_hydra.config.validate import validate_config
 from primus_hydra.errors import ConfigValidationError
 from primus_hydra.orchestrator.plan import ResourcePlan, build_resource_plan
-from primus_hydra.orchestrator.resource_rules import override_failures, visible_devices_failures
+from primus_hydra.orchestrator.resource_checks import override_failures, visible_devices_failures
 from primus_hydra.patches.loader import patch_failures
 
 
@@ -36,7 +37,7 @@ class PreparedJob:
     auto_knobs: frozenset = frozenset()  # the knobs that were `auto` in the job's own config (resolved by its plan)
 
 
-def job_config(cfg: DictConfig) -> DictConfig:
+def without_hydra_node(cfg: DictConfig) -> DictConfig:
     """A copy of the composed config without Hydra's own node: what the job reads."""
     if "hydra" not in cfg:
         return copy.deepcopy(cfg)
@@ -55,10 +56,11 @@ def prepare(cfg: DictConfig, *, run_dir: Optional[Path] = None, world_size: Opti
     run_dir: where it will write (None when unknown). world_size: fixed by who starts the ranks (a torchrun/srun
     job, a Slurm job's shape); else launch.nnodes x the planned nproc_per_node. plan: a plan made already (the
     local sweep's, shared by its points). on_this_machine=False: the job runs elsewhere (Slurm nodes): no plan,
-    no check of this machine's GPUs, paths or libraries. launched: this process is already a rank of its job.
+    no check of this machine's GPUs, paths or libraries. launched: this process is already a rank of its job,
+    started by a launcher that owns the machine: no plan either.
     trains: the job will train (not a dry run, not a plan): its library and the files it reads must be there.
     """
-    job = job_config(cfg)
+    job = without_hydra_node(cfg)
     warnings = validate_config(job)
     failures = override_failures() if on_this_machine else []
     if on_this_machine and not launched and not failures:  # detection reads the overrides: they must be valid
@@ -66,16 +68,13 @@ def prepare(cfg: DictConfig, *, run_dir: Optional[Path] = None, world_size: Opti
     if failures:
         raise ConfigValidationError(failures)
     auto_knobs = frozenset(key for key in AUTO_KNOBS if is_auto(OmegaConf.select(job, key)))
-    if on_this_machine:
+    if on_this_machine and not launched:
         plan = plan if plan is not None else build_resource_plan(job, sweep_points=sweep_points)
         _resolve_auto_knobs(job, plan, auto_knobs)
     world = world_size if world_size is not None else configured_world_size(job)
     if world is None:
         raise ValueError("prepare: the world size of a job planned elsewhere must be given")
-    failures = layout_failures(job, world)
-    if failures:
-        raise ConfigValidationError(failures)
-    layout = parallel_layout(job, world)
+    layout = parallel_layout(job, world)  # ConfigValidationError when the config does not fit the world
     if on_this_machine and not launched and trains:
         failures += _device_count_failures(job, plan)
     adapter = load_adapter(job, layout, run_dir)
@@ -86,6 +85,12 @@ def prepare(cfg: DictConfig, *, run_dir: Optional[Path] = None, world_size: Opti
     if failures:
         raise ConfigValidationError(failures)
     return PreparedJob(job, layout, plan, warnings + (list(plan.warnings) if plan is not None else []), auto_knobs)
+
+
+def show_warnings(job: PreparedJob, label: str = "") -> None:
+    """The job's warnings on stderr, one line each, by whoever prepared it (once)."""
+    for warning in job.warnings:
+        print(f"warning: {label}{warning}", file=sys.stderr, flush=True)
 
 
 AUTO_KNOBS = ("launch.nproc_per_node", "module.data.num_workers")  # what a plan resolves in the job's config

@@ -29,13 +29,12 @@ class PlanTask:
         return prepare(cfg, plan=plan, sweep_points=points, trains=False)
 
     def run(self) -> dict:
-        from primus_hydra.orchestrator.prepare import HANDOFF
+        from primus_hydra.orchestrator.prepare import HANDOFF, show_warnings
 
         job = self.job or HANDOFF.take(Path("."))  # hydra.run.dir=. (conf/task/plan.yaml)
-        if job is None:  # a sweep point (Hydra's basic launcher runs no single-run callback)
+        if job is None:  # a sweep point of another launcher than primus_local (conf/task/plan.yaml chooses it)
             job = self.prepare_job(self.cfg, None)
-            for warning in job.warnings:
-                print(f"warning: {warning}", file=sys.stderr)
+            show_warnings(job)
         point = self.point or _sweep_point()
         data = job.plan.to_dict()
         if point is None:

@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig
 
-from primus_hydra.orchestrator.prepare import HANDOFF, PreparedJob
+from primus_hydra.orchestrator.prepare import HANDOFF, PreparedJob, show_warnings
 
 
 class TrainTask:
@@ -88,13 +88,6 @@ def slurm_launcher_settings(cfg: Optional[DictConfig] = None) -> Optional[dict]:
     if launcher.get("_target_") != SLURM_LAUNCHER_TARGET:
         return None
     return OmegaConf.to_container(launcher, resolve=True)
-
-
-def show_warnings(job: PreparedJob) -> None:
-    import sys
-
-    for warning in job.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
 
 
 def hydra_run_dir() -> Path:

@@ -12,7 +12,8 @@ from hydra.core.utils import JobReturn, JobStatus, filter_overrides, run_job
 from hydra.types import HydraContext
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from primus_hydra.errors import ConfigValidationError, PrimusError
+from primus_hydra.config.error_format import user_error_lines
+from primus_hydra.errors import ConfigValidationError
 from primus_hydra.launch.slurm.run import SlurmJobFailedError, print_status_hint
 from primus_hydra.tables import aligned_table
 
@@ -80,10 +81,8 @@ def _prepare_all(points: list) -> list:
         task_class = load_target(sweep_config.task._target_, "task._target_")
         try:
             prepared.append(task_class.prepare_job(sweep_config, None))
-        except ConfigValidationError as error:
-            failures += [f"[{label}] {line}" for line in error.failures]
-        except PrimusError as error:
-            failures.append(f"[{label}] {error}")
+        except Exception as error:  # noqa: BLE001 - a user's error (a failed check, an interpolation) is its lines
+            failures += [f"[{label}] {line}" for line in user_error_lines(error)]
     if failures:
         raise ConfigValidationError(failures)
     return prepared
