@@ -1,6 +1,6 @@
 """The local Slurm cluster itself (scripts/local_slurm.sh): daemons, two nodes, accounting, requeue.
 
-Skipped without a cluster (see tests/slurm_cluster.py); scripts/test.sh brings one up as root on Linux.
+Skipped without a cluster (see tests/helpers/slurm_cluster.py); scripts/test.sh brings one up as root on Linux.
 """
 from __future__ import annotations
 

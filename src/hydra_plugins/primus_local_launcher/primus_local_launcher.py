@@ -15,6 +15,13 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
+from primus_hydra.config.choices import Choice
+
+
+class StartMethod(Choice):
+    forkserver = "forkserver"  # points fork from a server that imported torch once
+    spawn = "spawn"  # a fresh interpreter per point
+
 
 @dataclass
 class PrimusLocalLauncherConf:
@@ -22,7 +29,7 @@ class PrimusLocalLauncherConf:
 
     _target_: str = "hydra_plugins.primus_local_launcher.primus_local_launcher.PrimusLocalLauncher"
     stop_grace_s: float = 15.0  # after Ctrl-C/SIGTERM: seconds from SIGTERM to SIGKILL for the running points
-    start_method: str = "forkserver"  # forkserver: points fork from a server that imported torch once | spawn
+    start_method: StartMethod = StartMethod.forkserver
     pin_cpus: bool = True  # each point on its slot's cores (sched_setaffinity); false: threads only (shared machines)
 
 
@@ -32,7 +39,7 @@ ConfigStore.instance().store(group="hydra/launcher", name="primus_local", node=P
 class PrimusLocalLauncher(Launcher):
     def __init__(self, stop_grace_s: float = 15.0, start_method: str = "forkserver", pin_cpus: bool = True) -> None:
         self.stop_grace_s = stop_grace_s
-        self.start_method = start_method
+        self.start_method = str(start_method)
         self.pin_cpus = pin_cpus
         self.config: Optional[DictConfig] = None
         self.hydra_context: Optional[HydraContext] = None

@@ -35,9 +35,10 @@ def gradient_accumulation(module: Any, dp: int) -> int:
     return max(1, module.global_batch_size // (module.micro_batch_size * max(1, dp)))
 
 
-def configured_world_size(cfg: Any) -> Optional[int]:
-    """launch.nnodes x launch.nproc_per_node, or None while nproc_per_node is `auto`."""
-    nproc = auto_int(cfg.launch.nproc_per_node)
+def configured_world_size(cfg: Any, nproc_per_node: Optional[int] = None) -> Optional[int]:
+    """launch.nnodes x launch.nproc_per_node (or x `nproc_per_node`, the resolved `auto`), or None while it is
+    `auto` and unresolved."""
+    nproc = nproc_per_node if nproc_per_node is not None else auto_int(cfg.launch.nproc_per_node)
     return None if nproc is None else int(cfg.launch.nnodes) * nproc
 
 

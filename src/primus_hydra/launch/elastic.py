@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from primus_hydra.errors import PrimusError
-from primus_hydra.launch.job_config import write_job_config
+from primus_hydra.launch.job_config import JOB_CONFIG_FILE, node_job_config_file, write_job_config
 from primus_hydra.launch.ports import resolve_master_port
 from primus_hydra.orchestrator.apply import report_resource_plan, worker_environment
 from primus_hydra.orchestrator.prepare import PreparedJob
@@ -56,7 +56,7 @@ def launch_elastic_job(job: PreparedJob, run_dir: Path) -> Any:
     report_resource_plan(plan, run_dir)  # after the port: a job that cannot start prints only its error line
     worker_env = plan.worker_env
     threads = worker_env.get("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS"))
-    job_config = write_job_config(job, run_dir)
+    job_config = write_job_config(job, run_dir, JOB_CONFIG_FILE if launch.nnodes == 1 else node_job_config_file(launch.node_rank))
     worker_logs = run_dir / "logs" / "workers"
     config = LaunchConfig(
         min_nodes=launch.nnodes,

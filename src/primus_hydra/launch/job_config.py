@@ -22,8 +22,14 @@ from primus_hydra.orchestrator.prepare import PreparedJob
 JOB_CONFIG_FILE = Path(".primus") / "job_config.yaml"
 
 
-def write_job_config(job: PreparedJob, run_dir: Path) -> Path:
-    target = Path(run_dir) / JOB_CONFIG_FILE
+def node_job_config_file(node_rank: int) -> Path:
+    """The job config one node's agent hands its workers when the job spans nodes: each node planned its own
+    share (threads, `auto` knobs), so each has its own file in the shared run dir."""
+    return Path(".primus") / f"job_config.node{node_rank}.yaml"
+
+
+def write_job_config(job: PreparedJob, run_dir: Path, name: Path = JOB_CONFIG_FILE) -> Path:
+    target = Path(run_dir) / name
     target.parent.mkdir(parents=True, exist_ok=True)
     document = {
         "prepared": {"layout": dataclasses.asdict(job.layout), "by": f"{socket.gethostname()}:{os.getpid()}",
@@ -32,7 +38,7 @@ def write_job_config(job: PreparedJob, run_dir: Path) -> Path:
     }
     header = (f"# prepared for world size {job.layout.world_size}: workers load this file and trust it "
               "(no recomposition, no second validation)\n")
-    tmp = target.with_suffix(f".tmp.{os.getpid()}")  # every node's agent may write it (same content) at once
+    tmp = target.with_suffix(f".tmp.{os.getpid()}")  # written whole, then renamed: a reader never sees half
     tmp.write_text(header + yaml.safe_dump(document, sort_keys=False))
     tmp.replace(target)
     return target

@@ -16,6 +16,7 @@ from typing import Mapping, Optional
 from omegaconf import DictConfig
 
 from primus_hydra.config.choices import AUTO, auto_int, is_auto
+from primus_hydra.config.layout import configured_world_size
 from primus_hydra.config.values import to_plain
 from primus_hydra.orchestrator import rules
 from primus_hydra.orchestrator.gpu_probe import parse_number_env
@@ -107,7 +108,7 @@ def plan_inputs(cfg: DictConfig, num_gpus: int) -> PlanInputs:
     sweep = cfg.get("sweep")
     nnodes = int(cfg.launch.nnodes)
     try:
-        world = nnodes * nproc_for(cfg.launch.nproc_per_node, cfg.platform.device, num_gpus)
+        world = configured_world_size(cfg, nproc_for(cfg.launch.nproc_per_node, cfg.platform.device, num_gpus))
         estimate = estimate_rank_gib(cfg.model, cfg.module, world,
                                      distributed_optimizer=bool(cfg.backend.get("use_distributed_optimizer", False)))
     except Exception:  # an incomplete or exotic model: the generic fallback sizes it

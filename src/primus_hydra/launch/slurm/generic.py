@@ -12,6 +12,7 @@ from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, filter_overrides
 from omegaconf import OmegaConf
 
+from primus_hydra.config.schema_run import LaunchMode
 from primus_hydra.launch.slurm.job_shape import SlurmJobShape, executor_parameters
 
 
@@ -25,7 +26,7 @@ def launch_generic_sweep(launcher: Any, job_overrides: Sequence[Sequence[str]], 
     sweep_dir.mkdir(parents=True, exist_ok=True)
     folder = settings.get("submitit_folder") or str(sweep_dir / ".submitit" / "%j")
     executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=int(settings.get("max_num_timeout", 3)))
-    shape = SlurmJobShape(mode="srun", nodes=int(settings.get("nodes") or 1),
+    shape = SlurmJobShape(mode=LaunchMode.srun, nodes=int(settings.get("nodes") or 1),
                           processes_per_node=int(settings.get("tasks_per_node") or 1),
                           gpus_per_node=settings.get("gpus_per_node"))
     executor.update_parameters(**executor_parameters(settings, shape, str(settings.get("name") or "hydra")))

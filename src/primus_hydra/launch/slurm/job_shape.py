@@ -12,12 +12,14 @@ from typing import Any, Mapping, Optional
 from omegaconf import DictConfig
 
 from primus_hydra.config.choices import auto_int
+from primus_hydra.config.schema_run import LaunchMode
 from primus_hydra.errors import ConfigValidationError
+from primus_hydra.orchestrator.resources import nproc_for
 
 
 @dataclass(frozen=True)
 class SlurmJobShape:
-    mode: str
+    mode: LaunchMode
     nodes: int
     processes_per_node: int  # ranks per node
     gpus_per_node: Optional[int]
@@ -32,14 +34,13 @@ class SlurmJobShape:
 
 
 def job_shape(cfg: DictConfig, settings: Mapping[str, Any]) -> SlurmJobShape:
-    mode = str(cfg.launch.mode)  # srun | torchrun (a validation rule)
+    mode = LaunchMode(cfg.launch.mode)
     gpus = settings.get("gpus_per_node")
     if gpus is None:
         gpus = auto_int(cfg.platform.gpus_per_node)
     nodes = settings.get("nodes") or int(cfg.launch.nnodes)
-    processes = auto_int(cfg.launch.nproc_per_node)
-    if processes is None:  # auto: one process per GPU the job asks for, else one
-        processes = gpus or 1
+    # auto: one process per GPU the job asks for (unless platform.device=cpu), else one; as on a local node
+    processes = nproc_for(cfg.launch.nproc_per_node, cfg.platform.device, gpus or 0)
     tasks = settings.get("tasks_per_node")
     if tasks is not None:
         expected = processes if mode == "srun" else 1
