@@ -30,3 +30,29 @@ class CheckpointError(PrimusError):
 
 class PatchError(PrimusError):
     """A patch failed to register or to run, and it was not declared optional."""
+
+
+class TrainingDivergedError(PrimusError):
+    """The loss became NaN/inf (or passed the configured bound)."""
+
+    exit_code = 3
+
+
+class StoppedBySignalError(PrimusError):
+    """Raised after the on_signal checkpoint: the process exits right away with 128 + the signal number."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.signum = signum
+        self.exit_code = 128 + signum
+
+
+def user_error_type_names() -> set[str]:
+    """Names of PrimusError and every subclass defined so far: a worker's error of one of these types is the
+    user's to fix, and the orchestrator shows its text instead of a traceback."""
+    names, pending = set(), [PrimusError]
+    while pending:
+        kind = pending.pop()
+        names.add(kind.__name__)
+        pending.extend(kind.__subclasses__())
+    return names

@@ -2,9 +2,9 @@
 
 Kept thin and cheap to import (Hydra imports every hydra_plugins module at start-up): the settings dataclass is
 stored in the ConfigStore here; the work is in primus_hydra.launch.slurm. What it changes from 1.2.0's
-SlurmLauncher: every point is composed and validated on this machine before anything is submitted, nodes run
-the composed config (no recomposition, no second run of the Hydra job per rank), srun_args/python exist, a
-failed rank makes the Slurm job FAILED and this command exit non-zero (hydra-submitit #1928), points with the
+SlurmLauncher: every point is composed and prepared (validated, planned, checked) on this machine before
+anything is submitted, nodes run the composed config (no recomposition, no second run of the Hydra job per
+rank), srun_args/python exist, a failed rank makes the Slurm job FAILED and this command exit non-zero (hydra-submitit #1928), points with the
 same job shape go out as one job array, and `launch.wait=false` returns right after submission.
 """
 

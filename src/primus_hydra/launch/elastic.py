@@ -11,17 +11,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from primus_hydra.errors import PrimusError
+from primus_hydra.errors import PrimusError, user_error_type_names
 from primus_hydra.launch.job_config import JOB_CONFIG_FILE, node_job_config_file, write_job_config
 from primus_hydra.launch.ports import resolve_master_port
 from primus_hydra.orchestrator.apply import report_resource_plan, worker_environment
 from primus_hydra.orchestrator.prepare import PreparedJob
 
 log = logging.getLogger(__name__)
-
-
-USER_ERROR_TYPES = {"PrimusError", "ConfigValidationError", "BackendUnavailableError", "DataError", "CheckpointError",
-                    "PatchError", "TrainingDivergedError", "StoppedBySignalError"}
 
 
 class WorkerFailedError(PrimusError):
@@ -94,7 +90,7 @@ def _describe_failure(error, run_dir: Path) -> PrimusError:
     rank, failure = error.get_first_failure()
     message = failure.message.get("message", "") if isinstance(failure.message, dict) else str(failure.message)
     type_name, _, text = message.partition(": ")
-    if type_name in USER_ERROR_TYPES and text:
+    if type_name in user_error_type_names() and text:
         user_error = PrimusError("\n".join(f"rank {rank}: {line}" for line in text.splitlines()))
         user_error.exit_code = failure.exitcode if failure.exitcode > 0 else 2
         return user_error

@@ -22,7 +22,8 @@ from typing import Any, Callable, Optional
 
 @dataclasses.dataclass
 class PointLaunch:
-    """Everything a point's process needs; pickled once by multiprocessing's spawn."""
+    """Everything a point's process needs; pickled once when the point's process starts
+    (forkserver or spawn)."""
 
     payload: bytes  # cloudpickle of PointPayload (Hydra objects, resolvers and closures need cloudpickle)
     env: dict  # set in the point's process before anything imports torch

@@ -13,20 +13,15 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from primus_hydra.launch.sweep_processes import PointProcesses, SweepPoint
 from primus_hydra.launch.sweep_summary import PointOutcome, say
-from primus_hydra.orchestrator.plan import ResourcePlan, tighten_with_measured_peak
+from primus_hydra.orchestrator.plan import ResourcePlan, compile_requested, tighten_with_measured_peak
 from primus_hydra.orchestrator.rules import compile_threads
 
 PROBE_SUBDIR = ".probe"
 INDUCTOR_CACHE_SUBDIR = ".inductor_cache"
-
-
-def compile_requested(config: DictConfig) -> bool:
-    return bool(OmegaConf.select(config, "module.compile", default=False)
-                or OmegaConf.select(config, "backend.compile", default=False))
 
 
 def compile_environment(config: DictConfig, sweep_dir: Path) -> dict:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Mapping, Optional
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from primus_hydra.config.choices import AUTO, auto_int, is_auto
 from primus_hydra.config.layout import configured_world_size
@@ -104,6 +104,12 @@ class ResourcePlan:
         return "\n".join(lines)
 
 
+def compile_requested(cfg: DictConfig) -> bool:
+    """torch.compile is on (module.compile, or torchtitan's backend.compile): Inductor compile threads matter."""
+    return bool(OmegaConf.select(cfg, "module.compile", default=False)
+                or OmegaConf.select(cfg, "backend.compile", default=False))
+
+
 def plan_inputs(cfg: DictConfig, num_gpus: int) -> PlanInputs:
     sweep = cfg.get("sweep")
     nnodes = int(cfg.launch.nnodes)
@@ -115,7 +121,7 @@ def plan_inputs(cfg: DictConfig, num_gpus: int) -> PlanInputs:
         estimate = None
     return PlanInputs(
         nproc_per_node=to_plain(cfg.launch.nproc_per_node), nnodes=nnodes, device=str(cfg.platform.device),
-        num_workers=to_plain(cfg.module.data.num_workers), compile=bool(cfg.module.get("compile", False)),
+        num_workers=to_plain(cfg.module.data.num_workers), compile=compile_requested(cfg),
         max_parallel=to_plain(sweep.max_parallel) if sweep is not None else AUTO, backend=str(cfg.backend.name),
         estimate_gib=estimate,
     )

@@ -1,7 +1,7 @@
 """The Hydra callback that registers patches at job start (configured under hydra.callbacks.patches).
 
-Hydra turns exceptions raised in callbacks into warnings, so failures are recorded in the registry and the
-runtime fails the job with them before its first phase."""
+Hydra turns exceptions raised in callbacks into warnings, so failures are recorded in the registry: preparing the
+job stops with them as one line each, before any process starts."""
 from __future__ import annotations
 
 from typing import Any

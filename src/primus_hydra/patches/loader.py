@@ -1,6 +1,7 @@
 """Imports the modules that register patches: the selected backend's built-in `patches` module, then the
-user's `patches.modules`. Each module is tried once per process. Import failures are recorded (the Hydra callback may not raise) and re-raised by
-the runtime before any phase runs."""
+user's `patches.modules`. Each module is tried once per process. Import failures are recorded (the Hydra callback
+may not raise): preparing a job reports them as lines (patch_failures), and a worker re-raises them before its
+first phase."""
 from __future__ import annotations
 
 import importlib

@@ -15,14 +15,15 @@ PATCH_PHASES = ("build_args", "setup", "before_train", "after_train")
 
 @dataclass
 class PatchContext:
-    """What a patch sees. backend_args is the dict the trainer will receive (mutable in build_args)."""
+    """What a patch sees. backend_args is what the trainer will receive: a dict for the external backends (edit
+    it in place in build_args), frozen TorchTrainingArgs for backend=torch (replace it with dataclasses.replace)."""
 
     backend: str
     phase: str
     backend_version: Optional[str]
     cfg: Any  # the composed DictConfig (read-only)
     run_dir: Path
-    backend_args: dict = field(default_factory=dict)
+    backend_args: Any = field(default_factory=dict)
     trainer: Any = None  # set from the setup phase on
     state: dict = field(default_factory=dict)  # scratch space shared by patches of one run
 

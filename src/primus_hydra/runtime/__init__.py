@@ -1,1 +1,2 @@
-"""The worker-side runtime: who am I in the job, logging, and the PrimusRuntime lifecycle."""
+"""The worker-side runtime: per-rank logging and the PrimusRuntime lifecycle of a prepared job (who am I in the
+job is primus_hydra.distributed_env, shared with the orchestrator)."""

@@ -1,7 +1,7 @@
 """Tasks, each instantiated by `task._target_`: train, plan, status.
 
 A task class takes the composed config; one that runs a job also has `prepare_job(cfg, run_dir, *, plan=None,
-sweep_points=1) -> PreparedJob`, which the single-run callback (tasks/callback.py) and the local sweep call before
+sweep_points=...) -> PreparedJob` (a classmethod), which the single-run callback (tasks/callback.py) and the local sweep call before
 the job's run dir exists.
 """
 from __future__ import annotations

@@ -79,12 +79,9 @@ class TorchAdapter(BackendAdapter):
                 folder.resolve(spec, key)
             except CheckpointError as error:
                 failures.append(str(error))
-        existing = folder.steps()
-        if ckpt.resume is None and existing:
-            failures.append(
-                f"module.checkpoint.dir={folder.root} already holds checkpoints (step {existing[-1]}); "
-                f"set module.checkpoint.resume=auto to continue from them, or choose another dir"
-            )
+        overwrite = folder.unresumed_failure(ckpt.resume)
+        if overwrite:
+            failures.append(overwrite)
         if ckpt.resume is None and (self.run_dir / METRICS_FILE).exists():
             failures.append(
                 f"{self.run_dir / METRICS_FILE} already holds an earlier run's metrics; choose a new hydra.run.dir, "

@@ -35,6 +35,14 @@ class CheckpointFolder:
         target = self.root / pointer.read_text().strip()
         return target if (target / META).is_file() else None
 
+    def unresumed_failure(self, resume: Optional[str]) -> Optional[str]:
+        """A fresh start (resume=None) into a folder that already holds checkpoints would overwrite them."""
+        existing = self.steps()
+        if resume is not None or not existing:
+            return None
+        return (f"module.checkpoint.dir={self.root} already holds checkpoints (step {existing[-1]}); "
+                f"set module.checkpoint.resume=auto to continue from them, or choose another dir")
+
     def resolve(self, spec: Optional[str], key: str) -> Optional[Path]:
         """`auto`: the latest here, or None for a fresh start. A path: a step folder or a checkpoints root."""
         if spec is None:

@@ -34,27 +34,14 @@ from primus_hydra.backends.torch.model import build_model_on_meta, materialize
 from primus_hydra.backends.torch.optim import build_optimizer, learning_rate
 from primus_hydra.backends.torch.parallelize import shard, wrap_data_parallel
 from primus_hydra.config.model_math import count_parameters, training_flops_per_token
-from primus_hydra.errors import CheckpointError, PrimusError
+from primus_hydra.errors import CheckpointError, PrimusError, StoppedBySignalError, TrainingDivergedError
 
 log = logging.getLogger("primus_hydra.train")
-
-
-class TrainingDivergedError(PrimusError):
-    exit_code = 3
 
 
 # SIGUSR2 is the preemption / time-limit notice of Slurm jobs (submitit's default; NCCL catches USR1)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2)
 _PREEMPTION_CODE = 100  # above every signal number, so that MAX over ranks picks a preemption
-
-
-class StoppedBySignalError(PrimusError):
-    """Raised after the on_signal checkpoint: the process exits right away with 128 + the signal number."""
-
-    def __init__(self, message: str, signum: int):
-        super().__init__(message)
-        self.signum = signum
-        self.exit_code = 128 + signum
 
 
 def resolve_device(requested: str, local_rank: int) -> torch.device:
@@ -290,13 +277,10 @@ class TorchTrainer(BaseTrainer):
         resume = ckpt.resume
         if self.restarted and (resume is None or self.checkpoints.latest() is not None):
             resume = "auto"  # a restarted worker continues from the job's own last checkpoint
-        existing = self.checkpoints.steps()
         resume_from = self.checkpoints.resolve(resume, "module.checkpoint.resume")
-        if resume is None and existing:
-            raise CheckpointError(
-                f"module.checkpoint.dir={self.checkpoints.root} already holds checkpoints (step {existing[-1]}); "
-                f"set module.checkpoint.resume=auto to continue from them, or choose another dir"
-            )
+        overwrite = self.checkpoints.unresumed_failure(resume)
+        if overwrite:
+            raise CheckpointError(overwrite)
         model_name = self.backend_args.model.name
         if resume_from is not None:
             trainer_state = CheckpointManager.load(resume_from, "module.checkpoint.resume", self.model, self.optimizer, model_name)
@@ -304,7 +288,7 @@ class TorchTrainer(BaseTrainer):
             torch.set_rng_state(trainer_state["torch_rng"])
             if trainer_state.get("cuda_rng") and torch.cuda.is_available():
                 torch.cuda.set_rng_state_all(trainer_state["cuda_rng"])
-            later = [s for s in existing if s > self.start_step]
+            later = [s for s in self.checkpoints.steps() if s > self.start_step]
             if later:
                 raise CheckpointError(
                     f"module.checkpoint.dir={self.checkpoints.root} holds steps after the resumed step {self.start_step} "

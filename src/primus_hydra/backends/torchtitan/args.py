@@ -2,8 +2,8 @@
 compile.enable, lr_scheduler.min_lr_factor, debug.seed, model.hf_assets_path), plus a `model_args` section.
 
 torchtitan picks an architecture by model.name + model.flavor from its own registry, so `model_args` spells out
-the preset's architecture in torchtitan's TransformerModelArgs / DeepSeekV3ModelArgs names; a trainer applies it
-over the flavor (Primus's torchtitan.model_override does the same) so that the preset, not the flavor, decides.
+the preset's architecture in torchtitan's TransformerModelArgs / DeepSeekV3ModelArgs names; the trainer will
+apply it over the flavor (Primus's torchtitan.model_override does the same) so that the preset, not the flavor, decides.
 `backend.extra_args` is merged last, section by section (the user wins).
 """
 from __future__ import annotations
