@@ -145,10 +145,15 @@ def test_embedding_count_and_tied_output(zoo):
     assert model_math.count_output_layer_parameters(untied) == 128256 * 4096
 
 
+def _norm_weights(model) -> int:
+    """Two RMSNorm weights per layer plus the final norm: the parameters the FLOP formula leaves out."""
+    return model.num_layers * 2 * model.hidden_size + model.hidden_size
+
+
 def test_flops_match_palm_formula_for_dense_gqa(zoo):
     """6N + 12*L*H*Q*T (PaLM appendix B), N = non-embedding weights excluding norms, output layer included."""
     model, seq = zoo("llama3_8b").model, 8192
-    norms = model.num_layers * 2 * model.hidden_size + model.hidden_size
+    norms = _norm_weights(model)
     n = model_math.count_parameters(model) - model_math.count_embedding_parameters(model) - norms
     expected = 6 * n + 12 * model.num_layers * model.num_attention_heads * 128 * seq
     assert model_math.training_flops_per_token(model, seq) == expected
@@ -158,7 +163,7 @@ def test_flops_match_palm_formula_for_dense_gqa(zoo):
 
 def test_flops_count_the_tied_output_matmul(zoo):
     model, seq = zoo("llama3.2_1b").model, 4096
-    norms = model.num_layers * 2 * model.hidden_size + model.hidden_size
+    norms = _norm_weights(model)
     attention = 12 * model.num_layers * model.num_attention_heads * 64 * seq
     # The tied table is counted once in the total, and used once as the output matmul.
     expected = 6 * (model_math.count_parameters(model) - norms) + attention
@@ -167,7 +172,7 @@ def test_flops_count_the_tied_output_matmul(zoo):
 
 def test_flops_use_active_experts_and_mla_head_widths(zoo):
     mixtral, seq = zoo("mixtral_8x7b").model, 4096
-    norms = mixtral.num_layers * 2 * mixtral.hidden_size + mixtral.hidden_size
+    norms = _norm_weights(mixtral)
     n_active = model_math.count_active_parameters(mixtral) - model_math.count_embedding_parameters(mixtral) - norms
     expected = 6 * n_active + 12 * mixtral.num_layers * mixtral.num_attention_heads * 128 * seq
     assert model_math.training_flops_per_token(mixtral, seq) == expected
