@@ -27,7 +27,8 @@ def test_experiment_is_a_global_package_recipe(experiment):
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_experiment_composes_and_is_a_valid_job(compose_config, experiment):
-    job = prepare(compose_config(f"experiment={experiment}"), trains=False)  # the rules, its backend's, its layout
+    # the rules, its backend's, its layout: prepared for the GPU nodes it is written for, not for this machine
+    job = prepare(compose_config(f"experiment={experiment}"), on_this_machine=False)
     assert job.layout.world_size >= 1
 
 

@@ -91,6 +91,7 @@ class LaunchConfig:
     monitor_interval: float = 0.1  # seconds between the agent's health checks of its workers
     timeout_s: float = 600.0  # collective timeout: a stuck rank fails the job after this long
     shutdown_timeout_s: int = 30  # after a failure or signal: seconds from SIGTERM to SIGKILL (time for an on_signal checkpoint)
+    allow_oversubscribe: bool = False  # start a job even when the orchestrator's memory estimate exceeds this node's
     # Slurm (platform=slurm / hydra/launcher=primus_slurm); the job's size and queue settings are hydra.launcher.*
     mode: LaunchMode = LaunchMode.srun
     wait: bool = True  # false: return right after submission, printing job ids and run dirs (see task=status)

@@ -23,6 +23,7 @@ from primus_hydra.config.choices import auto_int, is_auto
 from primus_hydra.config.layout import ParallelLayout, configured_world_size, parallel_layout
 from primus_hydra.config.validate import validate_config
 from primus_hydra.errors import ConfigValidationError
+from primus_hydra.orchestrator.fit_checks import fit_failures
 from primus_hydra.orchestrator.plan import ResourcePlan, build_resource_plan
 from primus_hydra.orchestrator.resource_checks import override_failures, visible_devices_failures
 from primus_hydra.patches.loader import patch_failures
@@ -77,6 +78,8 @@ def prepare(cfg: DictConfig, *, run_dir: Optional[Path] = None, world_size: Opti
     layout = parallel_layout(job, world)  # ConfigValidationError when the config does not fit the world
     if on_this_machine and not launched and trains:
         failures += _device_count_failures(job, plan)
+    if plan is not None and not launched and not job.task.get("dry_run", False):
+        failures += fit_failures(job, plan)
     adapter = load_adapter(job, layout, run_dir)
     failures += adapter.validate()
     failures += patch_failures(job)
