@@ -50,7 +50,16 @@ def _sweep_point_label() -> str:
 
 
 def main() -> None:
+    from primus_hydra.distributed_env import launch_environment_failures, stray_launch_variables
+
     register_schemas()
+    failures = launch_environment_failures()
+    if failures:
+        for line in failures:
+            print(f"error: {line}", file=sys.stderr)
+        sys.exit(2)
+    if stray_launch_variables():
+        print(f"warning: {stray_launch_variables()}", file=sys.stderr)
     if _launched_by_torchrun_or_srun():
         from primus_hydra.launch.external import overrides_for_external_launch
 

@@ -79,3 +79,53 @@ def detect_distributed_env(environ: Mapping[str, str] = os.environ) -> Distribut
             master_port=_int(environ, "MASTER_PORT", slurm_master_port(job_id, _int(environ, "SLURM_RESTART_COUNT", 0))),
         )
     return DistributedEnv(launcher="single")
+
+
+# (variable, smallest value allowed): what torchrun and srun export, read above
+LAUNCH_INTEGERS = (("RANK", 0), ("WORLD_SIZE", 1), ("LOCAL_RANK", 0), ("LOCAL_WORLD_SIZE", 1), ("GROUP_RANK", 0),
+                   ("MASTER_PORT", 1), ("SLURM_PROCID", 0), ("SLURM_LOCALID", 0), ("SLURM_NODEID", 0),
+                   ("SLURM_NTASKS", 1), ("SLURM_STEP_NUM_TASKS", 1), ("SLURM_STEP_NUM_NODES", 1), ("SLURM_NNODES", 1))
+# set by a launcher, never by hand: with RANK/WORLD_SIZE but none of these, the variables were left in a shell
+LAUNCHER_MARKERS = ("TORCHELASTIC_RUN_ID", "SLURM_PROCID", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK")
+
+
+def launch_environment_failures(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """One line per launcher variable that cannot describe this process's place in a job."""
+    failures, values = [], {}
+    for name, minimum in LAUNCH_INTEGERS:
+        text = environ.get(name)
+        if text is None or text == "":
+            continue
+        try:
+            values[name] = int(text)
+        except ValueError:
+            failures.append(f"{name}={text}: must be an integer >= {minimum} (a launcher variable: unset it, or let "
+                            "torchrun/srun set it)")
+            continue
+        if values[name] < minimum:
+            failures.append(f"{name}={text}: must be >= {minimum}")
+    if failures:
+        return failures
+    for rank, size in (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE")):
+        if rank in values and size in values and values[rank] >= values[size]:
+            failures.append(f"{rank}={values[rank]} must be below {size}={values[size]} (ranks count from 0)")
+    if ("RANK" in environ) != ("WORLD_SIZE" in environ):
+        present, absent = ("RANK", "WORLD_SIZE") if "RANK" in environ else ("WORLD_SIZE", "RANK")
+        failures.append(f"{present} is set but {absent} is not: a launcher sets both; unset {present} to run as one "
+                        f"process")
+    if "MASTER_PORT" in values and values["MASTER_PORT"] > 65535:
+        failures.append(f"MASTER_PORT={values['MASTER_PORT']}: must be a port number 1-65535")
+    return failures
+
+
+def stray_launch_variables(environ: Mapping[str, str] = os.environ) -> str:
+    """A warning when RANK/WORLD_SIZE describe a job of several processes but no launcher set them (left over
+    from an earlier torchrun session in this shell): this process would wait for peers that never come."""
+    if not ("RANK" in environ and "WORLD_SIZE" in environ) or any(marker in environ for marker in LAUNCHER_MARKERS):
+        return ""
+    if _int(environ, "WORLD_SIZE", 1) <= 1:
+        return ""
+    return (f"RANK={environ['RANK']} WORLD_SIZE={environ['WORLD_SIZE']} are set, but no launcher (torchrun, srun, "
+            f"mpirun) started this process: it is one rank of a {environ['WORLD_SIZE']}-process job and waits for "
+            f"the others at {environ.get('MASTER_ADDR', '127.0.0.1')}:{environ.get('MASTER_PORT', 29500)} for up to "
+            "launch.timeout_s; unset RANK WORLD_SIZE LOCAL_RANK to run alone")

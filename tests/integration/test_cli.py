@@ -87,7 +87,7 @@ def test_dry_run_writes_backend_arguments(tmp_path):
         (["module.data.path=/no/such/corpus"], "error: module.data.path=/no/such/corpus: no such file or folder"),
         (["module.checkpoint.resume=/no/such/ckpt"], "error: module.checkpoint.resume=/no/such/ckpt: no such checkpoint"),
         (["patches.modules=[no_such_patch_module]"], "error: patches.modules: cannot import 'no_such_patch_module'"),
-        (["backend=megatron", "model=llama3_8b", "module.data.source=mock"], "error: backend=megatron: training through Megatron-LM is not integrated yet"),
+        (["backend=megatron", "module.data.source=mock"], "error: backend=megatron: training through Megatron-LM is not integrated yet"),
     ],
     ids=["unknown_model", "unknown_backend", "unknown_key", "wrong_type", "bad_enum", "missing_value", "world_layout",
          "missing_data", "missing_checkpoint", "bad_patch_module", "backend_not_integrated"],

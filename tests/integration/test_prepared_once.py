@@ -92,10 +92,10 @@ def test_a_basic_sweep_prepares_each_point_once(tmp_path):
 
 
 def test_a_basic_sweep_with_a_bad_point_stops_before_any_point_runs(tmp_path):
-    result = primus("-m", *QUICK, "module.seq_length=64,4096", "hydra/launcher=basic",
+    result = primus("-m", *QUICK, "module.adam_eps=1e-8,-1", "hydra/launcher=basic",
                     f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
     assert result.returncode == 2, result.stderr[-2000:]
     (line,) = result.stderr.strip().splitlines()
-    assert line.startswith("error: [job 1: ") and "module.seq_length=4096" in line.split("]")[0]
-    assert line.endswith("] module.seq_length=4096 exceeds model.max_position_embeddings=1024")
-    assert [path.name for path in (tmp_path / "sweep").iterdir()] == ["multirun.yaml"]  # Hydra's, before launch
+    assert line.startswith("error: [job 1: ") and "module.adam_eps=-1" in line.split("]")[0]
+    assert line.endswith("] module.adam_eps=-1.0: must be > 0")
+    assert not (tmp_path / "sweep").exists()  # not even Hydra's multirun.yaml: the sweep never started

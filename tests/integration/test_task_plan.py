@@ -58,7 +58,7 @@ def test_plan_of_a_sweep_plans_for_all_its_points(tmp_path):
     assert [p["point"]["num"] for p in points] == list(range(6))
     assert {p["sweep_points"] for p in points} == {6} and {p["parallel_jobs"] for p in points} == {6}
     assert "torch imported: False" in result.stderr
-    assert [p.name for p in tmp_path.iterdir()] == ["tmp"]  # Hydra's multirun.yaml only, in the temp folder
+    assert list(tmp_path.iterdir()) == []  # a plan writes nothing, not even Hydra's multirun.yaml
 
 
 def test_a_sweep_plan_is_the_plan_hydras_own_sweeper_and_launcher_give(tmp_path):
@@ -107,9 +107,16 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, env, line):
     assert errors == [line] and result.stdout == ""
 
 
-def test_a_job_too_large_for_the_gpu_is_a_warning_not_an_error(tmp_path):
+def test_a_job_too_large_for_the_gpu_is_refused_unless_the_user_insists(tmp_path):
+    gpu = {"PRIMUS_AUTO_NUM_GPUS": "1", "PRIMUS_AUTO_FREE_VRAM_GB": "24", "PRIMUS_AUTO_RAM_GB": "200"}
+    refused = primus_plan(tmp_path, "task=plan", "model=llama3_8b", "launch.nproc_per_node=1", env=gpu)
+    assert refused.returncode == 2 and refused.stdout == ""
+    (error,) = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
+    assert error.startswith("error: the job does not fit in GPU memory: each rank needs about ")
+    assert "but GPU 0 has 24.0 GiB free" in error
+
     result = primus_plan(tmp_path, "task=plan", "model=llama3_8b", "launch.nproc_per_node=1",
-                         env={"PRIMUS_AUTO_NUM_GPUS": "1", "PRIMUS_AUTO_FREE_VRAM_GB": "24"})
+                         "launch.allow_oversubscribe=true", env=gpu)
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads(result.stdout)["jobs_per_gpu"] == 1
     (warning,) = [line for line in result.stderr.splitlines() if line.startswith("warning:")]

@@ -37,6 +37,8 @@ ConfigStore.instance().store(group="hydra/launcher", name="primus_local", node=P
 
 
 class PrimusLocalLauncher(Launcher):
+    records_the_sweep = True  # the sweep dir and multirun.yaml are made once the points are prepared (local_sweep)
+
     def __init__(self, stop_grace_s: float = 15.0, start_method: str = "forkserver", pin_cpus: bool = True) -> None:
         self.stop_grace_s = stop_grace_s
         self.start_method = str(start_method)

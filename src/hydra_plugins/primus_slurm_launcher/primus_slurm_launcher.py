@@ -55,6 +55,7 @@ ConfigStore.instance().store(group="hydra/launcher", name="primus_slurm", node=P
 
 class PrimusSlurmLauncher(BaseSubmititLauncher):
     _EXECUTOR = "slurm"
+    records_the_sweep = True  # the sweep dir and multirun.yaml are made once the points are prepared (launch/slurm)
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from primus_hydra.config.targets import task_class_of

@@ -9,7 +9,7 @@ Imports only what Hydra has loaded already (Hydra imports every hydra_plugins mo
 """
 
 from dataclasses import dataclass
-from typing import Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.config_store import ConfigStore
@@ -28,6 +28,34 @@ ConfigStore.instance().store(group="hydra/sweeper", name="primus_basic", node=Pr
 
 class PrimusBasicSweeper(BasicSweeper):
     _next_job = 0  # the number Hydra's basic sweeper gives the next batch's first job
+
+    def sweep(self, arguments: List[str]) -> Any:
+        """Hydra's BasicSweeper.sweep, reordered: the arguments are checked, then every batch, and only then is the
+        sweep dir made and the first batch launched (a launcher with `records_the_sweep` makes it itself, once it
+        has prepared its points)."""
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        from primus_hydra.launch.basic_sweep import check_sweep_arguments, save_sweep_record
+
+        assert self.config is not None and self.launcher is not None and self.hydra_context is not None
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        overrides = parser.parse_overrides(self._parse_config() + list(arguments))
+        check_sweep_arguments(self.config, overrides, self.max_batch_size)
+        self.overrides = self.split_arguments(overrides, self.max_batch_size)
+        batches = []
+        while not self.is_done():
+            batches.append(self.get_job_batch())
+            self.validate_batch_is_legal(batches[-1])
+        if not getattr(self.launcher, "records_the_sweep", False):
+            save_sweep_record(self.config)
+        returns, initial_job_idx = [], 0
+        for batch in batches:
+            results = self.launcher.launch(batch, initial_job_idx=initial_job_idx)
+            for result in results:
+                _ = result.return_value  # a failed job raises here, as in Hydra's sweeper
+            initial_job_idx += len(batch)
+            returns.append(results)
+        return returns
 
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
         from primus_hydra.launch.basic_sweep import check_batch

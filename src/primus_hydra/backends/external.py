@@ -14,6 +14,7 @@ from typing import Any, Optional
 from omegaconf import DictConfig
 
 from primus_hydra.backends.base import BackendAdapter, BaseTrainer
+from primus_hydra.backends.extra_args_owners import owned_extra_args_failures
 from primus_hydra.config.targets import load_target
 from primus_hydra.config.values import to_plain
 from primus_hydra.errors import BackendUnavailableError
@@ -87,7 +88,7 @@ class ExternalBackendAdapter(BackendAdapter):
                 f"module.data.source=text needs module.data.path with backend={self.name} (only backend=torch "
                 f"falls back to Python's own sources); set module.data.source=mock or module.data.path=..."
             )
-        return failures
+        return failures + owned_extra_args_failures(self)
 
     def training_failures(self) -> list[str]:
         if not self.trainer_classes and not self.cfg.backend.trainer:  # backend.trainer: the user brings one

@@ -3,14 +3,18 @@ from __future__ import annotations
 
 import re
 
+import yaml
 from hydra.errors import HydraException, MissingConfigException
 from omegaconf.errors import OmegaConfBaseException
 
 
 def is_compose_error(error: BaseException) -> bool:
-    """Composition and command-line errors (Hydra raises some CLI misuse as plain ValueError)."""
-    if isinstance(error, (HydraException, OmegaConfBaseException)):
+    """Composition and command-line errors (Hydra raises some CLI misuse as plain ValueError), and a config file
+    that is not valid YAML or not UTF-8."""
+    if isinstance(error, (HydraException, OmegaConfBaseException, yaml.YAMLError)):
         return True
+    if isinstance(error, UnicodeDecodeError):
+        return _config_file_of(error) is not None
     return isinstance(error, ValueError) and _raised_inside_hydra(error)
 
 
@@ -24,7 +28,13 @@ def _raised_inside_hydra(error: BaseException) -> bool:
 def format_compose_error(error: BaseException) -> str:
     if isinstance(error, MissingConfigException) and error.options:
         return _format_unknown_option(error)
+    if isinstance(error, yaml.YAMLError):
+        return _format_yaml_error(error)
+    if isinstance(error, UnicodeDecodeError):
+        return _format_not_utf8(error)
     cause = next((e for e in (error.__cause__, error.__context__) if isinstance(e, OmegaConfBaseException)), None)
+    if cause is not None and _PLACEHOLDER.search(str(cause)):  # raised inside OmegaConf, never formatted: the
+        cause = None  # outer error carries the same text with the values filled in
     detail = cause or error
     message = _first_sentence(str(detail))
     full_key = getattr(detail, "full_key", None) or getattr(error, "full_key", None)
@@ -34,7 +44,43 @@ def format_compose_error(error: BaseException) -> str:
         full_key = f"{in_group.group(1).replace('/', '.')}.{full_key}"
     if full_key and full_key not in message:
         message = f"{full_key}: {message}"
+    if full_key and full_key.startswith("experiment.") and "not in 'PrimusConfig'" in message:
+        return ("the selected experiment file does not start with the line `# @package _global_`, so its keys "
+                f"landed under `experiment.` ({message}); add that line first: an experiment sets keys of every group")
     return message
+
+
+def _format_yaml_error(error: yaml.YAMLError) -> str:
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    if "'\\t'" in problem or "\t" in problem:
+        problem = "a tab character (YAML indents with spaces only)"
+    context = getattr(error, "context", None)
+    where = f"{mark.name}:{mark.line + 1}:{mark.column + 1}" if mark is not None else "a config file"
+    return f"{where}: not valid YAML: {problem}" + (f" ({context})" if context else "")
+
+
+def _format_not_utf8(error: UnicodeDecodeError) -> str:
+    data = error.object[: error.start]
+    line = data.count(b"\n") + 1
+    column = error.start - (data.rfind(b"\n") + 1) + 1
+    return (f"{_config_file_of(error)}:{line}:{column}: not UTF-8 text (byte 0x{error.object[error.start]:02x}); "
+            f"save the file as UTF-8")
+
+
+def _config_file_of(error: BaseException):
+    """The config file Hydra was reading when the error was raised (its file source's `full_path`)."""
+    frame = error.__traceback__
+    found = None
+    while frame is not None:
+        path = frame.tb_frame.f_locals.get("full_path")
+        if isinstance(path, str) and path.endswith((".yaml", ".yml")):
+            found = path
+        frame = frame.tb_next
+    return found
+
+
+_PLACEHOLDER = re.compile(r"\$(VALUE|VALUE_TYPE|KEY|FULL_KEY|OBJECT_TYPE|KEY_TYPE)\b")
 
 
 def _format_unknown_option(error: MissingConfigException) -> str:

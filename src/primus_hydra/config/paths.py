@@ -1,8 +1,10 @@
-"""Where conf/ lives: inside the installed package (wheel) or at the root of a source checkout."""
+"""Paths: where conf/ lives (inside the installed package, or at the root of a source checkout), the run dir Hydra
+will make, and whether a folder a run writes into can be written (checked before anything is created)."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Optional
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
@@ -29,9 +31,57 @@ def hydra_job_dir(config, *, sweep: bool) -> Path:
     previous = hydra_config.cfg
     if any("${hydra:" in str(value) for value in section.values()):
         hydra_config.set_config(config)
+    key = "hydra.sweep.dir" if sweep else "hydra.run.dir"
+    if not str(OmegaConf.select(config, key) or "").strip():  # Hydra would run in the current folder
+        from primus_hydra.errors import PrimusError
+
+        raise PrimusError(f"{key} is empty; give a folder (or unset it for the default)")
     try:
         if sweep:
             return Path(os.path.abspath(os.path.join(str(config.hydra.sweep.dir), str(config.hydra.sweep.subdir))))
         return Path(os.path.abspath(str(config.hydra.run.dir)))  # what Hydra records as hydra.runtime.output_dir
     finally:
         hydra_config.cfg = previous
+
+
+def writable_dir_failure(what: str, path, fix: str) -> Optional[str]:
+    """One line when `path` cannot be the folder a run writes into: empty, a file, under something that is not a
+    folder, or not writable (a read-only mount, or permissions). Nothing is created. `what` names it in the line
+    (a key path, or "run dir"); `fix` says what to do."""
+    text = str(path if path is not None else "").strip()
+    if not text:
+        return f"{what} is empty; {fix}"
+    target = Path(text).expanduser().absolute()
+    existing = target
+    while not os.path.lexists(existing) and existing != existing.parent:
+        existing = existing.parent
+    if existing == target and not target.is_dir():
+        return f"{what}={text}: exists and is not a folder; {fix}"
+    if not existing.is_dir():
+        return f"{what}={text}: {existing} is not a folder, so nothing can be created under it; {fix}"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        reason = "a read-only file system" if _read_only_mount(existing) else "no write permission"
+        return f"{what}={text}: {existing} is not writable ({reason}); {fix}"
+    return None
+
+
+def _read_only_mount(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def output_root_failure(environ=os.environ) -> Optional[str]:
+    """PRIMUS_OUTPUT_ROOT set but blank would put runs at the filesystem root (`/2026-12-01/...`)."""
+    value = environ.get("PRIMUS_OUTPUT_ROOT")
+    if value is not None and not value.strip():
+        return ("PRIMUS_OUTPUT_ROOT is set but empty, which would put runs at the filesystem root; "
+                "unset it or give it a folder")
+    return None
+
+
+def run_dir_failures(run_dir) -> list[str]:
+    """The run dir (and so the output root or sweep dir above it) can hold the run's files."""
+    fix = "set hydra.run.dir (hydra.sweep.dir with -m) or PRIMUS_OUTPUT_ROOT to a writable folder"
+    return [line for line in (output_root_failure(), writable_dir_failure("run dir", run_dir, fix)) if line]

@@ -13,6 +13,7 @@ from typing import Callable, List
 from omegaconf import DictConfig, OmegaConf
 
 from primus_hydra.config.choices import auto_int_failure
+from primus_hydra.config.validate_numbers import number_failures
 from primus_hydra.errors import ConfigValidationError
 
 Rule = Callable[[DictConfig, List[str], List[str]], None]  # (cfg, failures, warnings)
@@ -26,6 +27,9 @@ def validate_config(cfg: DictConfig) -> list[str]:
         raise ConfigValidationError(failures)
     _check_unknown_keys(cfg, "", failures)
     if failures:
+        raise ConfigValidationError(failures)
+    failures += number_failures(cfg)
+    if failures:  # a NaN passes every comparison below
         raise ConfigValidationError(failures)
     _positive_sizes(cfg, failures)
     if failures:  # sizes below 1 would make the divisibility rules meaningless (or divide by zero)
@@ -244,7 +248,7 @@ def _launch(cfg: DictConfig, failures: list[str], warnings: list[str]) -> None:
 
 
 def _patches(cfg: DictConfig, failures: list[str], warnings: list[str]) -> None:
-    enabled = str(cfg.patches.enabled).strip()
+    enabled = str(cfg.patches.enabled).replace(",", "").strip()
     if not enabled:
         failures.append("patches.enabled is empty; allowed: all, none, or a comma-separated list of patch ids")
 

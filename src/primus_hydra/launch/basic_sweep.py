@@ -1,4 +1,9 @@
-"""What the primus_basic sweeper (hydra_plugins/primus_sweeper) checks before each batch it hands to a launcher.
+"""What the primus_basic sweeper (hydra_plugins/primus_sweeper) checks before a sweep starts and before each batch
+it hands to a launcher.
+
+The sweep's arguments first: a key swept twice (`module.lr=1e-3,2e-3 module.lr=3e-3` would silently keep the
+last), a sweep over no values (`range(5,1)`), a batch size below 1, a sweep dir that cannot be written. Then every
+batch, before the first one launches and before the sweep dir exists:
 
 Hydra's basic launcher runs every point in this process, in a run dir it makes first: so, as for a single run,
 every point of the batch is prepared here before any starts (a bad point stops the sweep, exit 2, nothing
@@ -8,13 +13,14 @@ written) and its job is handed to its task (JobHandoff). Other launchers prepare
 """
 from __future__ import annotations
 
-from typing import Sequence
+from pathlib import Path
+from typing import Optional, Sequence
 
 from hydra.core.utils import filter_overrides
-from omegaconf import DictConfig, open_dict, read_write
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from primus_hydra.config.error_format import stop_with, user_error_lines
-from primus_hydra.config.paths import hydra_job_dir
+from primus_hydra.config.paths import hydra_job_dir, output_root_failure, writable_dir_failure
 from primus_hydra.config.targets import task_class_of
 from primus_hydra.launch.sweep_compose import SweepComposer
 
@@ -47,3 +53,35 @@ def check_batch(hydra_context, config: DictConfig, launcher, batch: Sequence[Seq
     for (run_dir, job), overrides in zip(prepared, batch):
         show_warnings(job, label=f"[{' '.join(filter_overrides(overrides))}] ")
         HANDOFF.give(run_dir, job)
+
+
+SWEEP_RECORD = "multirun.yaml"  # Hydra's record of the sweep's config, at the top of the sweep dir
+
+
+def check_sweep_arguments(config: DictConfig, overrides: list, max_batch_size: Optional[int]) -> None:
+    """Exit with one line per mistake in the sweep's own arguments (parsed overrides), before anything runs."""
+    from hydra.core.override_parser.types import ValueType
+
+    failures = []
+    if max_batch_size is not None and max_batch_size < 1:
+        failures.append(f"hydra.sweeper.max_batch_size={max_batch_size}: must be >= 1 (or null: one batch)")
+    seen: dict[str, list[str]] = {}
+    for override in overrides:
+        seen.setdefault(override.get_key_element(), []).append(override.input_line)
+        if override.is_discrete_sweep() and override.value_type != ValueType.GLOB_CHOICE_SWEEP and not list(override.sweep_iterator()):
+            failures.append(f"{override.input_line}: sweeps over no values; give at least one")
+    failures += [f"{key} is given {len(lines)} times on the command line ({', '.join(lines)}): only the last would "
+                 f"count; give it once (a,b,c sweeps over several values)" for key, lines in seen.items() if len(lines) > 1]
+    fix = "set hydra.sweep.dir or PRIMUS_OUTPUT_ROOT to a writable folder"
+    failures += [line for line in (output_root_failure(),
+                                   writable_dir_failure("hydra.sweep.dir", config.hydra.sweep.dir, fix)) if line]
+    if failures:
+        stop_with([f"error: {line}" for line in failures], 2)
+
+
+def save_sweep_record(config: DictConfig) -> Path:
+    """The sweep dir and Hydra's multirun.yaml in it, written once the sweep's points are known to be good."""
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(config, sweep_dir / SWEEP_RECORD)
+    return sweep_dir

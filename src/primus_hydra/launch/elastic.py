@@ -39,9 +39,11 @@ def launch_elastic_job(job: PreparedJob, run_dir: Path) -> Any:
     agent sees at once which one died first. It never initialises CUDA/HIP, so forking it is safe; the workers'
     thread variables are set before it imports torch, because OpenMP reads them when torch loads."""
     with worker_environment(job.plan.worker_env):
+        from torch.distributed import DistStoreError
         from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
         from torch.distributed.elastic.multiprocessing.api import SignalException
         from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+        from torch.distributed.elastic.rendezvous.api import RendezvousError
         from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
         from primus_hydra.launch.worker import worker_main
@@ -61,7 +63,7 @@ def launch_elastic_job(job: PreparedJob, run_dir: Path) -> Any:
         run_id=f"primus-{uuid.uuid4().hex[:8]}" if launch.nnodes == 1 else "primus",
         rdzv_backend=launch.rdzv_backend,
         rdzv_endpoint=f"{launch.master_addr}:{port}",
-        rdzv_configs={"rank": launch.node_rank} if launch.rdzv_backend == "static" else {},
+        rdzv_configs=_rendezvous_configs(launch),
         max_restarts=launch.max_restarts,
         monitor_interval=launch.monitor_interval,
         start_method="fork",
@@ -77,6 +79,12 @@ def launch_elastic_job(job: PreparedJob, run_dir: Path) -> Any:
             results = elastic_launch(config, worker_main)(str(job_config), str(run_dir))
     except ChildFailedError as error:
         raise _describe_failure(error, run_dir) from None
+    except (RendezvousError, DistStoreError) as error:  # a node that never joined (not started, wrong address)
+        detail = (str(error).splitlines() or [""])[0][:200] or type(error).__name__
+        raise PrimusError(
+            f"launch.nnodes={launch.nnodes}: the nodes did not all meet at {launch.master_addr}:{port} within "
+            f"launch.timeout_s={launch.timeout_s:g} s ({detail}); start the same command on every node with its "
+            "launch.node_rank") from None
     except SignalException as error:
         name = signal.Signals(error.sigval).name
         raise JobInterruptedError(
@@ -84,6 +92,14 @@ def launch_elastic_job(job: PreparedJob, run_dir: Path) -> Any:
             int(error.sigval),
         ) from None
     return results.get(0)
+
+
+def _rendezvous_configs(launch) -> dict:
+    """The nodes meet within launch.timeout_s (torch's own default is 600 s whatever the config says)."""
+    timeout = max(1, int(round(launch.timeout_s)))
+    if launch.rdzv_backend == "static":
+        return {"rank": launch.node_rank, "timeout": timeout}
+    return {"join_timeout": timeout}
 
 
 def _describe_failure(error, run_dir: Path) -> PrimusError:

@@ -25,6 +25,7 @@ from primus_hydra.config.error_format import stop_with, user_error_lines
 from primus_hydra.config.paths import hydra_job_dir
 from primus_hydra.config.targets import task_class_of
 from primus_hydra.errors import PrimusError
+from primus_hydra.launch.basic_sweep import save_sweep_record
 from primus_hydra.launch.sweep_compose import SweepComposer
 from primus_hydra.launch.sweep_probe import (
     PROBE_SUBDIR,
@@ -90,7 +91,7 @@ class LocalSweep:
         plan = self.prepare_points(points)
         if _runs_points_here(points[0]):
             return self.run_here(points)
-        self.sweep_dir.mkdir(parents=True, exist_ok=True)
+        save_sweep_record(self.config)
         (self.sweep_dir / STATE_DIR).mkdir(exist_ok=True)
         first = points[0].prepared
         self.processes.extra_env = compile_environment(first.cfg, self.sweep_dir) if first is not None else {}

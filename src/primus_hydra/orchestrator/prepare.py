@@ -21,11 +21,16 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from primus_hydra.backends.base import load_adapter
 from primus_hydra.config.choices import auto_int, is_auto
 from primus_hydra.config.layout import ParallelLayout, configured_world_size, parallel_layout
+from primus_hydra.config.paths import run_dir_failures
 from primus_hydra.config.validate import validate_config
 from primus_hydra.errors import ConfigValidationError
 from primus_hydra.orchestrator.fit_checks import fit_failures
 from primus_hydra.orchestrator.plan import ResourcePlan, build_resource_plan
-from primus_hydra.orchestrator.resource_checks import override_failures, visible_devices_failures
+from primus_hydra.orchestrator.resource_checks import (
+    master_address_failures,
+    override_failures,
+    visible_devices_failures,
+)
 from primus_hydra.patches.loader import patch_failures
 
 
@@ -63,7 +68,8 @@ def prepare(cfg: DictConfig, *, run_dir: Optional[Path] = None, world_size: Opti
     """
     job = without_hydra_node(cfg)
     warnings = validate_config(job)
-    failures = override_failures() if on_this_machine else []
+    failures = run_dir_failures(run_dir) if run_dir is not None else []
+    failures += override_failures() if on_this_machine else []
     if on_this_machine and not launched and not failures:  # detection reads the overrides: they must be valid
         failures += visible_devices_failures(job)
     if failures:
@@ -78,6 +84,7 @@ def prepare(cfg: DictConfig, *, run_dir: Optional[Path] = None, world_size: Opti
     layout = parallel_layout(job, world)  # ConfigValidationError when the config does not fit the world
     if on_this_machine and not launched and trains:
         failures += _device_count_failures(job, plan)
+        failures += master_address_failures(job) if layout.world_size > 1 else []
     if plan is not None and not launched and not job.task.get("dry_run", False):
         failures += fit_failures(job, plan)
     adapter = load_adapter(job, layout, run_dir)

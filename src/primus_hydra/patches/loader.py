@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 
 from omegaconf import DictConfig
 
@@ -43,6 +44,10 @@ def patch_failures(cfg: DictConfig, registry: PatchRegistry = REGISTRY) -> list[
     """Before a job starts: every patch module imports, and `patches.enabled` / PRIMUS_PATCHES name known ids."""
     load_patch_modules(cfg, registry)
     failures = list(registry.load_errors)
+    selection = os.environ.get("PRIMUS_PATCHES")
+    if selection is not None and not selection.replace(",", "").strip():  # ' ' or ',' would select no patch at all
+        return failures + [f"PRIMUS_PATCHES={selection!r} names no patch; allowed: all, none, or a comma-separated "
+                           "list of patch ids (unset it to use patches.enabled)"]
     enabled_ids = resolve_enabled_ids(str(cfg.patches.enabled))
     unknown = sorted((enabled_ids or set()) - registry.ids())
     if unknown:

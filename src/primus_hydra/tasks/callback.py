@@ -24,7 +24,11 @@ class PrepareJobCallback(Callback):
             if prepare_job is None:  # a task that runs no job (task=status)
                 return
             run_dir = hydra_job_dir(config, sweep=False)
+            # a folder another live run is using: refused first, and held before Hydra writes .hydra/ into it
+            claim_run_dir = getattr(task_class_of(config), "claim_run_dir", lambda *args, **kwargs: None)
+            claim_run_dir(config, run_dir, check_only=True)
             job = prepare_job(config, run_dir)
+            claim_run_dir(config, run_dir)
         except Exception as error:  # noqa: BLE001 - a user's error (a failed check, an interpolation) is its lines
             stop_with([f"error: {line}" for line in user_error_lines(error)], getattr(error, "exit_code", 2))
         show_warnings(job)

@@ -39,7 +39,8 @@ class StatusTask:
         if missing:
             raise PrimusError(f"task.runs={missing[0]}: no such directory; give a run or sweep dir")
         run_dirs = find_submitted_runs(roots)
-        states = sacct_states([read_submission(run_dir)["job_id"] for run_dir in run_dirs])
+        records = [read_submission(run_dir) or {} for run_dir in run_dirs]
+        states = sacct_states([str(record["job_id"]) for record in records if "job_id" in record])
         statuses = [run_status(run_dir, states) for run_dir in run_dirs]
         print(format_status_table(statuses, roots))
         return statuses
@@ -80,8 +81,10 @@ def run_status(run_dir: Path, states: dict[str, str]) -> RunStatus:
     record = read_submission(run_dir) or {}
     job_id = str(record.get("job_id", "?"))
     step, loss = last_metrics(run_dir / "metrics.jsonl")
-    return RunStatus(run_dir=run_dir, job_id=job_id, label=record.get("label", ""),
-                     state=states.get(job_id, "UNKNOWN (not in sacct)"), step=step, loss=loss)
+    state = f"UNREADABLE ({record['unreadable']})" if "unreadable" in record else states.get(
+        job_id, "UNKNOWN (not in sacct)")
+    return RunStatus(run_dir=run_dir, job_id=job_id, label=str(record.get("label", "")), state=state, step=step,
+                     loss=loss)
 
 
 def last_metrics(path: Path) -> tuple[Optional[int], Optional[float]]:
@@ -94,7 +97,8 @@ def last_metrics(path: Path) -> tuple[Optional[int], Optional[float]]:
             record = json.loads(line)
         except ValueError:
             continue
-        return record.get("step"), record.get("loss")
+        if isinstance(record, dict):
+            return record.get("step"), record.get("loss")
     return None, None
 
 

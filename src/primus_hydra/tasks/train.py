@@ -37,14 +37,41 @@ class TrainTask:
             return prepare(cfg, run_dir=run_dir, world_size=job_shape(cfg, slurm).world_size, on_this_machine=False)
         return prepare(cfg, run_dir=run_dir, plan=plan, sweep_points=sweep_points, trains=not dry_run)
 
-    def run(self) -> Any:
+    @classmethod
+    def claim_run_dir(cls, cfg: DictConfig, run_dir: Path, *, check_only: bool = False) -> None:
+        """The run dir becomes this run's (RunDirBusyError while another live run holds it): taken by the process
+        that owns the run, only checked by one that submits it to Slurm (its job takes it on the cluster) and by
+        anyone before the job is prepared (which must leave nothing behind when it fails)."""
         from primus_hydra.distributed_env import detect_distributed_env
+        from primus_hydra.launch.run_dir_lock import RUN_DIR_LOCKS
+
+        dist = detect_distributed_env()
+        if dist.is_distributed and dist.rank != 0:  # rank 0 holds it for the ranks its launcher started
+            return
+        submits = not cfg.task.dry_run and not dist.is_distributed and slurm_launcher_settings(cfg) is not None
+        if check_only or submits:
+            RUN_DIR_LOCKS.check_free(run_dir)
+        else:
+            RUN_DIR_LOCKS.acquire(run_dir)
+
+    def run(self) -> Any:
+        from primus_hydra.launch.run_dir_lock import RUN_DIR_LOCKS
 
         run_dir = self.run_dir or hydra_run_dir()
         job = self.job or HANDOFF.take(run_dir)
         if job is None:  # not prepared by the single-run callback or a launcher (e.g. Hydra's basic sweeps)
+            self.claim_run_dir(self.cfg, run_dir, check_only=True)
             job = self.prepare_job(self.cfg, run_dir)
             show_warnings(job)
+        self.claim_run_dir(job.cfg, run_dir)
+        try:
+            return self._run_prepared(job, run_dir)
+        finally:
+            RUN_DIR_LOCKS.release(run_dir)
+
+    def _run_prepared(self, job: PreparedJob, run_dir: Path) -> Any:
+        from primus_hydra.distributed_env import detect_distributed_env
+
         inside_job = detect_distributed_env().is_distributed
         dry_run = bool(job.cfg.task.dry_run)
         slurm = None if inside_job or dry_run else slurm_launcher_settings()

@@ -12,6 +12,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from primus_hydra.backends.torch.token_file import token_file_failure
 from primus_hydra.errors import DataError
 
 TEXT_SUFFIXES = {".py", ".txt", ".md", ".rst", ".json", ".yaml", ".yml", ".c", ".h", ".cfg", ".toml"}
@@ -45,21 +46,11 @@ def load_text_bytes(path: Optional[str], limit_bytes: int = DEFAULT_TEXT_LIMIT_B
     return np.concatenate(chunks)
 
 
-def load_token_file(path: str, dtype: str, vocab_size: int) -> np.ndarray:
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise DataError(f"module.data.path={file}: no such token file (source=tokens wants a flat {dtype} array)")
-    itemsize = np.dtype(dtype).itemsize
-    size = file.stat().st_size
-    if size == 0 or size % itemsize:
-        raise DataError(f"module.data.path={file}: {size} bytes is not a whole number of {dtype} tokens (corrupt?)")
-    tokens = np.memmap(file, dtype=dtype, mode="r")
-    probe = np.asarray(tokens[: min(len(tokens), 1 << 20)])
-    if probe.max(initial=0) >= vocab_size:
-        raise DataError(
-            f"module.data.path={file}: token id {int(probe.max())} >= model.vocab_size={vocab_size} (wrong token_dtype or tokenizer?)"
-        )
-    return tokens
+def load_token_file(path: str, dtype: str, vocab_size: int, seq_length: int) -> np.ndarray:
+    failure = token_file_failure(path, dtype, vocab_size, seq_length)  # checked before the run, and again here
+    if failure:
+        raise DataError(failure)
+    return np.memmap(Path(path).expanduser(), dtype=dtype, mode="r")
 
 
 class TokenBatches:
@@ -71,7 +62,7 @@ class TokenBatches:
         if source == "text":
             self.tokens = load_text_bytes(path)
         elif source == "tokens":
-            self.tokens = load_token_file(path, token_dtype, vocab_size)
+            self.tokens = load_token_file(path, token_dtype, vocab_size, seq_length)
         if self.tokens is not None and len(self.tokens) <= seq_length + 1:
             raise DataError(
                 f"module.data.path={path}: {len(self.tokens)} tokens is too short for module.seq_length={seq_length}"

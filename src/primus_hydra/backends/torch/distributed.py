@@ -20,6 +20,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from primus_hydra.config.layout import ParallelLayout
 from primus_hydra.distributed_env import DistributedEnv
+from primus_hydra.errors import PrimusError
 
 
 @dataclass
@@ -70,8 +71,14 @@ def init_parallel_state(layout: ParallelLayout, device: torch.device, dist_env: 
     if not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
         timeout = timedelta(seconds=timeout_s)
-        dist.init_process_group(backend=backend, store=_attempt_store(dist_env, timeout), timeout=timeout,
-                                rank=dist_env.rank, world_size=dist_env.world_size)
+        try:
+            dist.init_process_group(backend=backend, store=_attempt_store(dist_env, timeout), timeout=timeout,
+                                    rank=dist_env.rank, world_size=dist_env.world_size)
+        except dist.DistStoreError as error:  # a peer never came (a node not started, stray RANK/WORLD_SIZE)
+            raise PrimusError(
+                f"rank {dist_env.rank} of {dist_env.world_size}: the other ranks did not meet at "
+                f"{dist_env.master_addr}:{dist_env.master_port} within launch.timeout_s={timeout_s:g} s "
+                f"({str(error).splitlines()[0]}); start every rank, or unset RANK/WORLD_SIZE to run alone") from None
     # Each mesh dimension is a process group to set up (a full-mesh connect on gloo): build only what is used
     dims = [(name, size) for name, size in (("pp", layout.pp), ("dp", layout.dp), ("tp", layout.tp)) if size > 1]
     if dims != [("dp", layout.dp)] or layout.fsdp:  # DDP over the whole world uses the default group

@@ -121,14 +121,20 @@ class SlurmJobEntry:
         print(f"[primus] slurm job {task.job_id} attempt {self.attempt}: {self.mode} mode, rank {task.rank}/"
               f"{task.world_size} on node {task.node_rank}/{task.nnodes}, master {task.master_addr}:{task.master_port}",
               file=sys.stderr, flush=True)
+        owner = task.rank == 0 if self.mode == "srun" else task.node_rank == 0
         try:
-            return self._run(job, task)
+            if not owner:
+                return self._run(job, task)
+            from primus_hydra.launch.run_dir_lock import RUN_DIR_LOCKS
+
+            with RUN_DIR_LOCKS.holding(Path(self.run_dir)):
+                return self._run(job, task)
         except BaseException as error:  # noqa: B902 - a preempted job must requeue whatever the stop looked like
             # srun mode: the trainer took over USR2 and stopped with it; torchrun mode: this agent got the notice
             preempted = notice.received or getattr(error, "signum", None) == signal.SIGUSR2
             if not preempted or isinstance(error, KeyboardInterrupt):
                 raise
-            if task.rank == 0 if self.mode == "srun" else task.node_rank == 0:
+            if owner:
                 print(f"[primus] preempted: checkpoint written, requeueing (attempt {self.attempt + 1})",
                       file=sys.stderr, flush=True)
                 notice.requeue_and_exit()

@@ -5,7 +5,6 @@ launch/slurm/sweep.py (prepared here, trusted on the nodes)."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any, Sequence
 
 from hydra.core.singleton import Singleton
@@ -13,6 +12,7 @@ from hydra.core.utils import JobReturn, filter_overrides
 from omegaconf import OmegaConf
 
 from primus_hydra.config.schema_run import LaunchMode
+from primus_hydra.launch.basic_sweep import save_sweep_record
 from primus_hydra.launch.slurm.job_shape import SlurmJobShape, executor_parameters
 
 
@@ -22,8 +22,7 @@ def launch_generic_sweep(launcher: Any, job_overrides: Sequence[Sequence[str]], 
 
     config = launcher.config
     settings = OmegaConf.to_container(config.hydra.launcher, resolve=True)
-    sweep_dir = Path(str(config.hydra.sweep.dir))
-    sweep_dir.mkdir(parents=True, exist_ok=True)
+    sweep_dir = save_sweep_record(config)
     folder = settings.get("submitit_folder") or str(sweep_dir / ".submitit" / "%j")
     executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=int(settings.get("max_num_timeout", 3)))
     shape = SlurmJobShape(mode=LaunchMode.srun, nodes=int(settings.get("nodes") or 1),

@@ -98,5 +98,17 @@ def _record_submission(submitted: SubmittedJob) -> None:
 
 
 def read_submission(run_dir: Path) -> Optional[dict]:
+    """The run's submission record; None when there is none. A record that cannot be read (corrupt, not an
+    object, no job id) comes back as {"unreadable": why}, so that one bad file never hides the other runs."""
     path = Path(run_dir) / SUBMISSION_RECORD
-    return json.loads(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as error:  # ValueError covers bad JSON and bytes that are not UTF-8
+        return {"unreadable": f"{SUBMISSION_RECORD} is not JSON ({type(error).__name__})"}
+    if not isinstance(record, dict):
+        return {"unreadable": f"{SUBMISSION_RECORD} holds a {type(record).__name__}, not an object"}
+    if not str(record.get("job_id") or "").strip():
+        return {"unreadable": f"{SUBMISSION_RECORD} has no job_id"}
+    return record

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from primus_hydra.config.error_format import user_error_lines
 from primus_hydra.errors import ConfigValidationError
+from primus_hydra.launch.basic_sweep import save_sweep_record
 from primus_hydra.launch.slurm.run import SlurmJobFailedError, print_status_hint
 from primus_hydra.tables import aligned_table
 
@@ -27,6 +28,7 @@ def launch_slurm_sweep(hydra_context: HydraContext, config: DictConfig, job_over
     points = [_sweep_point(hydra_context, config, list(overrides), initial_job_idx + i)
               for i, overrides in enumerate(job_overrides)]
     prepared = _prepare_all(points)  # a bad point: nothing is written or submitted
+    save_sweep_record(config)
 
     staged, returns = [], []
     for (label, sweep_config), job in zip(points, prepared):

@@ -1,0 +1,134 @@
+"""`backend.extra_args` may pass any native argument through, except one the canonical config already owns:
+`+backend.extra_args.micro_batch_size=0` would bypass every rule on module.micro_batch_size (and disagree with
+what the orchestrator planned). Such a key is refused in one line naming the canonical key to set instead.
+
+Owners are found from the translation itself, so no table can drift from it: the adapter translates the config
+without extra_args, then once per canonical value (each number, switch, choice and string under model.*,
+module.*, platform.* and the backend's own knobs) changed on its own; a native argument whose value moves with
+a canonical key is owned by it. Parallel sizes are changed in the layout too, where the translation reads them.
+Constants of the translation (dropouts, Megatron's `rotary_percent`, ...) have no owner and stay free to set.
+This runs only when extra_args names an argument the translation produces (a few hundred translations, well
+under a second).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import enum
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from primus_hydra.config.values import to_plain
+
+PERTURBED_SECTIONS = ("model", "module", "platform", "backend")
+NOT_CANONICAL = {"backend.extra_args", "backend._target_", "backend.name", "backend.path", "backend.trainer",
+                 "platform.env"}
+
+
+def owned_extra_args_failures(adapter) -> list[str]:
+    """One line per extra_args entry that sets a native argument a canonical key owns."""
+    extra = flatten(to_plain(adapter.cfg.backend.extra_args) or {})
+    if not extra:
+        return []
+    base = copy.deepcopy(adapter.cfg)
+    with open_dict(base.backend):
+        base.backend.extra_args = {}
+    baseline = _translate(adapter, base, adapter.layout)
+    if baseline is None:
+        return []
+    wanted = [path for path in extra if path in baseline]
+    owners: dict[str, list[str]] = {path: [] for path in wanted}
+    for key, variant, layout in _variants(base, adapter.layout) if wanted else ():
+        translated = _translate(adapter, variant, layout)
+        if translated is None:
+            continue
+        for path in wanted:
+            if translated.get(path, _ABSENT) != baseline[path]:
+                owners[path].append(key)
+    return [f"backend.extra_args.{path}={extra[path]}: backend={adapter.name} sets {path} from "
+            f"{' and '.join(keys)}; set {'it' if len(keys) == 1 else 'them'} instead (extra_args passes through only "
+            f"what the canonical config does not own)" for path, keys in owners.items() if keys]
+
+
+_ABSENT = object()
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts (torchtitan's sections) as dotted paths; other values are leaves."""
+    if not isinstance(tree, dict):
+        return {prefix: tree} if prefix else {}
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, path))
+        else:
+            flat[path] = value
+    return flat
+
+
+def _translate(adapter, cfg: DictConfig, layout) -> Optional[dict]:
+    try:
+        # a job prepared before its run dir is known (a Slurm sweep) is translated with a stand-in: only names move
+        run_dir = adapter.run_dir or Path("run_dir")
+        native = type(adapter)(cfg=cfg, layout=layout, run_dir=run_dir).convert_config()
+    except Exception:  # noqa: BLE001 - a changed value the translation cannot take tells nothing
+        return None
+    return flatten(to_plain(native))
+
+
+def _variants(cfg: DictConfig, layout) -> Iterator[tuple[str, DictConfig, Any]]:
+    """(canonical key, the config with only that value changed, the layout that goes with it): `cfg` itself,
+    changed for the moment and restored when the caller asks for the next one (a copy each would cost more than
+    the translation)."""
+    parallel_fields = {f.name for f in dataclasses.fields(layout)}
+    for key, value in list(_canonical_leaves(cfg)):
+        changed = _changed(value)
+        if changed is _ABSENT:
+            continue
+        field = key.rsplit(".", 1)[-1]
+        parallel = key.startswith("module.parallel.") and field in parallel_fields
+        try:
+            OmegaConf.update(cfg, key, changed, merge=False)
+        except Exception:  # noqa: BLE001 - a value the schema refuses is not a variant
+            continue
+        try:
+            yield key, cfg, dataclasses.replace(layout, **{field: changed}) if parallel else layout
+        finally:
+            OmegaConf.update(cfg, key, value, merge=False)
+
+
+def _canonical_leaves(cfg: DictConfig) -> Iterator[tuple[str, Any]]:
+    for section in PERTURBED_SECTIONS:
+        yield from _leaves(cfg[section], section)
+
+
+def _leaves(node: DictConfig, prefix: str) -> Iterator[tuple[str, Any]]:
+    for key in node.keys():
+        path = f"{prefix}.{key}"
+        if path in NOT_CANONICAL:
+            continue
+        child = node._get_node(key)
+        if isinstance(child, DictConfig):
+            yield from _leaves(node[key], path)
+        elif not OmegaConf.is_list(child):
+            yield path, node[key]
+
+
+def _changed(value: Any) -> Any:
+    if value is None:
+        return _ABSENT  # no value to move away from that the schema would surely take
+    if isinstance(value, enum.Enum):
+        others = [member for member in type(value) if member != value]
+        return others[0] if others else _ABSENT
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, float):
+        return value * 1.5 + 0.125
+    if isinstance(value, str):
+        return value + "_changed"
+    return _ABSENT

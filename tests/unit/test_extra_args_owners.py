@@ -1,0 +1,39 @@
+"""backend.extra_args passes native arguments through, except those the canonical config owns: refused in one
+line that names the canonical key, found from each backend's own translation."""
+from __future__ import annotations
+
+import pytest
+
+from primus_hydra.errors import ConfigValidationError
+from primus_hydra.orchestrator.prepare import prepare
+
+
+def failures_of(compose_config, tmp_path, *overrides: str) -> list[str]:
+    with pytest.raises(ConfigValidationError) as info:
+        prepare(compose_config(*overrides, "module.data.source=mock", "task.dry_run=true"), run_dir=tmp_path,
+                trains=False)
+    return info.value.failures
+
+
+@pytest.mark.parametrize("backend, native, canonical", [
+    ("megatron", "micro_batch_size", "module.micro_batch_size"),
+    ("megatron", "tensor_model_parallel_size", "module.parallel.tp"),
+    ("megatron", "num_query_groups", "model.num_kv_heads"),
+    ("torchtitan", "training.local_batch_size", "module.micro_batch_size"),
+    ("maxtext", "per_device_batch_size", "module.micro_batch_size"),
+    ("megatron_bridge", "train.train_iters", "module.train_iters"),
+])
+def test_an_extra_arg_the_canonical_config_owns_is_refused_naming_its_key(compose_config, tmp_path, backend, native,
+                                                                          canonical):
+    (line,) = failures_of(compose_config, tmp_path, f"backend={backend}", f"+backend.extra_args.{native}=0")
+    assert line.startswith(f"backend.extra_args.{native}=0: backend={backend} sets {native} from {canonical}")
+
+
+@pytest.mark.parametrize("extra", ["+backend.extra_args.hidden_dropout=0.1",  # a constant of the translation
+                                   "+backend.extra_args.recompute_num_layers=2",  # not translated at all
+                                   "+backend.extra_args.save=/elsewhere"])  # the patches' own, user wins
+def test_what_the_canonical_config_does_not_own_passes_through(compose_config, tmp_path, extra):
+    job = prepare(compose_config("backend=megatron", extra, "module.data.source=mock", "task.dry_run=true"),
+                  run_dir=tmp_path, trains=False)
+    key, value = extra[len("+backend.extra_args."):].split("=")
+    assert str(job.cfg.backend.extra_args[key]) == value
