@@ -3,11 +3,17 @@
 `.primus/job_config.yaml` holds the job's config and the layout it was prepared for. Workers never recompose (a
 second composition could resolve ${now:} or ${oc.env:} differently, hydra #2070) and never validate again: they
 load this file back into the typed schema and check only that they run in the world it was prepared for.
+
+No secret is written into it (mode 0600 all the same): a value read from the environment stays `${oc.env:...}`
+and resolves in each worker from the environment it inherits from the orchestrator (forked from it, or exported
+by sbatch on Slurm); a secret-named value typed as a literal travels the same way, as the variable
+`PRIMUS_SECRET_<KEY PATH>` that the file names (config/secrets.py says which names are secret).
 """
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import socket
 import time
 from pathlib import Path
@@ -17,9 +23,12 @@ from omegaconf import OmegaConf
 
 from primus_hydra.config.layout import ParallelLayout
 from primus_hydra.config.schema import BACKEND_SCHEMAS, PrimusConfig
+from primus_hydra.config.secrets import LeafPath, config_for_file
 from primus_hydra.orchestrator.prepare import PreparedJob
+from primus_hydra.runtime.private_files import write_private_text
 
 JOB_CONFIG_FILE = Path(".primus") / "job_config.yaml"
+SECRET_VARIABLE_PREFIX = "PRIMUS_SECRET_"
 
 
 def node_job_config_file(node_rank: int) -> Path:
@@ -34,14 +43,22 @@ def write_job_config(job: PreparedJob, run_dir: Path, name: Path = JOB_CONFIG_FI
     document = {
         "prepared": {"layout": dataclasses.asdict(job.layout), "by": f"{socket.gethostname()}:{os.getpid()}",
                      "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
-        "config": OmegaConf.to_container(job.cfg, resolve=True, enum_to_str=True),
+        "config": config_for_file(job.cfg, secret_value=hand_over_in_environment),
     }
     header = (f"# prepared for world size {job.layout.world_size}: workers load this file and trust it "
               "(no recomposition, no second validation)\n")
     tmp = target.with_suffix(f".tmp.{os.getpid()}")  # written whole, then renamed: a reader never sees half
-    tmp.write_text(header + yaml.safe_dump(document, sort_keys=False))
+    write_private_text(tmp, header + yaml.safe_dump(document, sort_keys=False))
     tmp.replace(target)
     return target
+
+
+def hand_over_in_environment(path: LeafPath, value: object) -> str:
+    """A literal secret goes to the workers in this process's environment, which they inherit; the job config
+    holds the interpolation that reads it back (typed: a number stays a number)."""
+    name = SECRET_VARIABLE_PREFIX + re.sub(r"[^A-Za-z0-9]", "_", "_".join(path)).upper()
+    os.environ[name] = str(value)
+    return f"${{oc.env:{name}}}" if isinstance(value, str) else f"${{oc.decode:${{oc.env:{name}}}}}"
 
 
 def load_job_config(path: Path) -> PreparedJob:

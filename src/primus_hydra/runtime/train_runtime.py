@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 import yaml
-from omegaconf import OmegaConf
 
 from primus_hydra.backends.base import BackendAdapter, BaseTrainer, load_adapter
+from primus_hydra.config.secrets import REDACTED, config_for_file, is_secret_name, redact_text, secret_values
 from primus_hydra.config.targets import load_target
 from primus_hydra.config.values import to_plain
 from primus_hydra.distributed_env import DistributedEnv, detect_distributed_env
@@ -26,6 +26,7 @@ from primus_hydra.patches.loader import load_patch_modules, raise_load_errors
 from primus_hydra.patches.registry import PatchContext, resolve_enabled_ids
 from primus_hydra.patches.runner import run_patches
 from primus_hydra.runtime.logging_setup import FILE_ONLY, setup_rank_logging, teardown_rank_logging
+from primus_hydra.runtime.private_files import write_private_text
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +54,12 @@ class PrimusRuntime:
         self.adapter: Optional[BackendAdapter] = None
         self.trainer: Optional[BaseTrainer] = None
         self.backend_args: Any = None
+        self.secrets: set[str] = set()  # values blanked out of every log line and written file
 
     def run(self) -> Any:
         self._check_world()
-        log_handler = setup_rank_logging(self.dist, self.run_dir)
+        self.secrets = secret_values(self.cfg)
+        log_handler = setup_rank_logging(self.dist, self.run_dir, self.secrets)
         try:
             return self._run_phases()
         except BaseException as error:
@@ -91,8 +94,9 @@ class PrimusRuntime:
     def _run_phases(self) -> Any:
         cfg = self.cfg
         self._mark("env")
-        if self.dist.is_main:  # .hydra/config.yaml keeps ${oc.env:...} as typed; record what they resolved to
-            (self.run_dir / RESOLVED_CONFIG_FILE).write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        if self.dist.is_main:  # what the rest resolved to; values from the environment stay ${oc.env:...}
+            text = yaml.safe_dump(config_for_file(cfg), sort_keys=False, default_flow_style=False)
+            write_private_text(self.run_dir / RESOLVED_CONFIG_FILE, text)
         applied = apply_env_block(dict(cfg.platform.env))
         log.info(
             "job: launcher=%s rank=%d world_size=%d run_dir=%s", self.dist.launcher, self.dist.rank,
@@ -102,7 +106,8 @@ class PrimusRuntime:
         self.adapter = adapter = load_adapter(cfg, self.job.layout, self.run_dir)
         applied.update(apply_env_block(adapter.env_defaults()))
         if applied:
-            log.info("env set: %s", ", ".join(f"{k}={v}" for k, v in sorted(applied.items())))
+            shown = {key: REDACTED if is_secret_name(key) else value for key, value in applied.items()}
+            log.info("env set: %s", ", ".join(f"{key}={value}" for key, value in sorted(shown.items())))
         load_patch_modules(cfg)  # normally imported already, by the Hydra callback or when the job was prepared
         raise_load_errors()
         enabled_ids = resolve_enabled_ids(str(cfg.patches.enabled))
@@ -158,7 +163,8 @@ class PrimusRuntime:
         if self.dist.is_main:
             target.parent.mkdir(parents=True, exist_ok=True)
             text = yaml.safe_dump(to_plain(self.backend_args), sort_keys=False, default_flow_style=False)
-            target.write_text(f"# backend={self.adapter.name}: final arguments after build_args patches\n{text}")
+            header = f"# backend={self.adapter.name}: final arguments after build_args patches\n"
+            write_private_text(target, redact_text(header + text, self.secrets))
             log.info("dry run: backend arguments written to %s", target)
             print(f"dry run: {self.adapter.name} arguments written to {target}")
         return target
