@@ -5,6 +5,7 @@ Errors the user can fix are printed as one line and exit with code 2; set HYDRA_
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -14,6 +15,7 @@ from omegaconf import DictConfig
 
 from primus_hydra.config.paths import find_conf_dir
 from primus_hydra.config.schema import register_schemas
+from primus_hydra.config.secrets import redacted_stdout, warn_about_literal_secrets
 from primus_hydra.errors import PrimusError
 
 _USER_WANTS_TRACEBACK = os.environ.get("HYDRA_FULL_ERROR") == "1"
@@ -66,9 +68,13 @@ def main() -> None:
         sys.argv += overrides_for_external_launch(sys.argv[1:])
     # Let composition errors reach us instead of Hydra's multi-line report, so that we can print one line.
     os.environ["HYDRA_FULL_ERROR"] = "1"
+    printing = INFO_FLAGS.intersection(sys.argv[1:])
+    if not printing:
+        warn_about_literal_secrets(sys.argv[1:])
     try:
-        _hydra_main()
-        if INFO_FLAGS.intersection(sys.argv[1:]):
+        with redacted_stdout(sys.argv[1:]) if printing else contextlib.nullcontext():  # `--resolve` would print secrets
+            _hydra_main()
+        if printing:
             _exit_now()
     except BrokenPipeError:  # `... | head -1`: the reader has what it wanted; stop quietly, as a shell tool does
         _discard_stdout()

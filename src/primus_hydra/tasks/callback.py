@@ -3,9 +3,11 @@
 The selected task prepares its job (orchestrator/prepare.py); a rejected run stops here with one `error:` line per
 failure and exit code 2, and leaves nothing behind. Hydra turns exceptions raised in callbacks into warnings, so
 this callback exits itself (SystemExit passes through). The prepared job is handed to the task (JobHandoff).
+When the job starts, Hydra's records in the run dir become owner-only and its log handlers blank secrets out.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
@@ -33,3 +35,15 @@ class PrepareJobCallback(Callback):
             stop_with([f"error: {line}" for line in user_error_lines(error)], getattr(error, "exit_code", 2))
         show_warnings(job)
         HANDOFF.give(run_dir, job)
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Hydra has just written .hydra/*.yaml (the overrides as typed) and set up its logging: those files become
+        readable by their owner only, and every log handler blanks the job's secret values out."""
+        from primus_hydra.config.secrets import secret_values
+        from primus_hydra.runtime.logging_setup import redact_secrets_in_logs
+        from primus_hydra.runtime.private_files import make_private
+
+        if config.hydra.output_subdir is not None:
+            hydra_dir = Path(config.hydra.runtime.output_dir) / str(config.hydra.output_subdir)
+            make_private(hydra_dir / name for name in ("config.yaml", "hydra.yaml", "overrides.yaml"))
+        redact_secrets_in_logs(secret_values(config))
