@@ -1,7 +1,12 @@
 """Deterministic fault injection for tests of failure handling (a crashed rank, a rank killed mid-save).
 
-PRIMUS_FAULT="<kind>:<rank>:<step>" with kind raise | kill | hang | kill_during_save. A fault fires only in the first
-attempt of a job (TORCHELASTIC_RESTART_COUNT unset or 0), so that a restarted job can show recovery.
+PRIMUS_FAULT="<kind>:<rank>:<step>". Kinds: `raise` (an error after that step), `hang` (a stuck rank after that
+step), and the SIGKILLs of KILL_POINTS: `kill` after the step, and the instants of that step's checkpoint save:
+`kill_during_save` (the rank's shards written, before meta.json), then, on rank 0 which finishes the save,
+`kill_before_rename` (meta.json written, the folder still `.tmp-step_N`), `kill_after_rename` (`step_N` complete,
+`latest` not yet updated), `kill_before_latest` (the new pointer written beside `latest`, not yet replacing it) and
+`kill_after_latest`. A fault fires only in the first attempt of a job (TORCHELASTIC_RESTART_COUNT unset or 0), so
+that a restarted job can show recovery.
 """
 from __future__ import annotations
 
@@ -11,22 +16,35 @@ import time
 
 FAULT_ENV = "PRIMUS_FAULT"
 
+# kind -> the point (inject_fault's first argument) where it SIGKILLs the rank
+KILL_POINTS = {
+    "kill": "step",
+    "kill_during_save": "save",
+    "kill_before_rename": "before_rename",
+    "kill_after_rename": "after_rename",
+    "kill_before_latest": "before_latest",
+    "kill_after_latest": "after_latest",
+}
+KINDS = ("raise", "hang", *KILL_POINTS)
+
 
 class InjectedFault(RuntimeError):
     pass
 
 
 def inject_fault(point: str, rank: int, step: int) -> None:
-    """point: "step" (after a training step) or "save" (after this rank wrote its checkpoint shards)."""
+    """point: "step" (after a training step), or one of the save's points (checkpoint.py, CheckpointManager.save)."""
     spec = os.environ.get(FAULT_ENV)
     if not spec or int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0:
         return
     kind, fault_rank, fault_step = spec.split(":")
+    if kind not in KINDS:
+        raise ValueError(f"{FAULT_ENV}={spec}: unknown kind {kind!r} (one of {', '.join(KINDS)})")
     if int(fault_rank) != rank or int(fault_step) != step:
         return
     if point == "step" and kind == "raise":
         raise InjectedFault(f"injected fault on rank {rank} at step {step}")
-    if (point == "step" and kind == "kill") or (point == "save" and kind == "kill_during_save"):
+    if KILL_POINTS.get(kind) == point:
         os.kill(os.getpid(), signal.SIGKILL)
     if point == "step" and kind == "hang":  # a stuck rank: its peers must time out in their next collective
         while True:

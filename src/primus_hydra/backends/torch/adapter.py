@@ -9,6 +9,7 @@ from omegaconf import OmegaConf
 from primus_hydra.backends.base import BackendAdapter, BaseTrainer
 from primus_hydra.backends.torch.args import TorchTrainingArgs
 from primus_hydra.backends.torch.checkpoint_paths import CheckpointFolder
+from primus_hydra.config.paths import writable_dir_failure
 from primus_hydra.errors import CheckpointError
 
 METRICS_FILE = "metrics.jsonl"
@@ -65,6 +66,18 @@ class TorchAdapter(BackendAdapter):
     def checkpoint_dir(self) -> Path:
         configured = self.cfg.module.checkpoint.dir
         return Path(configured).expanduser().resolve() if configured else self.run_dir / "checkpoints"
+
+    def training_failures(self) -> list[str]:
+        """Besides the library: a configured checkpoint dir that a save could not write into is found now, before
+        training, not at the first save (a file, a path under a file such as /dev/null, a read-only folder)."""
+        failures = super().training_failures()
+        ckpt, module = self.cfg.module.checkpoint, self.cfg.module
+        saves = ckpt.interval or ckpt.save_final or ckpt.on_signal or module.exit_interval
+        if ckpt.dir and saves:
+            failure = writable_dir_failure("module.checkpoint.dir", ckpt.dir, "checkpoints need a folder this run can "
+                                           "write or create; choose another module.checkpoint.dir (null: <run_dir>/checkpoints)")
+            failures += [failure] if failure else []
+        return failures
 
     def _run_dir_failures(self) -> list[str]:
         """What the run would find on disk and refuse, found before it starts: a checkpoint to resume or load that is

@@ -22,6 +22,7 @@ from primus_hydra.backends.base import BaseTrainer
 from primus_hydra.backends.fault_injection import inject_fault
 from primus_hydra.backends.torch.args import TorchTrainingArgs
 from primus_hydra.backends.torch.checkpoint import CheckpointManager
+from primus_hydra.backends.torch.checkpoint_paths import step_of
 from primus_hydra.backends.torch.data import TokenBatches
 from primus_hydra.backends.torch.distributed import (
     clip_grad_norm,
@@ -106,10 +107,13 @@ class TorchTrainer(BaseTrainer):
         self.start_step = 0
         self.checkpoints = CheckpointManager(Path(module.checkpoint.dir))
         self.restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
-        resume_from = self._restore()
-        self.metrics = MetricsLogger(  # a restarted attempt appends to the job's metrics (readers keep a step's last record)
+        resume = self._resume_spec()
+        self._restore(resume)
+        # a resumed run or a restarted attempt appends to the job's metrics (readers keep a step's last record),
+        # also when no checkpoint was written before the crash and training starts over
+        self.metrics = MetricsLogger(
             self.run_dir, enabled=self.dist.is_main, tensorboard=module.log.tensorboard,
-            log_interval=module.log.interval, resuming=resume_from is not None or self.restarted,
+            log_interval=module.log.interval, resuming=resume is not None or self.restarted,
         )
 
     def train(self) -> Optional[float]:
@@ -268,27 +272,32 @@ class TorchTrainer(BaseTrainer):
                 "layout": {"pp": layout.pp, "dp": layout.dp, "tp": layout.tp, "fsdp": layout.fsdp},
                 "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
         path = self.checkpoints.save(step, self.model, self.optimizer, trainer_state, meta,
-                                     before_finalize=lambda: inject_fault("save", self.dist.rank, step))
+                                     fault=lambda point: inject_fault(point, self.dist.rank, step))
         log.info("checkpoint saved: %s", path)
         return path
 
-    def _restore(self) -> Optional[Path]:
+    def _resume_spec(self) -> Optional[str]:
+        resume = self.backend_args.module.checkpoint.resume
+        if self.restarted and (resume is None or self.checkpoints.step_dirs()):
+            return "auto"  # a restarted worker continues from the job's own last checkpoint
+        return resume
+
+    def _restore(self, resume: Optional[str]) -> None:
         ckpt = self.backend_args.module.checkpoint
-        resume = ckpt.resume
-        if self.restarted and (resume is None or self.checkpoints.latest() is not None):
-            resume = "auto"  # a restarted worker continues from the job's own last checkpoint
-        resume_from = self.checkpoints.resolve(resume, "module.checkpoint.resume")
         overwrite = self.checkpoints.unresumed_failure(resume)
         if overwrite:
             raise CheckpointError(overwrite)
-        model_name = self.backend_args.model.name
+        model_name, key = self.backend_args.model.name, "module.checkpoint.resume"
+        resume_from, warnings = self.checkpoints.find(resume, key)
+        for line in warnings:
+            log.warning("%s", line)
         if resume_from is not None:
-            trainer_state = CheckpointManager.load(resume_from, "module.checkpoint.resume", self.model, self.optimizer, model_name)
+            trainer_state = CheckpointManager.load(resume_from, key, self.model, self.optimizer, model_name)
             self.start_step = int(trainer_state["step"])
             torch.set_rng_state(trainer_state["torch_rng"])
             if trainer_state.get("cuda_rng") and torch.cuda.is_available():
                 torch.cuda.set_rng_state_all(trainer_state["cuda_rng"])
-            later = [s for s in self.checkpoints.steps() if s > self.start_step]
+            later = [p.name for p in self.checkpoints.step_dirs() if step_of(p.name) > self.start_step]
             if later:
                 raise CheckpointError(
                     f"module.checkpoint.dir={self.checkpoints.root} holds steps after the resumed step {self.start_step} "
@@ -298,10 +307,9 @@ class TorchTrainer(BaseTrainer):
         elif ckpt.load is None and self.backend_args.module.stage == "sft":
             log.warning("module.stage=sft without module.checkpoint.load: fine-tuning starts from random weights")
         elif ckpt.load:
-            source = self.checkpoints.resolve(ckpt.load, "module.checkpoint.load")
+            source, _ = self.checkpoints.find(ckpt.load, "module.checkpoint.load")
             CheckpointManager.load(source, "module.checkpoint.load", self.model, None, model_name)
             log.info("initial weights loaded from %s", source)
-        return resume_from
 
 
 class _BarContext:
