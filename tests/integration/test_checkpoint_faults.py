@@ -107,7 +107,7 @@ def test_a_flipped_bit_is_refused_by_name_and_auto_falls_back_to_the_previous_st
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0x10
     shard.write_bytes(bytes(data))
-    with pytest.raises(CheckpointError, match=rf"{shard} is corrupt: its crc32 is [0-9a-f]{{8}}, meta.json recorded"):
+    with pytest.raises(CheckpointError, match=rf"{shard} is corrupt: its checksum is xxh3_64:[0-9a-f]{{16}}, meta.json recorded"):
         run_job(compose_config(*SMALL, f"module.checkpoint.resume={checkpoints}"), tmp_path / "elsewhere")
     resume_in_process(compose_config, run_dir)
     assert curve(run_dir) == uninterrupted

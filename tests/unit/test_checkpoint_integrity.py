@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
+xxhash = pytest.importorskip("xxhash")
 
 from primus_hydra.backends.fault_injection import FAULT_ENV, inject_fault  # noqa: E402
 from primus_hydra.backends.torch.adapter import TorchAdapter  # noqa: E402
@@ -70,15 +71,27 @@ def saved(tmp_path) -> CheckpointManager:
 
 
 # -- recorded while written ---------------------------------------------------------------------------------
-def test_every_file_of_a_step_is_recorded_with_its_size_crc32_and_writer(saved):
+def test_every_file_of_a_step_is_recorded_with_its_size_checksum_and_writer(saved):
     step = saved.root / "step_0000004"
     meta, records = read_meta(step)
-    assert meta["checksum"] == "crc32" and meta["step"] == 4
+    assert meta["step"] == 4
     assert set(records) == {p.name for p in step.iterdir()} - {META}
     for name, record in records.items():
         data = (step / name).read_bytes()
-        assert record == FileRecord(len(data), f"{zlib.crc32(data):08x}", 0)
+        assert record == FileRecord(len(data), f"xxh3_64:{xxhash.xxh3_64(data).hexdigest()}", 0)
         assert file_checksum(step / name) == record.checksum
+
+
+def test_a_step_checked_with_crc32_where_xxhash_was_missing_verifies_and_catches_a_flipped_bit(saved):
+    step = saved.root / "step_0000004"
+    meta = json.loads((step / META).read_text())
+    for name, entry in meta["files"].items():
+        entry["checksum"] = f"crc32:{zlib.crc32((step / name).read_bytes()):08x}"
+    (step / META).write_text(json.dumps(meta))
+    assert saved.find(str(step), KEY) == (step, [])
+    flip_bit(shard(step))
+    with pytest.raises(CheckpointError, match=r"is corrupt: its checksum is crc32:[0-9a-f]{8}, meta.json recorded crc32:"):
+        saved.find(str(step), KEY)
 
 
 # -- damage is refused, naming the file ---------------------------------------------------------------------
@@ -96,7 +109,7 @@ def test_a_damaged_file_of_a_named_step_is_refused_in_one_line_naming_it(saved, 
     with pytest.raises(CheckpointError) as error:
         saved.find(str(step), KEY)
     message = str(error.value)
-    assert message.startswith(f"{KEY}={step}: {file} is corrupt: its crc32 is ") and "\n" not in message
+    assert message.startswith(f"{KEY}={step}: {file} is corrupt: its checksum is xxh3_64:") and "\n" not in message
     assert "module.checkpoint.resume=auto falls back to the newest one that verifies" in message
 
 
@@ -126,7 +139,7 @@ def test_resume_auto_falls_back_past_a_corrupt_step_with_a_warning_and_moves_it_
     path, warnings = saved.find("auto", KEY)
     assert path == saved.root / "step_0000002"
     (line,) = warnings
-    assert line.startswith(f"{KEY}=auto: step_0000004 failed verification (") and "is corrupt: its crc32 is" in line
+    assert line.startswith(f"{KEY}=auto: step_0000004 failed verification (") and "is corrupt: its checksum is" in line
     assert line.endswith("moved it to step_0000004.corrupt and resuming from step_0000002, the newest step that verifies")
     assert saved.steps() == [2] and (saved.root / "step_0000004.corrupt" / META).is_file()
 
@@ -200,7 +213,7 @@ def test_latest_names_only_a_sibling_step_folder(saved, tmp_path):
                                      b'{"step": 2, "files": {"x": 1}}',
                                      b'{"step": 2, "files": {"trainer_state.pt": "12"}}',
                                      b'{"step": 2, "files": {"trainer_state.pt": 1, "../escape": 1}}',
-                                     b'{"step": 2, "files": {"trainer_state.pt": {"size": 1, "crc32": "zz"}}}',
+                                     b'{"step": 2, "files": {"trainer_state.pt": {"size": 1, "checksum": "xxh3_64:zz"}}}',
                                      b"\xff\xfe", b"{"])
 def test_a_meta_json_of_the_wrong_shape_is_one_line_naming_it(saved, content):
     step = saved.root / "step_0000004"

@@ -1,7 +1,7 @@
 """Atomic, sharded, checksummed checkpoints with torch.distributed.checkpoint (DCP).
 
-Saving: every rank writes its shards into `.tmp-step_NNNNNNN`, hashing the bytes as they go out (a CRC-32 per
-file, no second read); rank 0 adds trainer_state.pt and meta.json (every file's size, checksum and writer rank),
+Saving: every rank writes its shards into `.tmp-step_NNNNNNN`, hashing the bytes as they go out (xxh3_64, or
+crc32 without xxhash: checkpoint_paths.py; no second read); rank 0 adds trainer_state.pt and meta.json (every file's size, checksum and writer rank),
 renames the folder to `step_NNNNNNN`, then replaces `latest`. A failure on any rank (a full disk) is agreed by
 all: the partial folder is removed and every rank raises the same one-line CheckpointError; `latest` is untouched.
 
@@ -26,19 +26,16 @@ import torch
 import torch.distributed as dist
 
 from primus_hydra.backends.torch.checkpoint_paths import (
-    CHECKSUM,
     LATEST,
     META,
     TRAINER_STATE,
     CheckpointFolder,
     FileRecord,
+    Hasher,
     file_checksum,
-    format_checksum,
-    new_checksum,
     read_meta,
     records_for_rank,
     step_dir_name,
-    update_checksum,
     verify_files,
 )
 from primus_hydra.errors import CheckpointError
@@ -125,7 +122,7 @@ class CheckpointManager(CheckpointFolder):
                 if known is None or known.checksum is None:
                     records[file.name] = FileRecord(file.stat().st_size, file_checksum(file), known.rank if known else 0)
             files = {name: record.as_json() for name, record in sorted(records.items())}
-            _write_durably(tmp / META, json.dumps({**meta, "step": step, "checksum": CHECKSUM, "files": files}, indent=2))
+            _write_durably(tmp / META, json.dumps({**meta, "step": step, "files": files}, indent=2))
             _fsync_dir(tmp)
 
         failure = _attempt(complete)
@@ -288,7 +285,7 @@ class _HashingWriter:
     change the bytes behind its back (a seek) marks it, and its checksum is then read back instead."""
 
     def __init__(self, raw):
-        self.raw, self.value, self.size, self.bypassed = raw, new_checksum(), 0, False
+        self.raw, self.hasher, self.size, self.bypassed = raw, Hasher(), 0, False
 
     def write(self, data) -> int:
         count = self.raw.write(data)
@@ -298,12 +295,12 @@ class _HashingWriter:
             self.bypassed = True
             return count
         count = len(view) if count is None else count
-        self.value = update_checksum(self.value, view[:count])
+        self.hasher.update(view[:count])
         self.size += count
         return count
 
     def checksum(self) -> Optional[str]:
-        return None if self.bypassed else format_checksum(self.value)
+        return None if self.bypassed else self.hasher.result()
 
     def seek(self, *args):
         self.bypassed = True
