@@ -118,7 +118,7 @@ def test_console_script_is_installed():
     assert result.returncode == 0 and "name: llama_tiny" in result.stdout
 
 
-@pytest.mark.parametrize("args", [["module.lr=-1"], ["model.num_kv_heads=3"], ["+model.stale_key=1"], ["model=nope"]])
+@pytest.mark.parametrize("args", [["module.lr=-1"], ["model.num_kv_heads=3"], ["+model.stale_field=1"], ["model=nope"]])
 def test_an_invalid_config_leaves_no_run_dir(tmp_path, args):
     result = primus(*args, output_root=tmp_path)
     assert result.returncode == 2 and result.stderr.startswith("error: ")

@@ -86,7 +86,8 @@ def test_user_torchrun_shares_one_run_dir_and_is_not_launched_again(tmp_path, si
     (run_dir,) = [p.parent for p in (tmp_path / "outputs").glob("*/*/metrics.jsonl")]
     assert run_dir.name.startswith("torchrun-")
     assert len(list((tmp_path / "outputs").glob("**/.hydra"))) == 1  # only rank 0 writes Hydra's files
-    assert not (run_dir / ".primus").exists()  # no second launch inside the job
+    assert not (run_dir / ".primus" / "job_config.yaml").exists()  # no second launch inside the job
+    assert (run_dir / ".primus" / "run.lock").is_file()  # rank 0 held the run dir for the job
     assert_same_curve(losses(run_dir), single_process_curve)
 
 

@@ -115,7 +115,7 @@ def test_token_file_source(compose_config, tmp_path):
     "setup, overrides, message",
     [
         (None, ["module.data.path=/no/such/corpus"], "module.data.path=/no/such/corpus: no such file or folder"),
-        ("odd", ["module.data.source=tokens", "module.data.path={file}"], "is not a whole number of uint16 tokens (corrupt?)"),
+        ("odd", ["module.data.source=tokens", "module.data.path={file}"], "3 bytes is not a whole number of uint16 tokens (2 bytes each)"),
         ("big", ["module.data.source=tokens", "module.data.path={file}"], "token id 999 >= model.vocab_size=256"),
         ("empty_dir", ["module.data.path={dir}"], "no text found"),
     ],

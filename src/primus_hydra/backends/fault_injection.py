@@ -1,6 +1,6 @@
 """Deterministic fault injection for tests of failure handling (a crashed rank, a rank killed mid-save).
 
-PRIMUS_FAULT="<kind>:<rank>:<step>". Kinds: `raise` (an error after that step), `hang` (a stuck rank after that
+PRIMUS_FAULT="<kind>:<rank>:<step>". Kinds: `none` (no fault: one value of a sweep over faults), `raise` (an error after that step), `hang` (a stuck rank after that
 step), and the SIGKILLs of KILL_POINTS: `kill` after the step, and the instants of that step's checkpoint save:
 `kill_during_save` (the rank's shards written, before meta.json), then, on rank 0 which finishes the save,
 `kill_before_rename` (meta.json written, the folder still `.tmp-step_N`), `kill_after_rename` (`step_N` complete,
@@ -25,7 +25,7 @@ KILL_POINTS = {
     "kill_before_latest": "before_latest",
     "kill_after_latest": "after_latest",
 }
-KINDS = ("raise", "hang", *KILL_POINTS)
+KINDS = ("none", "raise", "hang", *KILL_POINTS)
 
 
 class InjectedFault(RuntimeError):

@@ -48,6 +48,8 @@ class TrainTask:
         dist = detect_distributed_env()
         if dist.is_distributed and dist.rank != 0:  # rank 0 holds it for the ranks its launcher started
             return
+        if int(cfg.launch.node_rank) != 0:  # each node's agent shares the run dir: the first node's holds it
+            return
         submits = not cfg.task.dry_run and not dist.is_distributed and slurm_launcher_settings(cfg) is not None
         if check_only or submits:
             RUN_DIR_LOCKS.check_free(run_dir)

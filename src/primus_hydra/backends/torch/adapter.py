@@ -69,8 +69,9 @@ class TorchAdapter(BackendAdapter):
 
     def training_failures(self) -> list[str]:
         """Besides the library: a configured checkpoint dir that a save could not write into is found now, before
-        training, not at the first save (a file, a path under a file such as /dev/null, a read-only folder)."""
-        failures = super().training_failures()
+        training, not at the first save (a file, a path under a file such as /dev/null, a read-only folder); and a
+        token file the run could not read (its size, length, ids and width: token_file.py)."""
+        failures = super().training_failures() + self._data_failures()
         ckpt, module = self.cfg.module.checkpoint, self.cfg.module
         saves = ckpt.interval or ckpt.save_final or ckpt.on_signal or module.exit_interval
         if ckpt.dir and saves:
@@ -78,6 +79,15 @@ class TorchAdapter(BackendAdapter):
                                            "write or create; choose another module.checkpoint.dir (null: <run_dir>/checkpoints)")
             failures += [failure] if failure else []
         return failures
+
+    def _data_failures(self) -> list[str]:
+        data = self.cfg.module.data
+        if data.source != "tokens" or not data.path or not Path(str(data.path)).expanduser().exists():
+            return []  # a missing path is the orchestrator's line (orchestrator/prepare.py)
+        from primus_hydra.backends.torch.token_file import token_file_failure  # numpy: only for a token file
+
+        failure = token_file_failure(data.path, str(data.token_dtype), self.cfg.model.vocab_size, self.cfg.module.seq_length)
+        return [failure] if failure else []
 
     def _run_dir_failures(self) -> list[str]:
         """What the run would find on disk and refuse, found before it starts: a checkpoint to resume or load that is
