@@ -47,3 +47,16 @@ def _isolated_patch_registry():
     REGISTRY.loaded_modules.clear()
     REGISTRY.loaded_modules.update(saved[1])
     REGISTRY.load_errors.clear()
+
+
+@pytest.fixture(autouse=True)
+def _isolated_environment():
+    """A job run in this process (its platform.env block, the inductor cache, a secret's hand-off variable) leaves
+    os.environ as it found it, so a later test's subprocesses inherit the developer's environment, not a job's."""
+    import os
+
+    saved = dict(os.environ)
+    yield
+    if dict(os.environ) != saved:
+        os.environ.clear()
+        os.environ.update(saved)
