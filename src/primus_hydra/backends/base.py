@@ -162,7 +162,13 @@ class BackendAdapter(ABC):
 
     @abstractmethod
     def load_trainer_class(self, stage: str) -> type[BaseTrainer]:
-        """The trainer for module.stage (backend.trainer overrides)."""
+        """The trainer this backend picks for module.stage."""
+
+    def trainer_class(self, stage: str) -> type[BaseTrainer]:
+        """backend.trainer (a trainer class path) when set, else the backend's own choice."""
+        if self.cfg.backend.trainer:
+            return load_target(self.cfg.backend.trainer, "backend.trainer")
+        return self.load_trainer_class(stage)
 
 
 def load_adapter(cfg: DictConfig, layout: ParallelLayout, run_dir: Optional[Path] = None) -> BackendAdapter:

@@ -66,6 +66,7 @@ class ExternalBackendAdapter(BackendAdapter):
     library: str = ""
     trainer_classes: dict[str, str] = {}  # {stage: "module.Class"}; empty: only the arguments are translated
     source_subdirs: tuple[str, ...] = ()
+    reads_native_data = False  # True: the trainer reads backend=torch's data sources (stdlib text fallback included)
 
     @property
     def stage(self) -> str:
@@ -82,7 +83,7 @@ class ExternalBackendAdapter(BackendAdapter):
                 f"pick the module preset with that stage (module=pre_trainer: pretrain, module=post_trainer: sft)"
             )
         data = self.cfg.module.data
-        if data.source == "text" and not data.path:
+        if data.source == "text" and not data.path and not self.reads_native_data:
             # the stdlib-sources fallback is a feature of the built-in torch backend only
             failures.append(
                 f"module.data.source=text needs module.data.path with backend={self.name} (only backend=torch "

@@ -139,6 +139,9 @@ class TorchBackendConfig(BackendConfig):
 
 @dataclass
 class MegatronBackendConfig(BackendConfig):
+    # auto: Megatron-LM's pretrain() when a checkout is found, else core | core: this project's loop on
+    # megatron-core | megatron_lm: Megatron-LM's pretrain() | a trainer class path
+    trainer: Optional[str] = "auto"
     transformer_impl: TransformerImpl = TransformerImpl.transformer_engine
     use_distributed_optimizer: bool = True
     recompute_granularity: Optional[RecomputeGranularity] = None

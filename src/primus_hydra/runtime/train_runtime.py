@@ -17,7 +17,6 @@ import yaml
 
 from primus_hydra.backends.base import BackendAdapter, BaseTrainer, load_adapter
 from primus_hydra.config.secrets import REDACTED, config_for_file, is_secret_name, redact_text, secret_values
-from primus_hydra.config.targets import load_target
 from primus_hydra.config.values import to_plain
 from primus_hydra.distributed_env import DistributedEnv, detect_distributed_env
 from primus_hydra.errors import PrimusError
@@ -133,9 +132,7 @@ class PrimusRuntime:
             return self._write_dry_run()
 
         self._mark("trainer")
-        trainer_class = load_target(cfg.backend.trainer, "backend.trainer") if cfg.backend.trainer else adapter.load_trainer_class(
-            str(cfg.module.stage)
-        )
+        trainer_class = adapter.trainer_class(str(cfg.module.stage))
         self.trainer = trainer = trainer_class(self.backend_args, cfg, self.job.layout, self.run_dir, self.dist)
         ctx.trainer = trainer
         self._patch_phase(ctx, "setup", enabled_ids)

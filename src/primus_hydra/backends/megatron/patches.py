@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 
 from primus_hydra.backends.external import wants_checkpoints
+from primus_hydra.backends.megatron import cpu_patches  # noqa: F401 - registers megatron.cpu.*
 from primus_hydra.patches.registry import PatchContext, register_patch
 
 
@@ -23,6 +24,14 @@ def sequence_parallel_off_without_tp(ctx: PatchContext) -> None:
     """Sequence parallelism splits along the TP group: with tp=1 there is nothing to split."""
     if not _user_set(ctx, "sequence_parallel"):
         ctx.backend_args["sequence_parallel"] = False
+
+
+@register_patch("megatron.args.layernorm_epsilon", backend="megatron", phase="build_args", backend_versions=[">=0.16"])
+def layernorm_epsilon_since_0_16(ctx: PatchContext) -> None:
+    """Since core_v0.16, Megatron's --norm-epsilon stores into `layernorm_epsilon` (before: `norm_epsilon`)."""
+    args = ctx.backend_args
+    if "norm_epsilon" in args and not _user_set(ctx, "layernorm_epsilon"):
+        args["layernorm_epsilon"] = args.pop("norm_epsilon")
 
 
 @register_patch(
@@ -75,3 +84,48 @@ def cuda_device_max_connections(ctx: PatchContext) -> None:
     """One hardware queue keeps TP communication ordered before compute; FSDP needs more than one
     (Megatron asserts it). setdefault: a value the user exported wins."""
     os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "8" if ctx.cfg.module.parallel.fsdp else "1")
+
+
+def _local_norms_with_sequence_parallel(ctx: PatchContext) -> bool:
+    from primus_hydra.backends.megatron.core_model import uses_transformer_engine
+
+    args = ctx.backend_args
+    return bool(args.get("sequence_parallel")) and not uses_transformer_engine(args, "cuda" if _has_cuda() else "cpu")
+
+
+def _has_cuda() -> bool:
+    import torch  # a worker-side condition: the setup phase runs in the worker
+
+    return torch.cuda.is_available()
+
+
+@register_patch("megatron.local_spec.sequence_parallel_norm", backend="megatron", phase="setup",
+                backend_versions=["0.16.*"], condition=_local_norms_with_sequence_parallel)
+def sequence_parallel_torch_norms(ctx: PatchContext) -> None:
+    """megatron-core's local layer spec (torch RMSNorm, used without Transformer Engine) refuses sequence
+    parallelism only because nothing marks its weights: with the sequence split across the TP group, each rank's
+    norm gradient covers its own tokens. Marked `sequence_parallel`, finalize_model_grads all-reduces them over the
+    TP group, which is what Transformer Engine's norms get."""
+    from megatron.core.transformer import torch_norm
+
+    from primus_hydra.patches.source_rewrite import rewrite_function
+
+    rewrite_function(torch_norm.WrappedTorchNorm, "__new__", {
+        'assert not config.sequence_parallel, f"sequence parallel not supported by torch LayerNorm"': "pass",
+        "return norm_cls(normalized_shape=hidden_size, eps=eps)":
+            "norm = norm_cls(normalized_shape=hidden_size, eps=eps)\n"
+            "    for param in norm.parameters():\n"
+            "        param.sequence_parallel = config.sequence_parallel\n"
+            "    return norm",
+    })
+
+
+@register_patch("megatron.moe.router_gemm_without_te", backend="megatron", phase="setup", backend_versions=["0.16.*"],
+                condition=lambda ctx: ctx.backend_args.get("num_experts"))
+def router_gemm_without_te(ctx: PatchContext) -> None:
+    """megatron-core 0.16's router linear tests `te_general_gemm is not None`, a name it defines only when
+    Transformer Engine imports: without TE every MoE forward raises NameError. Define it as absent."""
+    from megatron.core.transformer.moe import moe_utils
+
+    if not hasattr(moe_utils, "te_general_gemm"):
+        moe_utils.te_general_gemm = None

@@ -84,10 +84,16 @@ class CheckpointManager(CheckpointFolder):
     """Saves, finds and loads the checkpoints of a folder (collectives: every rank calls save, find and load)."""
 
     # -- saving -----------------------------------------------------------------------------------------
-    def save(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, trainer_state: dict,
-             meta: dict[str, Any], fault: Callable[[str], None] = _no_fault) -> Path:
+    def save(self, step: int, model: Optional[torch.nn.Module], optimizer: Optional[torch.optim.Optimizer],
+             trainer_state: dict, meta: dict[str, Any], fault: Callable[[str], None] = _no_fault,
+             write_shards: Optional[Callable[[Path], dict[str, FileRecord]]] = None) -> Path:
         """Collective. `fault(point)` is called where crash tests kill a rank: "save" (this rank's shards written),
-        then on rank 0 "before_rename", "after_rename", "before_latest", "after_latest"."""
+        then on rank 0 "before_rename", "after_rename", "before_latest", "after_latest". `write_shards(tmp)`
+        replaces DCP for a library with its own sharded format (megatron-core's dist_checkpointing); files it does
+        not record are checksummed by rank 0 before the rename."""
+        if write_shards is None:
+            def write_shards(tmp: Path) -> dict[str, FileRecord]:
+                return _write_shards(tmp, model, optimizer)
         final = self.root / step_dir_name(step)
         if final.exists():
             raise CheckpointError(f"checkpoint {final} already exists; refusing to overwrite it")
@@ -95,7 +101,7 @@ class CheckpointManager(CheckpointFolder):
         failure = self._failure_line(step, _attempt(lambda: self._start(tmp))) if _is_main() else None
         self._raise_if_failed(_first_failure(failure), tmp)
         records: dict[str, FileRecord] = {}
-        failure = self._failure_line(step, _attempt(lambda: records.update(_write_shards(tmp, model, optimizer))))
+        failure = self._failure_line(step, _attempt(lambda: records.update(write_shards(tmp))))
         fault("save")
         gathered = _all_gather((failure, records))
         self._raise_if_failed(next((f for f, _ in gathered if f), None), tmp)

@@ -68,22 +68,32 @@ def init_parallel_state(layout: ParallelLayout, device: torch.device, dist_env: 
     state = ParallelState(layout)
     if layout.world_size == 1:
         return state
-    if not dist.is_initialized():
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        timeout = timedelta(seconds=timeout_s)
-        try:
-            dist.init_process_group(backend=backend, store=_attempt_store(dist_env, timeout), timeout=timeout,
-                                    rank=dist_env.rank, world_size=dist_env.world_size)
-        except dist.DistStoreError as error:  # a peer never came (a node not started, stray RANK/WORLD_SIZE)
-            raise PrimusError(
-                f"rank {dist_env.rank} of {dist_env.world_size}: the other ranks did not meet at "
-                f"{dist_env.master_addr}:{dist_env.master_port} within launch.timeout_s={timeout_s:g} s "
-                f"({str(error).splitlines()[0]}); start every rank, or unset RANK/WORLD_SIZE to run alone") from None
+    join_process_group(device, dist_env, timeout_s)
     # Each mesh dimension is a process group to set up (a full-mesh connect on gloo): build only what is used
     dims = [(name, size) for name, size in (("pp", layout.pp), ("dp", layout.dp), ("tp", layout.tp)) if size > 1]
     if dims != [("dp", layout.dp)] or layout.fsdp:  # DDP over the whole world uses the default group
         state.mesh = init_device_mesh(device.type, tuple(size for _, size in dims), mesh_dim_names=tuple(name for name, _ in dims))
     return state
+
+
+def join_process_group(device: torch.device, dist_env: DistributedEnv, timeout_s: float) -> None:
+    """The job's default process group (gloo on CPU, NCCL/RCCL on GPU); a one-process job gets a group of one
+    (libraries such as megatron-core need a group even then)."""
+    if dist.is_initialized():
+        return
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    timeout = timedelta(seconds=timeout_s)
+    if dist_env.world_size == 1:
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+        return
+    try:
+        dist.init_process_group(backend=backend, store=_attempt_store(dist_env, timeout), timeout=timeout,
+                                rank=dist_env.rank, world_size=dist_env.world_size)
+    except dist.DistStoreError as error:  # a peer never came (a node not started, stray RANK/WORLD_SIZE)
+        raise PrimusError(
+            f"rank {dist_env.rank} of {dist_env.world_size}: the other ranks did not meet at "
+            f"{dist_env.master_addr}:{dist_env.master_port} within launch.timeout_s={timeout_s:g} s "
+            f"({str(error).splitlines()[0]}); start every rank, or unset RANK/WORLD_SIZE to run alone") from None
 
 
 def _attempt_store(dist_env: DistributedEnv, timeout: timedelta) -> dist.Store:

@@ -53,6 +53,23 @@ def resolve_device(requested: str, local_rank: int) -> torch.device:
     return torch.device("cuda", local_rank % torch.cuda.device_count())
 
 
+def progress_bar(wanted: bool, total: int, start: int):
+    """A tqdm bar over the steps (a context giving the bar), or a null context giving None: without a terminal
+    (CI, files, pipes) the periodic log lines carry the progress."""
+    if not (wanted and sys.stderr.isatty()):
+        return contextlib.nullcontext()
+    try:
+        from tqdm.auto import tqdm
+        from tqdm.contrib.logging import logging_redirect_tqdm
+    except ImportError:
+        log.warning("module.log.progress_bar=true but tqdm is not installed: progress comes as log lines")
+        return contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    stack.enter_context(logging_redirect_tqdm())
+    bar = stack.enter_context(tqdm(total=total, initial=start, desc="train", unit="step", dynamic_ncols=True))
+    return _BarContext(stack, bar)
+
+
 class TorchTrainer(BaseTrainer):
     backend_args: TorchTrainingArgs
 
@@ -231,19 +248,7 @@ class TorchTrainer(BaseTrainer):
         return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
 
     def _progress(self, total: int, start: int):
-        show = self.dist.is_main and self.backend_args.module.log.progress_bar and sys.stderr.isatty()
-        if not show:  # periodic log lines carry the progress when there is no terminal (CI, files, pipes)
-            return contextlib.nullcontext()
-        try:
-            from tqdm.auto import tqdm
-            from tqdm.contrib.logging import logging_redirect_tqdm
-        except ImportError:
-            log.warning("module.log.progress_bar=true but tqdm is not installed: progress comes as log lines")
-            return contextlib.nullcontext()
-        stack = contextlib.ExitStack()
-        stack.enter_context(logging_redirect_tqdm())
-        bar = stack.enter_context(tqdm(total=total, initial=start, desc="train", unit="step", dynamic_ncols=True))
-        return _BarContext(stack, bar)
+        return progress_bar(self.dist.is_main and self.backend_args.module.log.progress_bar, total, start)
 
     # -- signals ----------------------------------------------------------------------------------------
     def _remember_signal(self, signum, frame) -> None:

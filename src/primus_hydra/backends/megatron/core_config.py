@@ -1,0 +1,89 @@
+"""Megatron-LM's argument namespace (args.py, after the build_args patches) as megatron-core's own objects: a
+TransformerConfig (or MLATransformerConfig) and GPTModel's keyword arguments, the way Megatron-LM's
+`core_transformer_config_from_args` and `gpt_builders` read the same namespace. The trainer builds from this, so a
+wrong translation in args.py shows as a different model (the cross-backend tests catch it).
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+# argument destinations whose TransformerConfig field has another name
+FIELD_RENAMES = {"num_experts": "num_moe_experts", "norm_epsilon": "layernorm_epsilon"}
+# fused kernels that need Transformer Engine / Apex / CUDA; off for the local layer spec
+FUSIONS = ("apply_rope_fusion", "masked_softmax_fusion", "bias_activation_fusion", "bias_dropout_fusion",
+           "gradient_accumulation_fusion", "persist_layer_norm")
+
+
+def padded_vocab_size(vocab_size: int, divisible_by: int, tp: int) -> int:
+    """Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by x tp."""
+    multiple = divisible_by * tp
+    return -(-vocab_size // multiple) * multiple
+
+
+def moe_layer_pattern(value: Any, num_layers: int) -> Any:
+    """`moe_layer_freq` as Megatron reads it: an int (every n-th layer) or a pattern string such as
+    "([0]*1+[1]*26)" / "[1,0,1]", parsed without eval."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip().strip("()").replace(" ", "")
+    pattern: list[int] = []
+    for part in text.split("+"):
+        repeated = re.fullmatch(r"\[([01](?:,[01])*)\](?:\*(\d+))?", part)
+        if not repeated:
+            raise ValueError(f"moe_layer_freq={value!r}: expected an int or a pattern such as ([0]*1+[1]*3)")
+        pattern += [int(bit) for bit in repeated.group(1).split(",")] * int(repeated.group(2) or 1)
+    if len(pattern) != num_layers:
+        raise ValueError(f"moe_layer_freq={value!r} names {len(pattern)} layers, the model has {num_layers}")
+    return pattern
+
+
+def transformer_config(args: dict, fused: bool, use_cpu_initialization: bool, params_dtype: Any = None) -> Any:
+    """The TransformerConfig for these arguments: every argument that names a config field, plus what Megatron-LM
+    derives (SwiGLU, query groups, the MLA config class)."""
+    import torch
+    import torch.nn.functional as F
+    from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
+
+    config_class = MLATransformerConfig if args.get("multi_latent_attention") else TransformerConfig
+    fields = {field.name for field in dataclasses.fields(config_class)}
+    kwargs = {}
+    for key, value in args.items():
+        name = FIELD_RENAMES.get(key, key)
+        if name in fields and value is not None:
+            kwargs[name] = value
+    if args.get("swiglu"):
+        kwargs.update(gated_linear_unit=True, activation_func=F.silu)
+    if not args.get("group_query_attention"):
+        kwargs["num_query_groups"] = None
+    if "moe_layer_freq" in kwargs:
+        kwargs["moe_layer_freq"] = moe_layer_pattern(kwargs["moe_layer_freq"], args["num_layers"])
+    if args.get("multi_latent_attention"):  # MLA takes its rope settings in the config, not in GPTModel
+        kwargs.update(rotary_base=args.get("rotary_base", 10000), rotary_percent=args.get("rotary_percent", 1.0))
+    for name in FUSIONS:
+        kwargs[name] = fused and kwargs.get(name, True)
+    dtype = params_dtype or (torch.bfloat16 if args.get("bf16") else torch.float32)
+    kwargs.update(params_dtype=dtype, pipeline_dtype=dtype, use_cpu_initialization=use_cpu_initialization,
+                  deallocate_pipeline_outputs=True)
+    if not args.get("add_bias_linear", True):
+        kwargs["add_bias_linear"] = False
+    return config_class(**kwargs)
+
+
+def gpt_model_kwargs(args: dict) -> dict:
+    """GPTModel's own arguments (embedding, output layer, positions)."""
+    tp = args.get("tensor_model_parallel_size", 1)
+    kwargs = {
+        "vocab_size": padded_vocab_size(args["vocab_size"], args.get("make_vocab_size_divisible_by", 128), tp),
+        "max_sequence_length": args["max_position_embeddings"],
+        "share_embeddings_and_output_weights": not args.get("untie_embeddings_and_output_weights", False),
+        "position_embedding_type": args.get("position_embedding_type", "rope"),
+        "rotary_percent": args.get("rotary_percent", 1.0),
+        "rotary_base": args.get("rotary_base", 10000),
+        "rope_scaling": bool(args.get("use_rope_scaling", False)),
+        "seq_len_interpolation_factor": args.get("rotary_seq_len_interpolation_factor"),
+    }
+    if args.get("rope_scaling_factor") is not None:
+        kwargs["rope_scaling_factor"] = args["rope_scaling_factor"]
+    return kwargs

@@ -1,0 +1,293 @@
+"""backend.trainer=core: this project's training loop on megatron-core's own classes.
+
+GPTModel from the translated arguments (core_model.py), model-parallel state from module.parallel (tp, pp, cp, ep,
+sequence parallel), megatron DDP + its (distributed) optimizer, `get_forward_backward_func` for the pipeline
+schedules, `OptimizerParamScheduler` for the lr, and the rails of the native backend: the same token batches
+(TokenBatches: byte-level text, token files, mock), metrics.jsonl / TensorBoard / loss PNG, the progress bar, and
+atomic checksummed step folders (CheckpointManager) whose shards megatron-core's dist_checkpointing writes, so a
+checkpoint reshards across layouts. `module.checkpoint.load` also takes a native (backend=torch) checkpoint: its
+weights are converted on load (convert.py).
+"""
+from __future__ import annotations
+
+import gc
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import torch
+import torch.distributed as dist
+
+from primus_hydra.backends.base import BaseTrainer
+from primus_hydra.backends.fault_injection import inject_fault
+from primus_hydra.backends.megatron.checkpoint_strategy import in_process_save_strategy
+from primus_hydra.backends.megatron.core_model import build_gpt_model
+from primus_hydra.backends.megatron.cpu_patches import cpu_support_failure
+from primus_hydra.backends.megatron.lr_schedule import build_lr_scheduler
+from primus_hydra.backends.megatron.native_init import init_like_native
+from primus_hydra.backends.megatron.sharded_weights import load_full_weights, native_weights_for
+from primus_hydra.backends.torch.checkpoint import CheckpointManager
+from primus_hydra.backends.torch.checkpoint_paths import TRAINER_STATE, read_meta
+from primus_hydra.backends.torch.data import TokenBatches
+from primus_hydra.backends.torch.distributed import join_process_group
+from primus_hydra.backends.torch.metrics import MetricsLogger
+from primus_hydra.backends.torch.trainer import progress_bar, resolve_device
+from primus_hydra.config.model_math import count_parameters, training_flops_per_token
+from primus_hydra.errors import CheckpointError, PrimusError, TrainingDivergedError
+
+log = logging.getLogger("primus_hydra.megatron")
+
+
+def quiet_library_logs() -> None:
+    """megatron-core logs every parameter name and its whole optimizer config at INFO, and warns about its own
+    internals on every step: keep its warnings and errors, drop the rest."""
+    import warnings
+
+    logging.getLogger("megatron.core").setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", module=r"megatron\.core\.")
+    warnings.filterwarnings("ignore", message=r".*all_gather_into_tensor.* is deprecated")
+    warnings.filterwarnings("ignore", message=r".*reduce_scatter_tensor.* is deprecated")
+
+
+class MegatronCoreTrainer(BaseTrainer):
+    backend_args: dict
+
+    # -- lifecycle --------------------------------------------------------------------------------------
+    def setup(self) -> None:
+        from megatron.core import parallel_state, tensor_parallel
+
+        self.device = resolve_device(str(self.cfg.platform.device), self.dist.local_rank)
+        if self.device.type == "cpu":
+            import importlib.metadata
+
+            failure = cpu_support_failure(importlib.metadata.version("megatron-core"))
+            if failure:
+                raise PrimusError(failure)
+        else:
+            torch.cuda.set_device(self.device)
+        quiet_library_logs()
+        module, args = self.cfg.module, self.backend_args
+        torch.manual_seed(module.seed)
+        join_process_group(self.device, self.dist, self.cfg.launch.timeout_s)
+        parallel_state.initialize_model_parallel(
+            tensor_model_parallel_size=args["tensor_model_parallel_size"],
+            pipeline_model_parallel_size=args["pipeline_model_parallel_size"],
+            context_parallel_size=args["context_parallel_size"],
+            expert_model_parallel_size=args["expert_model_parallel_size"],
+        )
+        tensor_parallel.model_parallel_cuda_manual_seed(module.seed)
+        self.parallel = parallel_state
+        log.info("megatron-core: device %s | layout: world %d = pp %d x dp %d x cp %d x tp %d, ep %d%s",
+                 self.device, self.layout.world_size, self.layout.pp, self.layout.dp, self.layout.cp, self.layout.tp,
+                 self.layout.ep, " | sequence parallel" if args.get("sequence_parallel") else "")
+
+    def init(self) -> None:
+        from megatron.core.distributed import (
+            DistributedDataParallel,
+            DistributedDataParallelConfig,
+            finalize_model_grads,
+        )
+        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+
+        args, module, ps = self.backend_args, self.cfg.module, self.parallel
+        self.model = build_gpt_model(args, device_type=self.device.type, pre_process=ps.is_pipeline_first_stage(),
+                                     post_process=ps.is_pipeline_last_stage())
+        if not self.cfg.model.mla.enabled:  # the native backend's weights for this seed, whatever the layout
+            init_like_native(self.model, self.cfg.model, module.seed)
+        if self.device.type == "cuda":
+            self.model.cuda(self.device)
+        log.info("model %s: %s parameters (megatron-core GPTModel)", self.cfg.model.name, f"{count_parameters(self.cfg.model):,}")
+        config = self.model.config
+        self.ddp = DistributedDataParallel(config, DistributedDataParallelConfig(
+            grad_reduce_in_fp32=True, use_distributed_optimizer=bool(args.get("use_distributed_optimizer"))), self.model)
+        self.optimizer = get_megatron_optimizer(OptimizerConfig(
+            optimizer="adam", lr=args["lr"], min_lr=args["min_lr"], weight_decay=args["weight_decay"],
+            adam_beta1=args["adam_beta1"], adam_beta2=args["adam_beta2"], adam_eps=args["adam_eps"],
+            clip_grad=args["clip_grad"], bf16=bool(args.get("bf16")), params_dtype=config.params_dtype,
+            use_distributed_optimizer=bool(args.get("use_distributed_optimizer"))), [self.ddp])
+        # what Megatron-LM's training loop wires: the schedule reduces gradients over dp (and sequence-parallel norm
+        # gradients over tp) through finalize_model_grads, scales the loss for mixed precision, and skips the
+        # gradient sync on all but the last micro-batch
+        config.finalize_model_grads_func = finalize_model_grads
+        config.grad_scale_func = self.optimizer.scale_loss
+        config.no_sync_func = self.ddp.no_sync
+        self.scheduler = build_lr_scheduler(self.optimizer, args)
+        data = module.data
+        self.data = TokenBatches(str(data.source), data.path, str(data.token_dtype), self.cfg.model.vocab_size,
+                                 module.seq_length, module.seed)
+        self.flops_per_token = training_flops_per_token(self.cfg.model, module.seq_length)
+        self.checkpoints = CheckpointManager(Path(args.get("save") or self.run_dir / "checkpoints"))
+        self.start_step = 0
+        resumed = self._restore()
+        self.metrics = MetricsLogger(self.run_dir, enabled=self.dist.is_main, tensorboard=module.log.tensorboard,
+                                     log_interval=module.log.interval, resuming=resumed)
+
+    def train(self) -> Optional[float]:
+        module = self.cfg.module
+        total, interval = module.train_iters, module.checkpoint.interval
+        step, loss, saved_step = self.start_step, None, None
+        if step >= total:
+            log.info("nothing to train: resumed at step %d of %d", step, total)
+            return None
+        log.info("training steps %d..%d: %d micro-batch(es) of %d x %d tokens per step and data-parallel rank",
+                 step + 1, total, self.layout.grad_accum, module.micro_batch_size, module.seq_length)
+        gc.freeze()
+        with progress_bar(self.dist.is_main and module.log.progress_bar, total, step) as bar:
+            while step < total:
+                record = self._train_step(step)
+                step, loss = record["step"], record["loss"]
+                self.metrics.log_step(record, total)
+                if bar is not None:
+                    bar.set_postfix(loss=f"{loss:.4f}", lr=f"{record['lr']:.2e}", refresh=False)
+                    bar.update(1)
+                inject_fault("step", self.dist.rank, step)
+                if interval and step % interval == 0:
+                    self.save_checkpoint(step)
+                    saved_step = step
+        if module.checkpoint.save_final and saved_step != step:
+            self.save_checkpoint(step)
+        return loss
+
+    def cleanup(self, on_error: bool = False) -> None:
+        gc.unfreeze()
+        metrics = getattr(self, "metrics", None)
+        if metrics is not None:
+            png = metrics.close(plot=self.cfg.module.log.plot and not on_error)
+            if png:
+                log.info("loss curve: %s", png)
+            self.metrics = None
+        if not on_error:
+            from megatron.core import parallel_state
+
+            self.ddp = self.model = self.optimizer = None
+            parallel_state.destroy_model_parallel()
+            if dist.is_initialized():
+                dist.barrier()
+                dist.destroy_process_group()
+
+    # -- one step ---------------------------------------------------------------------------------------
+    def _micro_batches(self, step: int) -> Iterator[dict[str, torch.Tensor]]:
+        """This data-parallel rank's micro-batches of the step: the native backend's batches, index for index."""
+        accum, micro = self.layout.grad_accum, self.cfg.module.micro_batch_size
+        dp_rank = self.parallel.get_data_parallel_rank()
+        for index in range(accum):
+            tokens, labels = self.data.batch(step, (dp_rank * accum + index) * micro, micro)
+            yield {"tokens": tokens.to(self.device), "labels": labels.to(self.device)}
+
+    @staticmethod
+    def _forward_step(batches: Iterator[dict[str, torch.Tensor]], model: Any):
+        batch = next(batches)
+        per_token = model(batch["tokens"], None, None, labels=batch["labels"])
+
+        def loss_function(output: torch.Tensor):
+            loss = output.float().mean()
+            return loss, {"lm loss": loss.detach().clone()}  # the schedule divides `loss` in place by the micro-batches
+
+        return per_token, loss_function
+
+    def _train_step(self, step: int) -> dict[str, Any]:
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        module = self.cfg.module
+        started = time.perf_counter()
+        self.ddp.zero_grad_buffer()
+        self.optimizer.zero_grad()
+        lr = self.optimizer.param_groups[0]["lr"]
+        outputs = get_forward_backward_func()(
+            forward_step_func=self._forward_step, data_iterator=self._micro_batches(step), model=[self.ddp],
+            num_microbatches=self.layout.grad_accum, seq_length=module.seq_length,
+            micro_batch_size=module.micro_batch_size, forward_only=False)
+        _, grad_norm, _ = self.optimizer.step()
+        self.scheduler.step(increment=1)
+        loss = self._reported_loss(outputs)
+        if not math.isfinite(loss):
+            raise TrainingDivergedError(f"loss is {loss} at step {step + 1} (lr {lr:.3e}); lower module.lr or check the data")
+        elapsed = time.perf_counter() - started
+        batch_tokens = module.global_batch_size * module.seq_length
+        tflops = self.flops_per_token * batch_tokens / self.layout.world_size / elapsed / 1e12
+        return {"step": step + 1, "loss": loss, "lr": lr, "grad_norm": float(grad_norm) if grad_norm is not None else None,
+                "tokens_per_s": batch_tokens / elapsed, "tflops": tflops, "mfu": None, "step_time_s": elapsed}
+
+    def _reported_loss(self, outputs: list[dict]) -> float:
+        """The step's mean loss on every rank: the last pipeline stage's micro-batch mean, averaged over dp."""
+        ps = self.parallel
+        local = torch.stack([out["lm loss"] for out in outputs]).mean() if outputs else torch.zeros((), device=self.device)
+        value = local.to(self.device, torch.float32).reshape(1)
+        if ps.get_pipeline_model_parallel_world_size() > 1:
+            dist.all_reduce(value, group=ps.get_pipeline_model_parallel_group())  # other stages hold 0
+        if ps.get_data_parallel_world_size() > 1:
+            dist.all_reduce(value, group=ps.get_data_parallel_group())
+            value /= ps.get_data_parallel_world_size()
+        return float(value.item())
+
+    # -- checkpoints ------------------------------------------------------------------------------------
+    def _sharded_state(self, for_loading: bool) -> dict:
+        """Model and optimizer as megatron-core sharded tensors; the optimizer state `fully_reshardable`, so that a
+        step written at one layout (dp, tp, pp, ep) resumes at another."""
+        metadata = {"distrib_optim_sharding_type": "fully_reshardable"}
+        model_state = self.model.sharded_state_dict(metadata=metadata)
+        return {"model": model_state,
+                "optimizer": self.optimizer.sharded_state_dict(model_state, is_loading=for_loading, metadata=metadata)}
+
+    def save_checkpoint(self, step: int) -> Path:
+        from megatron.core import dist_checkpointing
+
+        def write_shards(tmp: Path) -> dict:
+            dist_checkpointing.save(self._sharded_state(for_loading=False), str(tmp),
+                                    sharded_strategy=in_process_save_strategy())
+            return {}  # files written by dist_checkpointing: rank 0 records them (size, checksum) before the rename
+
+        trainer_state = {"step": step, "torch_rng": torch.get_rng_state(), "scheduler": self.scheduler.state_dict()}
+        meta = {"model": self.cfg.model.name, "backend": "megatron", "format": "megatron.core.dist_checkpointing",
+                "stage": str(self.cfg.module.stage), "world_size": self.layout.world_size,
+                "layout": {"pp": self.layout.pp, "dp": self.layout.dp, "tp": self.layout.tp, "ep": self.layout.ep},
+                "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        path = self.checkpoints.save(step, None, None, trainer_state, meta, write_shards=write_shards,
+                                     fault=lambda point: inject_fault(point, self.dist.rank, step))
+        log.info("checkpoint saved: %s", path)
+        return path
+
+    def _restore(self) -> bool:
+        """Resume (module.checkpoint.resume) or start from weights (module.checkpoint.load); True when resuming."""
+        ckpt = self.cfg.module.checkpoint
+        resume = ckpt.resume
+        overwrite = self.checkpoints.unresumed_failure(resume)
+        if overwrite:
+            raise CheckpointError(overwrite)
+        path, warnings = self.checkpoints.find(resume, "module.checkpoint.resume")
+        for line in warnings:
+            log.warning("%s", line)
+        if path is not None:
+            self._load_megatron(path, "module.checkpoint.resume", with_optimizer=True)
+            log.info("resumed from %s at step %d", path, self.start_step)
+            return True
+        if ckpt.load:
+            source, _ = self.checkpoints.find(ckpt.load, "module.checkpoint.load")
+            if read_meta(source)[0].get("backend") == "megatron":
+                self._load_megatron(source, "module.checkpoint.load", with_optimizer=False)
+            else:
+                load_full_weights(self.model, native_weights_for(source, self.cfg.model, self.model))
+            self.optimizer.reload_model_params()  # main (fp32) copies of bf16 weights follow the loaded weights
+            log.info("initial weights loaded from %s", source)
+        return False
+
+    def _load_megatron(self, path: Path, key: str, with_optimizer: bool) -> None:
+        from megatron.core import dist_checkpointing
+
+        if with_optimizer:
+            state = dist_checkpointing.load(self._sharded_state(for_loading=True), str(path))
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            trainer_state = torch.load(path / TRAINER_STATE, map_location="cpu", weights_only=False)
+            self.start_step = int(trainer_state["step"])
+            torch.set_rng_state(trainer_state["torch_rng"])
+            self.scheduler.load_state_dict(trainer_state["scheduler"])
+            return
+        try:
+            state = dist_checkpointing.load({"model": self.model.sharded_state_dict()}, str(path))
+        except Exception as error:  # noqa: BLE001 - megatron-core raises many kinds: one line
+            raise CheckpointError(f"{key}: {path} cannot be loaded into {self.cfg.model.name} ({type(error).__name__}: "
+                                  f"{str(error).splitlines()[0] if str(error) else ''})") from error
+        self.model.load_state_dict(state["model"])

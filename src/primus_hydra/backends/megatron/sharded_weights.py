@@ -1,0 +1,83 @@
+"""Full (unsharded) megatron-core weights into this rank's GPTModel: its pipeline stage's layers, its experts, its
+tensor-parallel slice of each parameter (the `partition_dim` megatron-core records on it; SwiGLU's fc1 holds a
+slice of the gate and one of the up projection). Used to start backend=megatron from a native checkpoint."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from primus_hydra.backends.megatron.convert import native_to_megatron, pad_vocabulary
+from primus_hydra.errors import CheckpointError
+
+_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
+_EXPERT = re.compile(r"\.local_experts\.(\d+)\.")
+_SKIPPED = ("_extra_state", "local_tokens_per_expert")  # TE metadata, routing statistics: not weights
+
+
+def native_weights_for(path: Path, model_cfg: Any, megatron_model: Any) -> dict[str, torch.Tensor]:
+    """A native (backend=torch) checkpoint's weights under megatron-core names, vocabulary padded as the model's."""
+    from omegaconf import OmegaConf
+
+    from primus_hydra.backends.torch.checkpoint import CheckpointManager
+    from primus_hydra.backends.torch.model import build_model_on_meta
+
+    model_args = OmegaConf.to_object(model_cfg) if OmegaConf.is_config(model_cfg) else model_cfg
+    native = build_model_on_meta(model_args)
+    native.to_empty(device="cpu")
+    CheckpointManager.load(path, "module.checkpoint.load", native, None, model_args.name)
+    return pad_vocabulary(native_to_megatron(native.state_dict(), model_args), megatron_model.vocab_size)
+
+
+def global_name(name: str, layer_numbers: dict[int, int], first_expert: int) -> str:
+    match = _LAYER.match(name)
+    if match:
+        name = f"decoder.layers.{layer_numbers[int(match.group(1))]}." + name[match.end():]
+    expert = _EXPERT.search(name)
+    if expert:
+        name = name[: expert.start()] + f".local_experts.{first_expert + int(expert.group(1))}." + name[expert.end():]
+    return name
+
+
+def _tp_slice(full: torch.Tensor, param: torch.Tensor, name: str, rank: int, size: int, glu: bool) -> torch.Tensor:
+    if size == 1 or not getattr(param, "tensor_model_parallel", False):
+        return full
+    dim = param.partition_dim
+    if glu and name.endswith("linear_fc1.weight"):  # [gate; up]: each rank holds [gate_r; up_r]
+        gate, up = full.chunk(2, dim=0)
+        return torch.cat([gate.chunk(size, dim=0)[rank], up.chunk(size, dim=0)[rank]], dim=0)
+    return full.chunk(size, dim=dim)[rank]
+
+
+@torch.no_grad()
+def load_full_weights(model: Any, full: dict[str, torch.Tensor]) -> None:
+    """Copy this rank's share of `full` (megatron-core names, whole model) into `model` (collective-free)."""
+    from megatron.core import parallel_state as ps
+
+    layer_numbers = {local: layer.layer_number - 1 for local, layer in enumerate(model.decoder.layers)} if hasattr(
+        model, "decoder") else {}
+    experts = next((m for m in model.modules() if hasattr(m, "local_experts")), None)
+    first_expert = ps.get_expert_model_parallel_rank() * len(experts.local_experts) if experts is not None else 0
+    glu = bool(model.config.gated_linear_unit)
+    missing = []
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        if name.endswith(_SKIPPED) or tensor is None:
+            continue
+        source = full.get(global_name(name, layer_numbers, first_expert))
+        if source is None:
+            missing.append(name)
+            continue
+        if ".experts." in name:
+            rank, size = ps.get_expert_tensor_parallel_rank(), ps.get_expert_tensor_parallel_world_size()
+        else:
+            rank, size = ps.get_tensor_model_parallel_rank(), ps.get_tensor_model_parallel_world_size()
+        shard = _tp_slice(source, tensor, name, rank, size, glu)
+        if shard.shape != tensor.shape:
+            raise CheckpointError(f"weight {name}: the checkpoint gives {tuple(shard.shape)} for this rank, the model "
+                                  f"holds {tuple(tensor.shape)}")
+        tensor.copy_(shard.to(tensor.dtype))
+    if missing:
+        raise CheckpointError(f"the checkpoint has no weights for {len(missing)} parameter(s) of the model "
+                              f"({', '.join(missing[:3])}...)")
