@@ -43,12 +43,6 @@ class MegatronAdapter(ExternalBackendAdapter):
                 failures.append(
                     "module.parallel.fsdp=true: Megatron's torch FSDP2 needs untied embeddings (model.tie_embeddings=false)"
                 )
-        if model.num_layers % p.pp:
-            failures.append(f"module.parallel.pp={p.pp}: megatron-core splits model.num_layers={model.num_layers} evenly "
-                            f"over pipeline stages; choose a pp that divides it")
-        if p.ep > 1 and (model.moe.num_experts == 0 or model.moe.num_experts % p.ep):
-            failures.append(f"module.parallel.ep={p.ep}: must divide model.moe.num_experts={model.moe.num_experts} "
-                            f"(expert parallelism places whole experts on ranks)")
         if model.moe.num_experts and p.tp > 1 and not p.sequence_parallel:
             failures.append(f"module.parallel.tp={p.tp} with MoE (model={model.name}): megatron-core requires sequence "
                             f"parallelism with tensor parallelism in MoE models; set module.parallel.sequence_parallel=true")

@@ -227,6 +227,10 @@ class MegatronCoreTrainer(BaseTrainer):
         """Model and optimizer as megatron-core sharded tensors; the optimizer state `fully_reshardable`, so that a
         step written at one layout (dp, tp, pp, ep) resumes at another."""
         metadata = {"distrib_optim_sharding_type": "fully_reshardable"}
+        if for_loading:  # the distributed optimizer describes its state only once it has some (megatron-core's own
+            for optimizer in getattr(self.optimizer, "chained_optimizers", [self.optimizer]):  # dummy step; loaded over)
+                if hasattr(optimizer, "_init_optimizer_states_with_dummy_values") and not optimizer.optimizer.state:
+                    optimizer._init_optimizer_states_with_dummy_values()
         model_state = self.model.sharded_state_dict(metadata=metadata)
         return {"model": model_state,
                 "optimizer": self.optimizer.sharded_state_dict(model_state, is_loading=for_loading, metadata=metadata)}

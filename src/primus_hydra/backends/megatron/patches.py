@@ -129,3 +129,28 @@ def router_gemm_without_te(ctx: PatchContext) -> None:
 
     if not hasattr(moe_utils, "te_general_gemm"):
         moe_utils.te_general_gemm = None
+
+
+def _without_apex_or_te(ctx: PatchContext) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("transformer_engine") is None and importlib.util.find_spec("apex") is None
+
+
+@register_patch("megatron.optimizer.torch_adam_resume", backend="megatron", phase="setup", backend_versions=["0.16.*"],
+                condition=_without_apex_or_te)
+def torch_adam_resume(ctx: PatchContext) -> None:
+    """Without Apex or Transformer Engine the distributed optimizer runs torch's Adam, whose per-parameter state
+    also holds `step`, and resuming it goes wrong twice: the restored state gives every parameter the same `step`
+    tensor, which torch's Adam then increments once per parameter in each step (every bias correction but the
+    first is off: the curve leaves the uninterrupted one after the first resumed step), and copying a reshardable
+    checkpoint's tensors asks them for a `step` they do not carry (KeyError). One step tensor per parameter, and
+    copy the keys that were loaded."""
+    from megatron.core.optimizer import distrib_optimizer
+
+    from primus_hydra.patches.source_rewrite import rewrite_function
+
+    rewrite_function(distrib_optimizer.DistributedOptimizer, "_set_main_param_and_optimizer_states",
+                     {"for key in dst_tensors:": "for key in tensors:"})
+    rewrite_function(distrib_optimizer.DistributedOptimizer, "load_state_dict",
+                     {'s["step"] = step\n': 's["step"] = step.clone()\n'})
