@@ -30,6 +30,7 @@ from primus_hydra.backends.torch.distributed import (
     init_parallel_state,
     mean_over_data_parallel,
 )
+from primus_hydra.backends.torch.foreign_checkpoints import weights_in_native_format
 from primus_hydra.backends.torch.metrics import MetricsLogger, cpu_matmul_peak_tflops
 from primus_hydra.backends.torch.model import build_model_on_meta, materialize
 from primus_hydra.backends.torch.optim import build_optimizer, learning_rate
@@ -313,7 +314,8 @@ class TorchTrainer(BaseTrainer):
             log.warning("module.stage=sft without module.checkpoint.load: fine-tuning starts from random weights")
         elif ckpt.load:
             source, _ = self.checkpoints.find(ckpt.load, "module.checkpoint.load")
-            CheckpointManager.load(source, "module.checkpoint.load", self.model, None, model_name)
+            with weights_in_native_format(source, self.run_dir, self.backend_args.model) as weights:
+                CheckpointManager.load(weights, "module.checkpoint.load", self.model, None, model_name)
             log.info("initial weights loaded from %s", source)
 
 

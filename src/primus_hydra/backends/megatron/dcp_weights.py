@@ -1,0 +1,80 @@
+"""The weights of a backend=megatron checkpoint read with torch alone (no megatron import).
+
+megatron-core's torch_dist format is a torch.distributed.checkpoint folder whose model keys are layout-free: the
+decoder layers stacked along a leading dimension (`decoder.layers.self_attention.linear_qkv.weight` is
+[num_layers, ...]), the experts of a layer along the next one (`...experts.experts.linear_fc1.weight`), the
+norms under Transformer Engine's names (`linear_qkv.layer_norm_weight` is the input norm), SwiGLU's fc1 whole as
+[gate; up]. `read_megatron_weights` unstacks them into per-layer names of megatron-core's local layer spec, the
+names convert.py speaks.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from primus_hydra.errors import CheckpointError
+
+_STACKED = "decoder.layers."
+_NORM_NAMES = {"self_attention.linear_qkv.layer_norm_weight": "input_layernorm.weight",
+               "mlp.linear_fc1.layer_norm_weight": "pre_mlp_layernorm.weight"}
+_GROUPED_EXPERTS = "mlp.experts.experts."
+
+
+def read_megatron_weights(path: Path, num_layers: int) -> dict[str, torch.Tensor]:
+    """Full model weights of checkpoint folder `path` under per-layer megatron-core names."""
+    import torch.distributed.checkpoint as dcp
+
+    reader = dcp.FileSystemReader(str(path))
+    try:
+        metadata = reader.read_metadata().state_dict_metadata
+    except Exception as error:  # noqa: BLE001 - a folder that is no DCP checkpoint
+        raise CheckpointError(f"{path}: not a megatron-core checkpoint ({type(error).__name__}: {error})") from error
+    wanted = {key: torch.empty(tuple(meta.size), dtype=meta.properties.dtype) for key, meta in metadata.items()
+              if not key.startswith("optimizer") and "_extra_state" not in key and hasattr(meta, "size")}
+    dcp.load(wanted, storage_reader=reader, no_dist=True)
+    weights: dict[str, torch.Tensor] = {}
+    for key, tensor in wanted.items():
+        if not key.startswith(_STACKED):
+            weights[key] = tensor
+            continue
+        rest = key[len(_STACKED):]
+        if tensor.shape[0] != num_layers:
+            raise CheckpointError(f"{path}: {key} holds {tensor.shape[0]} layers, the model has {num_layers} (a model "
+                                  f"with dense and MoE layers mixed is not converted)")
+        for layer in range(num_layers):
+            weights.update(_layer_weights(f"{_STACKED}{layer}.", rest, tensor[layer]))
+    return weights
+
+
+def _layer_weights(prefix: str, rest: str, tensor: torch.Tensor) -> dict[str, torch.Tensor]:
+    if rest in _NORM_NAMES:
+        return {prefix + _NORM_NAMES[rest]: tensor}
+    if rest.startswith(_GROUPED_EXPERTS):  # [experts, ...] -> local_experts.<e>
+        leaf = rest[len(_GROUPED_EXPERTS):]
+        return {f"{prefix}mlp.experts.local_experts.{e}.{leaf}": tensor[e] for e in range(tensor.shape[0])}
+    return {prefix + rest: tensor}
+
+
+def write_native_copy(megatron_step: Path, out: Path, model_cfg) -> Path:
+    """A backend=torch weights folder (DCP, `model.<name>` keys, as the native trainer loads and reshards) made from
+    a backend=megatron checkpoint step; one process writes it."""
+    import torch.distributed.checkpoint as dcp
+    from omegaconf import OmegaConf
+
+    from primus_hydra.backends.megatron.convert import megatron_to_native
+    from primus_hydra.backends.torch.model import build_model_on_meta
+
+    model = OmegaConf.to_object(model_cfg) if OmegaConf.is_config(model_cfg) else model_cfg
+    native = megatron_to_native(read_megatron_weights(megatron_step, model.num_layers), model)
+    expected = build_model_on_meta(model).state_dict()
+    missing = sorted(set(expected) - set(native))
+    if missing:
+        raise CheckpointError(f"{megatron_step}: has no weights for {len(missing)} parameter(s) of model={model.name} "
+                              f"({', '.join(missing[:3])}...)")
+    for name, tensor in expected.items():
+        if tuple(native[name].shape) != tuple(tensor.shape):
+            raise CheckpointError(f"{megatron_step}: {name} is {tuple(native[name].shape)} in the checkpoint, "
+                                  f"{tuple(tensor.shape)} in model={model.name}")
+    dcp.save({"model": {name: native[name].contiguous() for name in expected}}, checkpoint_id=str(out), no_dist=True)
+    return out

@@ -1,0 +1,56 @@
+"""Weights of another backend's checkpoint, for `module.checkpoint.load` with backend=torch.
+
+A backend=megatron step (its meta.json says so) is converted once, by rank 0, into a native weights folder under
+`<run_dir>/.primus/converted/`; every rank then loads and reshards it as any native checkpoint, and the folder is
+removed again. Only rank 0 ever holds the whole model, on the CPU, while converting.
+"""
+from __future__ import annotations
+
+import contextlib
+import shutil
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import torch.distributed as dist
+
+from primus_hydra.backends.torch.checkpoint_paths import read_meta
+from primus_hydra.errors import CheckpointError
+
+
+@contextlib.contextmanager
+def weights_in_native_format(step_dir: Path, run_dir: Path, model_cfg: Any) -> Iterator[Path]:
+    """Collective: `step_dir` itself when it is a native checkpoint, else its converted copy while the block runs."""
+    if read_meta(step_dir)[0].get("backend") != "megatron":
+        yield step_dir
+        return
+    from primus_hydra.backends.megatron.dcp_weights import write_native_copy
+
+    out = run_dir / ".primus" / "converted" / step_dir.name
+    main = not dist.is_initialized() or dist.get_rank() == 0
+    failure: Optional[str] = None
+    if main:
+        shutil.rmtree(out, ignore_errors=True)
+        try:
+            write_native_copy(step_dir, out, model_cfg)
+        except CheckpointError as error:
+            failure = str(error)
+    failure = _from_rank_0(failure)
+    if failure:
+        raise CheckpointError(f"module.checkpoint.load: {failure}")
+    try:
+        yield out
+    finally:
+        if dist.is_initialized():
+            dist.barrier()
+        if main:
+            shutil.rmtree(out, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                out.parent.rmdir()  # only when no other conversion is there
+
+
+def _from_rank_0(value: Optional[str]) -> Optional[str]:
+    if not dist.is_initialized():
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
