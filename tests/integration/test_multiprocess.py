@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers.curves import assert_same_curve, losses
+
 SMALL = ["module.warmup_iters=1", "module.micro_batch_size=2", "module.global_batch_size=8", "module.seq_length=32",
          "module.log.interval=1", "module.log.tensorboard=false", "module.log.plot=false", "module.checkpoint.interval=0",
          "module.checkpoint.save_final=false"]
@@ -32,18 +34,6 @@ def primus(run_dir: Path, *args: str, env: dict | None = None, timeout: int = 18
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-m", "primus_hydra", f"hydra.run.dir={run_dir}", *args], capture_output=True,
                           text=True, timeout=timeout, env=full_env, cwd=run_dir.parent)
-
-
-def losses(run_dir: Path) -> dict[int, float]:
-    """step -> loss; a step logged twice (a restarted attempt) counts as its last record."""
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: r["loss"] for r in records}
-
-
-def assert_same_curve(actual: dict[int, float], expected: dict[int, float], rel: float = 1e-4) -> None:
-    assert list(actual) == list(expected)
-    for step, loss in expected.items():
-        assert actual[step] == pytest.approx(loss, rel=rel), f"step {step}: {actual[step]} vs {loss}"
 
 
 @pytest.fixture(scope="module")

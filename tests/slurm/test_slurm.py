@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.curves import assert_same_curve, losses
 from helpers.slurm_cluster import require_slurm, sacct_state, squeue_job_ids, wait_until
 
 pytestmark = pytest.mark.slurm
@@ -38,17 +39,6 @@ def primus(cwd: Path, *args: str, env: dict | None = None, timeout: int = JOB_TI
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-m", "primus_hydra", *args], capture_output=True, text=True,
                           timeout=timeout, env=full_env, cwd=cwd)
-
-
-def losses(run_dir: Path) -> dict[int, float]:
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: r["loss"] for r in records}  # a step logged again after a requeue counts as its last record
-
-
-def assert_same_curve(actual: dict[int, float], expected: dict[int, float], rel: float = 1e-4) -> None:
-    assert list(actual) == list(expected)
-    for step, loss in expected.items():
-        assert actual[step] == pytest.approx(loss, rel=rel), f"step {step}: {actual[step]} vs {loss}"
 
 
 def submission(run_dir: Path) -> dict:

@@ -192,7 +192,7 @@ def test_hummingbirdxt_only_post_trains(compose_config, tmp_path):
 
 
 # -- real runs ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("backend, module", [("megatron", "megatron.training"), ("torchtitan", "torchtitan"), ("maxtext", "MaxText")])
+@pytest.mark.parametrize("backend, module", [("torchtitan", "torchtitan"), ("maxtext", "MaxText")])
 def test_a_missing_library_is_named_with_how_to_get_it_without_importing_anything(compose_config, backend, module):
     cfg = compose_config(f"backend={backend}", "module.data.source=mock")
     (message,) = load_adapter(cfg, parallel_layout(cfg, 1)).requirement_failures()
@@ -201,15 +201,15 @@ def test_a_missing_library_is_named_with_how_to_get_it_without_importing_anythin
 
 
 def test_a_library_in_a_source_checkout_is_found_without_importing_it(compose_config, tmp_path):
-    checkout = tmp_path / "Megatron-LM"
-    (checkout / "megatron" / "training").mkdir(parents=True)
-    (checkout / "megatron" / "training" / "__init__.py").write_text("raise RuntimeError('imported')\n")
-    cfg = compose_config("backend=megatron", "module.data.source=mock", f"backend.path={checkout}")
+    checkout = tmp_path / "maxtext"
+    (checkout / "src" / "MaxText").mkdir(parents=True)
+    (checkout / "src" / "MaxText" / "__init__.py").write_text("raise RuntimeError('imported')\n")
+    cfg = compose_config("backend=maxtext", "module.data.source=mock", f"backend.path={checkout}")
     assert load_adapter(cfg, parallel_layout(cfg, 1)).requirement_failures() == []
-    assert "megatron.training" not in sys.modules
+    assert "MaxText" not in sys.modules
 
 
-@pytest.mark.parametrize("backend", ["megatron", "torchtitan", "maxtext", "megatron_bridge"])
+@pytest.mark.parametrize("backend", ["torchtitan", "maxtext", "megatron_bridge"])
 def test_a_real_run_of_a_backend_not_integrated_yet_stops_before_it_starts(compose_config, tmp_path, backend):
     cfg = compose_config(f"backend={backend}", "module.data.source=mock")
     with pytest.raises(ConfigValidationError) as error:

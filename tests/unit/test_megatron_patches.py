@@ -3,6 +3,7 @@ build_args, and never overriding what the user set in backend.extra_args."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import yaml
@@ -19,16 +20,49 @@ def dry_run(compose_config, run_dir, *overrides: str) -> dict:
     return yaml.safe_load(run_job(cfg, run_dir).read_text())
 
 
-def test_the_five_patches_are_registered_for_megatron_with_their_phases():
+def test_the_megatron_patches_are_registered_with_their_phases():
     __import__(PATCHES_MODULE)
     phases = {p.id: (p.backend, p.phase) for p in REGISTRY.all() if p.id.startswith("megatron.")}
+    setup = ("megatron", "setup")
     assert phases == {
         "megatron.args.sequence_parallel_tp1": ("megatron", "build_args"),
+        "megatron.args.layernorm_epsilon": ("megatron", "build_args"),
         "megatron.args.checkpoint_path": ("megatron", "build_args"),
         "megatron.args.tensorboard_path": ("megatron", "build_args"),
         "megatron.args.mock_data": ("megatron", "build_args"),
-        "megatron.env.cuda_device_max_connections": ("megatron", "setup"),
+        "megatron.env.cuda_device_max_connections": setup,
+        **{f"megatron.cpu.{name}": setup for name in ("torch_cuda", "rng_tracker", "tensor_types", "tensor_moves",
+                                                     "moe_split_sizes")},
+        "megatron.local_spec.sequence_parallel_norm": setup,
+        "megatron.moe.router_gemm_without_te": setup,
+        "megatron.optimizer.torch_adam_resume": setup,
     }
+
+
+@pytest.mark.parametrize("version, renamed", [("0.16.1", True), ("0.16.0", True), ("0.15.3", False), ("0.13.1", False)])
+def test_norm_epsilon_is_renamed_from_megatron_core_0_16_on(version, renamed):
+    """core_v0.16 moved --norm-epsilon's destination to layernorm_epsilon; earlier releases keep norm_epsilon."""
+    __import__(PATCHES_MODULE)
+    from omegaconf import OmegaConf
+
+    from primus_hydra.patches.runner import run_patches
+
+    cfg = OmegaConf.create({"backend": {"extra_args": {}}})
+    ctx = PatchContext(backend="megatron", phase="build_args", backend_version=version, cfg=cfg, run_dir=Path("."),
+                       backend_args={"norm_epsilon": 1e-5})
+    ran = run_patches(ctx, {"megatron.args.layernorm_epsilon"})
+    assert ctx.backend_args == ({"layernorm_epsilon": 1e-5} if renamed else {"norm_epsilon": 1e-5})
+    assert ran == (["megatron.args.layernorm_epsilon"] if renamed else [])
+
+
+@pytest.mark.parametrize("version", ["0.15.3", "0.17.0"])
+def test_the_cpu_patches_are_gated_to_the_release_they_were_written_for(version):
+    from primus_hydra.backends.megatron.cpu_patches import cpu_support_failure
+
+    assert cpu_support_failure("0.16.1") is None
+    assert cpu_support_failure(version) == (
+        f"backend=megatron on the CPU: megatron-core {version} is outside the releases the megatron.cpu.* patches were "
+        f"written for (0.16.*); install megatron-core==0.16.1 (pip install 'primus-hydra[megatron]') or run on GPUs")
 
 
 def test_sequence_parallel_is_switched_off_at_tp1(compose_config, tmp_path):

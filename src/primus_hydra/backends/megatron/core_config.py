@@ -11,6 +11,8 @@ from typing import Any
 
 # argument destinations whose TransformerConfig field has another name
 FIELD_RENAMES = {"num_experts": "num_moe_experts", "norm_epsilon": "layernorm_epsilon"}
+# fields where None is a setting, not "unset": q_lora_rank=None is a full-rank q projection (the default is 512)
+NONE_IS_A_VALUE = ("q_lora_rank",)
 # fused kernels that need Transformer Engine / Apex / CUDA; off for the local layer spec
 FUSIONS = ("apply_rope_fusion", "masked_softmax_fusion", "bias_activation_fusion", "bias_dropout_fusion",
            "gradient_accumulation_fusion", "persist_layer_norm")
@@ -51,7 +53,7 @@ def transformer_config(args: dict, fused: bool, use_cpu_initialization: bool, pa
     kwargs = {}
     for key, value in args.items():
         name = FIELD_RENAMES.get(key, key)
-        if name in fields and value is not None:
+        if name in fields and (value is not None or name in NONE_IS_A_VALUE):
             kwargs[name] = value
     if args.get("swiglu"):
         kwargs.update(gated_linear_unit=True, activation_func=F.silu)

@@ -10,7 +10,6 @@ weights are converted on load (convert.py).
 """
 from __future__ import annotations
 
-import gc
 import logging
 import math
 import time
@@ -20,7 +19,6 @@ from typing import Any, Iterator, Optional
 import torch
 import torch.distributed as dist
 
-from primus_hydra.backends.base import BaseTrainer
 from primus_hydra.backends.fault_injection import inject_fault
 from primus_hydra.backends.megatron.checkpoint_strategy import in_process_save_strategy
 from primus_hydra.backends.megatron.core_model import build_gpt_model
@@ -33,7 +31,8 @@ from primus_hydra.backends.torch.checkpoint_paths import TRAINER_STATE, read_met
 from primus_hydra.backends.torch.data import TokenBatches
 from primus_hydra.backends.torch.distributed import join_process_group
 from primus_hydra.backends.torch.metrics import MetricsLogger
-from primus_hydra.backends.torch.trainer import progress_bar, resolve_device
+from primus_hydra.backends.torch.step_loop import StepLoopTrainer
+from primus_hydra.backends.torch.trainer import resolve_device
 from primus_hydra.config.model_math import count_parameters, training_flops_per_token
 from primus_hydra.errors import CheckpointError, PrimusError, TrainingDivergedError
 
@@ -51,8 +50,12 @@ def quiet_library_logs() -> None:
     warnings.filterwarnings("ignore", message=r".*reduce_scatter_tensor.* is deprecated")
 
 
-class MegatronCoreTrainer(BaseTrainer):
+class MegatronCoreTrainer(StepLoopTrainer):
     backend_args: dict
+
+    @property
+    def loop_module(self):
+        return self.cfg.module
 
     # -- lifecycle --------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -70,6 +73,7 @@ class MegatronCoreTrainer(BaseTrainer):
         quiet_library_logs()
         module, args = self.cfg.module, self.backend_args
         torch.manual_seed(module.seed)
+        self.catch_stop_signals()
         join_process_group(self.device, self.dist, self.cfg.launch.timeout_s)
         parallel_state.initialize_model_parallel(
             tensor_model_parallel_size=args["tensor_model_parallel_size"],
@@ -120,44 +124,13 @@ class MegatronCoreTrainer(BaseTrainer):
         self.flops_per_token = training_flops_per_token(self.cfg.model, module.seq_length)
         self.checkpoints = CheckpointManager(Path(args.get("save") or self.run_dir / "checkpoints"))
         self.start_step = 0
-        resumed = self._restore()
+        resume = self.resume_spec()
+        self._restore(resume)
         self.metrics = MetricsLogger(self.run_dir, enabled=self.dist.is_main, tensorboard=module.log.tensorboard,
-                                     log_interval=module.log.interval, resuming=resumed)
-
-    def train(self) -> Optional[float]:
-        module = self.cfg.module
-        total, interval = module.train_iters, module.checkpoint.interval
-        step, loss, saved_step = self.start_step, None, None
-        if step >= total:
-            log.info("nothing to train: resumed at step %d of %d", step, total)
-            return None
-        log.info("training steps %d..%d: %d micro-batch(es) of %d x %d tokens per step and data-parallel rank",
-                 step + 1, total, self.layout.grad_accum, module.micro_batch_size, module.seq_length)
-        gc.freeze()
-        with progress_bar(self.dist.is_main and module.log.progress_bar, total, step) as bar:
-            while step < total:
-                record = self._train_step(step)
-                step, loss = record["step"], record["loss"]
-                self.metrics.log_step(record, total)
-                if bar is not None:
-                    bar.set_postfix(loss=f"{loss:.4f}", lr=f"{record['lr']:.2e}", refresh=False)
-                    bar.update(1)
-                inject_fault("step", self.dist.rank, step)
-                if interval and step % interval == 0:
-                    self.save_checkpoint(step)
-                    saved_step = step
-        if module.checkpoint.save_final and saved_step != step:
-            self.save_checkpoint(step)
-        return loss
+                                     log_interval=module.log.interval, resuming=resume is not None or self.restarted)
 
     def cleanup(self, on_error: bool = False) -> None:
-        gc.unfreeze()
-        metrics = getattr(self, "metrics", None)
-        if metrics is not None:
-            png = metrics.close(plot=self.cfg.module.log.plot and not on_error)
-            if png:
-                log.info("loss curve: %s", png)
-            self.metrics = None
+        self.close_metrics(on_error)
         if not on_error:
             from megatron.core import parallel_state
 
@@ -253,10 +226,9 @@ class MegatronCoreTrainer(BaseTrainer):
         log.info("checkpoint saved: %s", path)
         return path
 
-    def _restore(self) -> bool:
-        """Resume (module.checkpoint.resume) or start from weights (module.checkpoint.load); True when resuming."""
+    def _restore(self, resume: Optional[str]) -> None:
+        """Resume (module.checkpoint.resume, auto after a restart) or start from weights (module.checkpoint.load)."""
         ckpt = self.cfg.module.checkpoint
-        resume = ckpt.resume
         overwrite = self.checkpoints.unresumed_failure(resume)
         if overwrite:
             raise CheckpointError(overwrite)
@@ -266,7 +238,7 @@ class MegatronCoreTrainer(BaseTrainer):
         if path is not None:
             self._load_megatron(path, "module.checkpoint.resume", with_optimizer=True)
             log.info("resumed from %s at step %d", path, self.start_step)
-            return True
+            return
         if ckpt.load:
             source, _ = self.checkpoints.find(ckpt.load, "module.checkpoint.load")
             if read_meta(source)[0].get("backend") == "megatron":
@@ -275,7 +247,6 @@ class MegatronCoreTrainer(BaseTrainer):
                 load_full_weights(self.model, native_weights_for(source, self.cfg.model, self.model))
             self.optimizer.reload_model_params()  # main (fp32) copies of bf16 weights follow the loaded weights
             log.info("initial weights loaded from %s", source)
-        return False
 
     def _load_megatron(self, path: Path, key: str, with_optimizer: bool) -> None:
         from megatron.core import dist_checkpointing

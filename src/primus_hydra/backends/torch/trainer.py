@@ -4,21 +4,15 @@ a resumed run reproduces an uninterrupted one bitwise, and every parallel layout
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
 import math
-import os
-import signal
-import sys
 import time
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 
-from primus_hydra.backends.base import BaseTrainer
 from primus_hydra.backends.fault_injection import inject_fault
 from primus_hydra.backends.torch.args import TorchTrainingArgs
 from primus_hydra.backends.torch.checkpoint import CheckpointManager
@@ -35,15 +29,11 @@ from primus_hydra.backends.torch.metrics import MetricsLogger, cpu_matmul_peak_t
 from primus_hydra.backends.torch.model import build_model_on_meta, materialize
 from primus_hydra.backends.torch.optim import build_optimizer, learning_rate
 from primus_hydra.backends.torch.parallelize import shard, wrap_data_parallel
+from primus_hydra.backends.torch.step_loop import StepLoopTrainer
 from primus_hydra.config.model_math import count_parameters, training_flops_per_token
-from primus_hydra.errors import CheckpointError, PrimusError, StoppedBySignalError, TrainingDivergedError
+from primus_hydra.errors import CheckpointError, PrimusError, TrainingDivergedError
 
 log = logging.getLogger("primus_hydra.train")
-
-
-# SIGUSR2 is the preemption / time-limit notice of Slurm jobs (submitit's default; NCCL catches USR1)
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2)
-_PREEMPTION_CODE = 100  # above every signal number, so that MAX over ranks picks a preemption
 
 
 def resolve_device(requested: str, local_rank: int) -> torch.device:
@@ -54,25 +44,12 @@ def resolve_device(requested: str, local_rank: int) -> torch.device:
     return torch.device("cuda", local_rank % torch.cuda.device_count())
 
 
-def progress_bar(wanted: bool, total: int, start: int):
-    """A tqdm bar over the steps (a context giving the bar), or a null context giving None: without a terminal
-    (CI, files, pipes) the periodic log lines carry the progress."""
-    if not (wanted and sys.stderr.isatty()):
-        return contextlib.nullcontext()
-    try:
-        from tqdm.auto import tqdm
-        from tqdm.contrib.logging import logging_redirect_tqdm
-    except ImportError:
-        log.warning("module.log.progress_bar=true but tqdm is not installed: progress comes as log lines")
-        return contextlib.nullcontext()
-    stack = contextlib.ExitStack()
-    stack.enter_context(logging_redirect_tqdm())
-    bar = stack.enter_context(tqdm(total=total, initial=start, desc="train", unit="step", dynamic_ncols=True))
-    return _BarContext(stack, bar)
-
-
-class TorchTrainer(BaseTrainer):
+class TorchTrainer(StepLoopTrainer):
     backend_args: TorchTrainingArgs
+
+    @property
+    def loop_module(self):
+        return self.backend_args.module
 
     # -- lifecycle --------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -85,10 +62,7 @@ class TorchTrainer(BaseTrainer):
         torch.manual_seed(module.seed)
         self.parallel = init_parallel_state(args.layout, self.device, self.dist, args.timeout_s)
         self.autocast_dtype = torch.bfloat16 if module.precision == "bf16" else None
-        self.stop_signal: Optional[int] = None
-        if module.checkpoint.on_signal:
-            for signum in STOP_SIGNALS:
-                signal.signal(signum, self._remember_signal)
+        self.catch_stop_signals()
         peak = args.peak_tflops_per_device
         if peak is None and self.device.type == "cpu":
             peak = cpu_matmul_peak_tflops(self.autocast_dtype or torch.float32)
@@ -124,8 +98,7 @@ class TorchTrainer(BaseTrainer):
         self.flops_per_token = training_flops_per_token(args.model, module.seq_length)
         self.start_step = 0
         self.checkpoints = CheckpointManager(Path(module.checkpoint.dir))
-        self.restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
-        resume = self._resume_spec()
+        resume = self.resume_spec()
         self._restore(resume)
         # a resumed run or a restarted attempt appends to the job's metrics (readers keep a step's last record),
         # also when no checkpoint was written before the crash and training starts over
@@ -134,51 +107,8 @@ class TorchTrainer(BaseTrainer):
             log_interval=module.log.interval, resuming=resume is not None or self.restarted,
         )
 
-    def train(self) -> Optional[float]:
-        module = self.backend_args.module
-        total, exit_interval, interval = module.train_iters, module.exit_interval, module.checkpoint.interval
-        step, loss, saved_step = self.start_step, None, None
-        if step >= total:
-            log.info("nothing to train: resumed at step %d of %d", step, total)
-            return None
-        log.info("training steps %d..%d: %d micro-batch(es) of %d x %d tokens per step and data-parallel rank",
-                 step + 1, total, self.backend_args.layout.grad_accum, module.micro_batch_size, module.seq_length)
-        # Objects alive now (config, model, optimizer) stay alive: keep the cyclic GC from rescanning them every
-        # few steps (Primus disables GC around train for the same reason). No collect first: it costs ~0.15 s.
-        gc.freeze()
-        with self._progress(total, step) as bar:
-            while step < total:
-                record = self._train_step(step)
-                step, loss = record["step"], record["loss"]
-                self.metrics.log_step(record, total)
-                if bar is not None:
-                    bar.set_postfix(loss=f"{loss:.4f}", lr=f"{record['lr']:.2e}", tok_s=f"{record['tokens_per_s']:,.0f}", refresh=False)
-                    bar.update(1)
-                inject_fault("step", self.dist.rank, step)
-                stop_signal = self._agreed_stop_signal()
-                stop_early = bool(exit_interval) and step % exit_interval == 0 and step < total
-                if (interval and step % interval == 0) or stop_early or stop_signal:
-                    self.save_checkpoint(step)
-                    saved_step = step
-                if stop_signal:
-                    name = signal.Signals(stop_signal).name
-                    log.warning("stopping at step %d on %s, after saving its checkpoint", step, name)
-                    raise StoppedBySignalError(f"stopped by {name} at step {step}; its checkpoint is in {self.checkpoints.root}", stop_signal)
-                if stop_early:
-                    log.info("exit_interval=%d reached: stopping at step %d (resume with module.checkpoint.resume)", exit_interval, step)
-                    return loss
-        if module.checkpoint.save_final and saved_step != step:
-            self.save_checkpoint(step)
-        return loss
-
     def cleanup(self, on_error: bool = False) -> None:
-        gc.unfreeze()
-        metrics = getattr(self, "metrics", None)
-        if metrics is not None:
-            png = metrics.close(plot=self.backend_args.module.log.plot and not on_error)
-            if png:
-                log.info("loss curve: %s", png)
-            self.metrics = None
+        self.close_metrics(on_error)
         if not on_error:  # after a failure, peers may be gone: tearing the group down could block
             # Drop what holds the process group (DDP's reducer) while the group is still registered, so that
             # the group is freed by destroy_parallel_state and not by a Python dealloc (see its docstring).
@@ -248,26 +178,6 @@ class TorchTrainer(BaseTrainer):
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
 
-    def _progress(self, total: int, start: int):
-        return progress_bar(self.dist.is_main and self.backend_args.module.log.progress_bar, total, start)
-
-    # -- signals ----------------------------------------------------------------------------------------
-    def _remember_signal(self, signum, frame) -> None:
-        # A preemption notice (USR2 from Slurm/submitit) says more than the SIGTERM that comes with it: it wins.
-        if self.stop_signal != signal.SIGUSR2:
-            self.stop_signal = signum
-
-    def _agreed_stop_signal(self) -> Optional[int]:
-        """Ranks may see a signal at different steps; they agree (max over ranks, USR2 first) so that all save together."""
-        if not self.backend_args.module.checkpoint.on_signal:
-            return None
-        code = _PREEMPTION_CODE if self.stop_signal == signal.SIGUSR2 else (self.stop_signal or 0)
-        flag = torch.tensor(code, device=self.device)
-        if dist.is_initialized():
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        agreed = int(flag.item())
-        return signal.SIGUSR2 if agreed == _PREEMPTION_CODE else (agreed or None)
-
     # -- checkpoints ------------------------------------------------------------------------------------
     def save_checkpoint(self, step: int) -> Path:
         trainer_state = {"step": step, "torch_rng": torch.get_rng_state(),
@@ -281,12 +191,6 @@ class TorchTrainer(BaseTrainer):
                                      fault=lambda point: inject_fault(point, self.dist.rank, step))
         log.info("checkpoint saved: %s", path)
         return path
-
-    def _resume_spec(self) -> Optional[str]:
-        resume = self.backend_args.module.checkpoint.resume
-        if self.restarted and (resume is None or self.checkpoints.step_dirs()):
-            return "auto"  # a restarted worker continues from the job's own last checkpoint
-        return resume
 
     def _restore(self, resume: Optional[str]) -> None:
         ckpt = self.backend_args.module.checkpoint
@@ -317,14 +221,3 @@ class TorchTrainer(BaseTrainer):
             with weights_in_native_format(source, self.run_dir, self.backend_args.model) as weights:
                 CheckpointManager.load(weights, "module.checkpoint.load", self.model, None, model_name)
             log.info("initial weights loaded from %s", source)
-
-
-class _BarContext:
-    def __init__(self, stack: contextlib.ExitStack, bar):
-        self.stack, self.bar = stack, bar
-
-    def __enter__(self):
-        return self.bar
-
-    def __exit__(self, *exc):
-        return self.stack.__exit__(*exc)

@@ -1,0 +1,160 @@
+"""The training loop every trainer of this project runs, whatever computes a step: steps from the resumed one to
+module.train_iters, metrics and the progress bar, checkpoints every module.checkpoint.interval, module.exit_interval,
+stop signals the ranks agree on (a Slurm preemption notice first: checkpoint, then stop), the final checkpoint, and a
+restarted worker resuming from the job's last checkpoint.
+
+A trainer subclasses StepLoopTrainer and provides `loop_module` (the module config), `_train_step(step) -> record`,
+`save_checkpoint(step)`, and, from init(), `start_step`, `checkpoints`, `metrics` and `device`.
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import os
+import signal
+import sys
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+
+from primus_hydra.backends.base import BaseTrainer
+from primus_hydra.backends.fault_injection import inject_fault
+from primus_hydra.errors import StoppedBySignalError
+
+log = logging.getLogger("primus_hydra.train")
+
+# SIGUSR2 is the preemption / time-limit notice of Slurm jobs (submitit's default; NCCL catches USR1)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2)
+_PREEMPTION_CODE = 100  # above every signal number, so that MAX over ranks picks a preemption
+
+
+def progress_bar(wanted: bool, total: int, start: int):
+    """A tqdm bar over the steps (a context giving the bar), or a null context giving None: without a terminal
+    (CI, files, pipes) the periodic log lines carry the progress."""
+    if not (wanted and sys.stderr.isatty()):
+        return contextlib.nullcontext()
+    try:
+        from tqdm.auto import tqdm
+        from tqdm.contrib.logging import logging_redirect_tqdm
+    except ImportError:
+        log.warning("module.log.progress_bar=true but tqdm is not installed: progress comes as log lines")
+        return contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    stack.enter_context(logging_redirect_tqdm())
+    bar = stack.enter_context(tqdm(total=total, initial=start, desc="train", unit="step", dynamic_ncols=True))
+    return _BarContext(stack, bar)
+
+
+class _BarContext:
+    def __init__(self, stack: contextlib.ExitStack, bar):
+        self.stack, self.bar = stack, bar
+
+    def __enter__(self):
+        return self.bar
+
+    def __exit__(self, *exc):
+        return self.stack.__exit__(*exc)
+
+
+class StepLoopTrainer(BaseTrainer):
+    stop_signal: Optional[int] = None
+
+    @property
+    def loop_module(self) -> Any:
+        """The module config (train_iters, exit_interval, checkpoint.*, log.*): typed or a DictConfig."""
+        raise NotImplementedError
+
+    def _train_step(self, step: int) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def save_checkpoint(self, step: int) -> Any:
+        raise NotImplementedError
+
+    # -- set-up helpers -------------------------------------------------------------------------------
+    def catch_stop_signals(self) -> None:
+        """With module.checkpoint.on_signal, a stop signal ends the run after the step all ranks agree on."""
+        self.stop_signal = None
+        if self.loop_module.checkpoint.on_signal:
+            for signum in STOP_SIGNALS:
+                signal.signal(signum, self._remember_signal)
+
+    @property
+    def restarted(self) -> bool:
+        return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
+
+    def resume_spec(self) -> Optional[str]:
+        """module.checkpoint.resume, or auto for a restarted worker: it continues from the job's last checkpoint."""
+        resume = self.loop_module.checkpoint.resume
+        if self.restarted and (resume is None or self.checkpoints.step_dirs()):
+            return "auto"
+        return resume
+
+    # -- the loop ---------------------------------------------------------------------------------------
+    def train(self) -> Optional[float]:
+        module = self.loop_module
+        total, exit_interval, interval = module.train_iters, module.exit_interval, module.checkpoint.interval
+        step, loss, saved_step = self.start_step, None, None
+        if step >= total:
+            log.info("nothing to train: resumed at step %d of %d", step, total)
+            return None
+        log.info("training steps %d..%d: %d micro-batch(es) of %d x %d tokens per step and data-parallel rank",
+                 step + 1, total, self.layout.grad_accum, module.micro_batch_size, module.seq_length)
+        # Objects alive now (config, model, optimizer) stay alive: keep the cyclic GC from rescanning them every
+        # few steps (Primus disables GC around train for the same reason). No collect first: it costs ~0.15 s.
+        gc.freeze()
+        with progress_bar(self.dist.is_main and module.log.progress_bar, total, step) as bar:
+            while step < total:
+                record = self._train_step(step)
+                step, loss = record["step"], record["loss"]
+                self.metrics.log_step(record, total)
+                if bar is not None:
+                    bar.set_postfix(loss=f"{loss:.4f}", lr=f"{record['lr']:.2e}", tok_s=f"{record['tokens_per_s']:,.0f}",
+                                    refresh=False)
+                    bar.update(1)
+                inject_fault("step", self.dist.rank, step)
+                stop_signal = self._agreed_stop_signal()
+                stop_early = bool(exit_interval) and step % exit_interval == 0 and step < total
+                if (interval and step % interval == 0) or stop_early or stop_signal:
+                    self.save_checkpoint(step)
+                    saved_step = step
+                if stop_signal:
+                    name = signal.Signals(stop_signal).name
+                    log.warning("stopping at step %d on %s, after saving its checkpoint", step, name)
+                    raise StoppedBySignalError(f"stopped by {name} at step {step}; its checkpoint is in "
+                                               f"{self.checkpoints.root}", stop_signal)
+                if stop_early:
+                    log.info("exit_interval=%d reached: stopping at step %d (resume with module.checkpoint.resume)",
+                             exit_interval, step)
+                    return loss
+        if module.checkpoint.save_final and saved_step != step:
+            self.save_checkpoint(step)
+        return loss
+
+    def close_metrics(self, on_error: bool) -> None:
+        """Unfreeze the GC, flush the metrics and draw the loss curve (not after a failure)."""
+        gc.unfreeze()
+        metrics = getattr(self, "metrics", None)
+        if metrics is not None:
+            png = metrics.close(plot=self.loop_module.log.plot and not on_error)
+            if png:
+                log.info("loss curve: %s", png)
+            self.metrics = None
+
+    # -- signals ----------------------------------------------------------------------------------------
+    def _remember_signal(self, signum, frame) -> None:
+        # A preemption notice (USR2 from Slurm/submitit) says more than the SIGTERM that comes with it: it wins.
+        if self.stop_signal != signal.SIGUSR2:
+            self.stop_signal = signum
+
+    def _agreed_stop_signal(self) -> Optional[int]:
+        """Ranks may see a signal at different steps; they agree (max over ranks, USR2 first) so that all save together."""
+        if not self.loop_module.checkpoint.on_signal:
+            return None
+        code = _PREEMPTION_CODE if self.stop_signal == signal.SIGUSR2 else (self.stop_signal or 0)
+        flag = torch.tensor(code, device=self.device)
+        if dist.is_initialized():
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        agreed = int(flag.item())
+        return signal.SIGUSR2 if agreed == _PREEMPTION_CODE else (agreed or None)

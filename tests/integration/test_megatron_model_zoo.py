@@ -1,0 +1,63 @@
+"""Every zoo preset, translated for Megatron (args.py) and built by megatron-core itself (GPTModel, the local layer
+spec, on the meta device), has exactly the parameter count of the project's model math: the translation means the
+published architecture (those counts equal the published ones: tests/unit/test_model_zoo.py)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from helpers.compose import CONF_DIR, REPO
+
+pytest.importorskip("megatron.core", reason="megatron-core is not installed (pip install 'primus-hydra[megatron]')")
+pytestmark = pytest.mark.slow
+
+PRESETS = sorted(path.stem for path in (CONF_DIR / "model").glob("*.yaml"))
+# one process for all presets: a gloo group of one, megatron-core's parallel state, the CPU patches
+COUNT_ALL = """
+import json, sys
+sys.path.insert(0, "tests")
+import torch.distributed as dist
+from helpers.compose import compose_primus
+from primus_hydra.backends.megatron import patches
+from primus_hydra.backends.megatron.args import build_megatron_args
+from primus_hydra.backends.megatron.core_model import count_on_meta
+from primus_hydra.backends.megatron.cpu_patches import install_cpu_support
+from primus_hydra.config.layout import parallel_layout
+from primus_hydra.config.model_math import count_parameters
+
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+from megatron.core import parallel_state
+parallel_state.initialize_model_parallel(1, 1)
+install_cpu_support()
+patches.router_gemm_without_te(None)
+counts = {}
+for name in sys.argv[1:]:
+    cfg = compose_primus("backend=megatron", f"model={name}", "module.data.source=mock")
+    counts[name] = [count_on_meta(build_megatron_args(cfg, parallel_layout(cfg, 1))), count_parameters(cfg.model)]
+print(json.dumps(counts))
+"""
+
+
+@pytest.fixture(scope="module")
+def megatron_counts() -> dict[str, list[int]]:
+    result = subprocess.run([sys.executable, "-c", COUNT_ALL, *PRESETS], capture_output=True, text=True, cwd=REPO,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def test_every_preset_is_counted():
+    assert len(PRESETS) == 19 and {"llama3_8b", "deepseek_v3", "mixtral_8x22b", "moe_tiny"} <= set(PRESETS)
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_megatron_core_builds_the_preset_with_its_model_math_count(megatron_counts, name):
+    built, model_math = megatron_counts[name]
+    assert built == model_math, f"{name}: megatron-core {built:,} vs model math {model_math:,}"
+
+
+def test_llama3_8b_is_the_published_count_in_megatron_core(megatron_counts):
+    assert megatron_counts["llama3_8b"][0] == 8_030_261_248

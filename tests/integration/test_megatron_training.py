@@ -1,0 +1,112 @@
+"""backend=megatron trains on megatron-core's own classes through the project's launcher, and means the same model as
+backend=torch: from the same seed both start from the same weights and follow the same loss curve (fp32, 5 steps,
+1e-4 relative); every megatron layout follows the one-process megatron curve; checkpoints reshard across layouts
+and cross between the backends."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from helpers.cli import primus
+from helpers.curves import assert_same_curve, losses
+
+pytest.importorskip("megatron.core", reason="megatron-core is not installed (pip install 'primus-hydra[megatron]')")
+pytestmark = pytest.mark.slow
+
+QUICK = ["module.train_iters=5", "module.warmup_iters=2", "module.micro_batch_size=4", "module.global_batch_size=8",
+         "module.seq_length=64", "module.log.interval=1", "module.log.tensorboard=false", "module.log.plot=false",
+         "module.checkpoint.interval=0", "module.checkpoint.save_final=false"]
+# GQA (8 heads, 4 groups), RoPE, SwiGLU, untied embeddings; the third also ties them and changes the norm eps
+MODELS = {
+    "llama_tiny": ["model=llama_tiny"],
+    "moe_tiny": ["model=moe_tiny"],
+    "llama_tiny_tied": ["model=llama_tiny", "model.tie_embeddings=true", "model.norm_eps=1e-6"],
+}
+LAYOUTS = {
+    "dp2": ("llama_tiny", ["launch.nproc_per_node=2"]),
+    "dp2_plain_optimizer": ("llama_tiny", ["launch.nproc_per_node=2", "backend.use_distributed_optimizer=false"]),
+    "tp2": ("llama_tiny", ["launch.nproc_per_node=2", "module.parallel.tp=2"]),
+    "tp2_sequence_parallel": ("llama_tiny", ["launch.nproc_per_node=2", "module.parallel.tp=2",
+                                             "module.parallel.sequence_parallel=true"]),
+    "pp2_1f1b": ("llama_tiny", ["launch.nproc_per_node=2", "module.parallel.pp=2"]),
+    "ep2": ("moe_tiny", ["launch.nproc_per_node=2", "module.parallel.ep=2"]),
+}
+
+
+def train(run_dir: Path, *args: str) -> dict[int, float]:
+    result = primus(f"hydra.run.dir={run_dir}", *QUICK, *args, cwd=run_dir.parent)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return losses(run_dir)
+
+
+@pytest.fixture(scope="module")
+def megatron_curve(tmp_path_factory):
+    """The one-process backend=megatron curve of each model, trained once for the module."""
+    cache: dict[str, dict[int, float]] = {}
+
+    def curve(model: str) -> dict[int, float]:
+        if model not in cache:
+            cache[model] = train(tmp_path_factory.mktemp(model) / "run", "backend=megatron", *MODELS[model])
+        return cache[model]
+
+    return curve
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_megatron_follows_the_native_curve_from_the_same_seed(tmp_path, megatron_curve, model):
+    native = train(tmp_path / "native", "backend=torch", *MODELS[model])
+    assert_same_curve(megatron_curve(model), native)
+    assert native[5] < native[1]  # it learns
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_every_megatron_layout_follows_the_one_process_curve(tmp_path, megatron_curve, layout):
+    model, args = LAYOUTS[layout]
+    run_dir = tmp_path / "run"
+    assert_same_curve(train(run_dir, "backend=megatron", *MODELS[model], *args), megatron_curve(model))
+    assert sorted(p.name for p in (run_dir / "logs").glob("rank_*.log")) == ["rank_0.log", "rank_1.log"]
+
+
+def test_a_dp2_checkpoint_resumes_on_tp2_on_the_uninterrupted_curve(tmp_path, megatron_curve):
+    saving = [a for a in QUICK if not a.startswith("module.checkpoint.interval")] + ["module.checkpoint.interval=3"]
+    first = primus(f"hydra.run.dir={tmp_path / 'first'}", *saving, "backend=megatron", "model=llama_tiny",
+                   "launch.nproc_per_node=2", "module.exit_interval=3", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    step = tmp_path / "first" / "checkpoints" / "step_0000003"
+    meta = json.loads((step / "meta.json").read_text())
+    assert (meta["backend"], meta["world_size"], meta["layout"]["dp"]) == ("megatron", 2, 2)
+    resumed = train(tmp_path / "second", "backend=megatron", "model=llama_tiny", "launch.nproc_per_node=2",
+                    "module.parallel.tp=2", f"module.checkpoint.resume={step}")
+    assert_same_curve({**losses(tmp_path / "first"), **resumed}, megatron_curve("llama_tiny"))
+
+
+def test_checkpoints_cross_between_the_backends(tmp_path):
+    """A native step loads into megatron (tp=2), and that megatron run's step loads into native: each pair of runs
+    started from the same weights follows the same curve."""
+    saving = ["module.checkpoint.save_final=true"]
+    train(tmp_path / "native", "backend=torch", "model=llama_tiny", *saving)
+    from_native = {backend: train(tmp_path / f"{backend}_from_native", f"backend={backend}", "model=llama_tiny", *extra,
+                                  f"module.checkpoint.load={tmp_path / 'native' / 'checkpoints'}", *saving)
+                   for backend, extra in (("megatron", ["launch.nproc_per_node=2", "module.parallel.tp=2"]), ("torch", []))}
+    assert_same_curve(from_native["megatron"], from_native["torch"])
+    megatron_step = tmp_path / "megatron_from_native" / "checkpoints"
+    from_megatron = {backend: train(tmp_path / f"{backend}_from_megatron", f"backend={backend}", "model=llama_tiny",
+                                    f"module.checkpoint.load={megatron_step}") for backend in ("torch", "megatron")}
+    assert_same_curve(from_megatron["torch"], from_megatron["megatron"])
+    assert not (tmp_path / "torch_from_megatron" / ".primus" / "converted").exists()
+
+
+def test_a_default_megatron_run_leaves_the_native_run_files(tmp_path):
+    run_dir = tmp_path / "run"
+    result = primus(f"hydra.run.dir={run_dir}", "backend=megatron", "module.train_iters=3", "module.seq_length=64",
+                    "module.checkpoint.interval=2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "warning: module.warmup_iters=15 exceeds module.train_iters=3" in result.stderr
+    assert sorted(losses(run_dir)) == [1, 2, 3]
+    assert (run_dir / "loss_curve.png").stat().st_size > 0 and list((run_dir / "tensorboard").iterdir())
+    assert (run_dir / "checkpoints" / "latest").read_text().strip() == "step_0000003"
+    assert json.loads((run_dir / "checkpoints" / "step_0000002" / "meta.json").read_text())["format"] == (
+        "megatron.core.dist_checkpointing")
+    assert "Traceback" not in result.stderr
