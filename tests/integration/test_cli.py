@@ -87,10 +87,12 @@ def test_dry_run_writes_backend_arguments(tmp_path):
         (["module.data.path=/no/such/corpus"], "error: module.data.path=/no/such/corpus: no such file or folder"),
         (["module.checkpoint.resume=/no/such/ckpt"], "error: module.checkpoint.resume=/no/such/ckpt: no such checkpoint"),
         (["patches.modules=[no_such_patch_module]"], "error: patches.modules: cannot import 'no_such_patch_module'"),
-        (["backend=megatron", "module.data.source=mock"], "error: backend=megatron: training through Megatron-LM is not integrated yet"),
+        (["backend=maxtext", "module.data.source=mock"], "error: backend=maxtext: training through MaxText is not integrated yet"),
+        (["backend=megatron", "model=moe_tiny", "launch.nproc_per_node=2", "module.parallel.tp=2"],
+         "error: module.parallel.tp=2 with MoE (model=moe_tiny): megatron-core requires sequence parallelism"),
     ],
     ids=["unknown_model", "unknown_backend", "unknown_key", "wrong_type", "bad_enum", "missing_value", "world_layout",
-         "missing_data", "missing_checkpoint", "bad_patch_module", "backend_not_integrated"],
+         "missing_data", "missing_checkpoint", "bad_patch_module", "backend_not_integrated", "megatron_layout"],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, expected):
     result = primus(*args, "module.train_iters=2", "module.warmup_iters=0", output_root=tmp_path)

@@ -110,3 +110,35 @@ def test_a_default_megatron_run_leaves_the_native_run_files(tmp_path):
     assert json.loads((run_dir / "checkpoints" / "step_0000002" / "meta.json").read_text())["format"] == (
         "megatron.core.dist_checkpointing")
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["+backend.extra_args.bogus_knob=1"], "error: backend.extra_args.bogus_knob: backend.trainer=core reads no argument"),
+    (["+backend.extra_args.recompute_granularity=full"],
+     "error: backend=megatron: megatron-core refuses these arguments: Using recompute_granularity: full so "
+     "recompute_method must be"),
+    (["launch.nproc_per_node=2", "module.parallel.cp=2"],
+     "error: module.parallel.cp=2: megatron-core's context parallelism runs in Transformer Engine's attention only"),
+    (["model=deepseek_v2_lite", "module.data.source=mock", "launch.allow_oversubscribe=true"],
+     "error: model=deepseek_v2_lite: multi-latent attention in megatron-core 0.16 needs Transformer Engine"),
+    (["backend.trainer=bogus"], "error: backend.trainer=bogus: expected one of auto, core, megatron_lm or a trainer "
+                                "class path"),
+], ids=["unread_extra_arg", "megatron_core_check", "cp_without_te", "mla_without_te", "unknown_trainer"])
+def test_what_megatron_core_cannot_run_is_one_line_before_any_worker(tmp_path, args, expected):
+    result = primus("backend=megatron", "module.train_iters=2", *args, cwd=tmp_path,
+                    env={"PRIMUS_OUTPUT_ROOT": str(tmp_path / "out")})
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.splitlines()[0].startswith(expected), result.stderr[-2000:]
+    assert "Traceback" not in result.stderr and not (tmp_path / "out").exists()
+
+
+def test_megatron_core_missing_names_the_extra(tmp_path):
+    """A `megatron` package without `core` first on the path (what an unrelated package of that name looks like)."""
+    shadow = tmp_path / "shadow" / "megatron"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("")
+    result = primus("backend=megatron", "module.train_iters=2", cwd=tmp_path,
+                    env={"PYTHONPATH": str(shadow.parent), "PRIMUS_OUTPUT_ROOT": str(tmp_path / "out")})
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.splitlines()[0].startswith("error: backend=megatron needs megatron.core, which cannot be found")
+    assert "pip install 'primus-hydra[megatron]'" in result.stderr.splitlines()[0]

@@ -178,18 +178,21 @@ def load_adapter(cfg: DictConfig, layout: ParallelLayout, run_dir: Optional[Path
 
 def module_findable(name: str, extra_paths: list[str]) -> bool:
     """Whether `import name` would find a module, without importing it or its parents."""
-    if name in sys.modules:
-        return True
+    return name in sys.modules or find_module_spec(name, extra_paths) is not None
+
+
+def find_module_spec(name: str, extra_paths: list[str] = ()) -> Optional[importlib.machinery.ModuleSpec]:
+    """The spec `import name` would use (its `origin` is the source file), found without importing it or its parents."""
     top, *rest = name.split(".")
     try:
         spec = importlib.util.find_spec(top)  # a top-level name: finders only, nothing imported
     except (ImportError, ValueError):
         spec = None
     if spec is None and extra_paths:
-        spec = importlib.machinery.PathFinder.find_spec(top, extra_paths)
+        spec = importlib.machinery.PathFinder.find_spec(top, list(extra_paths))
     for depth in range(len(rest)):
         if spec is None or not spec.submodule_search_locations:
-            return False
+            return None
         spec = importlib.machinery.PathFinder.find_spec(".".join([top, *rest[: depth + 1]]),
                                                         list(spec.submodule_search_locations))
-    return spec is not None
+    return spec

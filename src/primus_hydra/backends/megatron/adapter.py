@@ -7,11 +7,17 @@ import importlib.util
 from primus_hydra.backends.base import BaseTrainer
 from primus_hydra.backends.external import ExternalBackendAdapter
 from primus_hydra.backends.megatron.args import build_megatron_args
+from primus_hydra.backends.megatron.config_fields import transformer_config_fields
+from primus_hydra.backends.megatron.core_config import FIELD_RENAMES
 from primus_hydra.backends.megatron.cpu_patches import cpu_support_failure
 from primus_hydra.config.targets import load_target
 
 TRAINER_NAMES = ("auto", "core", "megatron_lm")
 CORE_TRAINER = "primus_hydra.backends.megatron.core_trainer.MegatronCoreTrainer"
+# arguments the core trainer reads beyond TransformerConfig's fields (GPTModel, the optimizer, the layer spec)
+CORE_TRAINER_ARGS = frozenset({"make_vocab_size_divisible_by", "use_distributed_optimizer", "transformer_impl",
+                               "untie_embeddings_and_output_weights", "use_rope_scaling", "rope_scaling_factor",
+                               "rotary_seq_len_interpolation_factor", "swiglu", "group_query_attention"})
 
 
 class MegatronAdapter(ExternalBackendAdapter):
@@ -65,13 +71,50 @@ class MegatronAdapter(ExternalBackendAdapter):
         if failures:
             return failures
         model, device = self.cfg.model, str(self.cfg.platform.device)
-        if model.mla.enabled and importlib.util.find_spec("transformer_engine") is None:
+        has_te = importlib.util.find_spec("transformer_engine") is not None
+        if model.mla.enabled and not has_te:
             failures.append(f"model={model.name}: multi-latent attention in megatron-core 0.16 needs Transformer Engine "
                             f"(its local layer spec cannot build MLA); install transformer-engine on a GPU machine")
+        if self.cfg.module.parallel.cp > 1 and not has_te:
+            failures.append(f"module.parallel.cp={self.cfg.module.parallel.cp}: megatron-core's context parallelism "
+                            f"runs in Transformer Engine's attention only; install transformer-engine or set cp=1")
         if device == "cpu":
             failure = cpu_support_failure(self.detect_backend_version())
             failures += [failure] if failure else []
+        if self.trainer_name == "core" and not failures:  # megatron-core's own checks last: they import it
+            failures += self._unread_extra_args() or self._transformer_config_failures()
         return failures
+
+    def _transformer_config_failures(self) -> list[str]:
+        """megatron-core's own checks of the arguments (TransformerConfig.__post_init__), run here, before any worker
+        starts: the translated arguments after the build_args patches, as the trainer will see them."""
+        from pathlib import Path
+
+        from primus_hydra.backends.megatron.core_config import quiet_library_logs, transformer_config
+        from primus_hydra.patches.registry import PatchContext, resolve_enabled_ids
+        from primus_hydra.patches.runner import run_patches
+
+        quiet_library_logs()
+
+        ctx = PatchContext(backend=self.name, phase="build_args", backend_version=self.detect_backend_version(),
+                           cfg=self.cfg, run_dir=self.run_dir or Path("."), backend_args=self.convert_config())
+        run_patches(ctx, resolve_enabled_ids(str(self.cfg.patches.enabled)))
+        try:
+            transformer_config(ctx.backend_args, fused=False, use_cpu_initialization=True)
+        except (ValueError, AssertionError, TypeError) as error:
+            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+            return [f"backend=megatron: megatron-core refuses these arguments: {reason}"]
+        return []
+
+    def _unread_extra_args(self) -> list[str]:
+        """An extra argument the core trainer would silently ignore (Primus's silently ignored keys): one line."""
+        fields = transformer_config_fields()
+        if not fields:
+            return []
+        read = fields | CORE_TRAINER_ARGS | set(FIELD_RENAMES)
+        return [f"backend.extra_args.{key}: backend.trainer=core reads no argument of that name (megatron-core's "
+                f"TransformerConfig has no such field), so it would be ignored; use a TransformerConfig field name"
+                for key in self.cfg.backend.extra_args if key not in read]
 
     def convert_config(self) -> dict:
         return build_megatron_args(self.cfg, self.layout)

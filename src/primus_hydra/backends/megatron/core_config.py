@@ -6,6 +6,7 @@ wrong translation in args.py shows as a different model (the cross-backend tests
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 from typing import Any
 
@@ -16,6 +17,17 @@ NONE_IS_A_VALUE = ("q_lora_rank",)
 # fused kernels that need Transformer Engine / Apex / CUDA; off for the local layer spec
 FUSIONS = ("apply_rope_fusion", "masked_softmax_fusion", "bias_activation_fusion", "bias_dropout_fusion",
            "gradient_accumulation_fusion", "persist_layer_norm")
+
+
+def quiet_library_logs() -> None:
+    """megatron-core logs every parameter name and its whole optimizer config at INFO, and warns about its own
+    internals on every step: keep its warnings and errors, drop the rest."""
+    import warnings
+
+    logging.getLogger("megatron.core").setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", module=r"megatron\.core\.")
+    warnings.filterwarnings("ignore", message=r".*all_gather_into_tensor.* is deprecated")
+    warnings.filterwarnings("ignore", message=r".*reduce_scatter_tensor.* is deprecated")
 
 
 def padded_vocab_size(vocab_size: int, divisible_by: int, tp: int) -> int:

@@ -21,6 +21,7 @@ import torch.distributed as dist
 
 from primus_hydra.backends.fault_injection import inject_fault
 from primus_hydra.backends.megatron.checkpoint_strategy import in_process_save_strategy
+from primus_hydra.backends.megatron.core_config import quiet_library_logs
 from primus_hydra.backends.megatron.core_model import build_gpt_model
 from primus_hydra.backends.megatron.cpu_patches import cpu_support_failure
 from primus_hydra.backends.megatron.lr_schedule import build_lr_scheduler
@@ -37,17 +38,6 @@ from primus_hydra.config.model_math import count_parameters, training_flops_per_
 from primus_hydra.errors import CheckpointError, PrimusError, TrainingDivergedError
 
 log = logging.getLogger("primus_hydra.megatron")
-
-
-def quiet_library_logs() -> None:
-    """megatron-core logs every parameter name and its whole optimizer config at INFO, and warns about its own
-    internals on every step: keep its warnings and errors, drop the rest."""
-    import warnings
-
-    logging.getLogger("megatron.core").setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore", module=r"megatron\.core\.")
-    warnings.filterwarnings("ignore", message=r".*all_gather_into_tensor.* is deprecated")
-    warnings.filterwarnings("ignore", message=r".*reduce_scatter_tensor.* is deprecated")
 
 
 class MegatronCoreTrainer(StepLoopTrainer):
