@@ -18,11 +18,13 @@ pytestmark = pytest.mark.slow
 QUICK = ["module.train_iters=5", "module.warmup_iters=2", "module.micro_batch_size=4", "module.global_batch_size=8",
          "module.seq_length=64", "module.log.interval=1", "module.log.tensorboard=false", "module.log.plot=false",
          "module.checkpoint.interval=0", "module.checkpoint.save_final=false"]
-# GQA (8 heads, 4 groups), RoPE, SwiGLU, untied embeddings; the third also ties them and changes the norm eps
+# GQA (8 heads, 4 groups), RoPE, SwiGLU, untied embeddings; the third also ties them and changes the norm eps; the
+# last reads mock batches instead of the default text
 MODELS = {
     "llama_tiny": ["model=llama_tiny"],
     "moe_tiny": ["model=moe_tiny"],
     "llama_tiny_tied": ["model=llama_tiny", "model.tie_embeddings=true", "model.norm_eps=1e-6"],
+    "llama_tiny_mock_data": ["model=llama_tiny", "module.data.source=mock"],
 }
 LAYOUTS = {
     "dp2": ("llama_tiny", ["launch.nproc_per_node=2"]),

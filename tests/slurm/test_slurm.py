@@ -92,6 +92,17 @@ def test_every_job_shape_trains_the_local_curve_with_world_size_2(tmp_path, loca
     assert sorted(p.name for p in (run_dir / "logs").glob("rank_*.log")) == ["rank_0.log", "rank_1.log"]
 
 
+def test_backend_megatron_on_two_nodes_trains_the_local_dp2_curve(tmp_path, local_curve):
+    pytest.importorskip("megatron.core", reason="megatron-core is not installed (pip install 'primus-hydra[megatron]')")
+    run_dir = tmp_path / "run"
+    result = primus(tmp_path, f"hydra.run.dir={run_dir}", "backend=megatron", "module.train_iters=4", *FAST, *SLURM,
+                    "launch.nnodes=2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = submission(run_dir)
+    assert (record["world_size"], record["mode"], sacct_state(record["job_id"])) == (2, "srun", "COMPLETED")
+    assert_same_curve(losses(run_dir), local_curve(4, "backend=megatron", "launch.nproc_per_node=2"))
+
+
 def test_a_two_point_sweep_runs_as_one_job_array(tmp_path, local_curve):
     sweep_dir = tmp_path / "sweep"
     result = primus(tmp_path, "-m", f"hydra.sweep.dir={sweep_dir}", "module.train_iters=4", *FAST, *SLURM,
