@@ -1,6 +1,8 @@
 """A folder a run would write into is checked before anything is created: one line naming what is wrong."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from omegaconf import OmegaConf
 
@@ -28,6 +30,19 @@ def test_a_file_is_not_a_folder(tmp_path):
 def test_nothing_can_be_made_under_dev_null():
     line = writable_dir_failure("run dir", "/dev/null/runs/a", FIX)
     assert line == "run dir=/dev/null/runs/a: /dev/null is not a folder, so nothing can be created under it; choose another"
+
+
+@pytest.mark.parametrize("root, kind", [("/proc", "proc"), ("/sys", "sysfs")])
+def test_nothing_can_be_made_on_the_kernels_file_systems(root, kind):
+    """root passes access() there, but mkdir fails: the mount's type says so first."""
+    if not Path(root).is_dir():
+        pytest.skip(f"{root} is not mounted here")
+    line = writable_dir_failure("run dir", f"{root}/x/runs", FIX)
+    assert line == f"run dir={root}/x/runs: {root} is on the kernel's {kind} file system, where no folder can be made; choose another"
+
+
+def test_a_disk_folder_is_not_a_pseudo_file_system(tmp_path):
+    assert writable_dir_failure("run dir", tmp_path / "runs", FIX) is None
 
 
 def test_an_empty_output_root_would_write_at_the_filesystem_root():

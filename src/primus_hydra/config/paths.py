@@ -62,7 +62,33 @@ def writable_dir_failure(what: str, path, fix: str) -> Optional[str]:
     if not os.access(existing, os.W_OK | os.X_OK):
         reason = "a read-only file system" if _read_only_mount(existing) else "no write permission"
         return f"{what}={text}: {existing} is not writable ({reason}); {fix}"
+    pseudo = _pseudo_file_system(existing)
+    if pseudo:  # root passes os.access there, but the kernel refuses to create folders
+        return f"{what}={text}: {existing} is on the kernel's {pseudo} file system, where no folder can be made; {fix}"
     return None
+
+
+# file systems the kernel fills itself: access() says yes to root, mkdir says no
+PSEUDO_FILE_SYSTEMS = frozenset({"proc", "sysfs", "cgroup", "cgroup2", "debugfs", "tracefs", "securityfs", "pstore",
+                                 "bpf", "configfs", "efivarfs", "fusectl", "binfmt_misc", "devpts", "mqueue"})
+
+
+def _pseudo_file_system(path: Path) -> Optional[str]:
+    """The type of the pseudo file system holding `path` (from /proc/self/mounts), or None."""
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return None
+    resolved, best, kind = str(path.resolve()), "", None
+    for line in mounts:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        inside = resolved == point or resolved.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, kind = point, fields[2]
+    return kind if kind in PSEUDO_FILE_SYSTEMS else None
 
 
 def _read_only_mount(path: Path) -> bool:
