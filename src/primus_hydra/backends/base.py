@@ -68,6 +68,8 @@ class BackendAdapter(ABC):
         self.layout = layout  # the job's, as prepared (config/layout.py)
         self.run_dir = Path(run_dir) if run_dir is not None else None  # None: not known yet (checks only)
         self.backend_path: Optional[Path] = None
+        # whether the job's processes get GPUs, as the orchestrator found this node (None: not known here)
+        self.runs_on_gpu: Optional[bool] = None
 
     # -- library lookup ---------------------------------------------------------------------------------
     def candidate_backend_paths(self) -> list[tuple[str, Path]]:

@@ -88,6 +88,8 @@ def prepare(cfg: DictConfig, *, run_dir: Optional[Path] = None, world_size: Opti
     if plan is not None and not launched and not job.task.get("dry_run", False):
         failures += fit_failures(job, plan)
     adapter = load_adapter(job, layout, run_dir)
+    if plan is not None:
+        adapter.runs_on_gpu = job.platform.device == "cuda" or (job.platform.device == "auto" and plan.resources.num_gpus > 0)
     failures += adapter.validate()
     failures += patch_failures(job)
     if on_this_machine and trains:

@@ -10,10 +10,19 @@ from primus_hydra.backends.megatron.args import build_megatron_args
 from primus_hydra.backends.megatron.config_fields import transformer_config_fields
 from primus_hydra.backends.megatron.core_config import FIELD_RENAMES
 from primus_hydra.backends.megatron.cpu_patches import cpu_support_failure
+from primus_hydra.backends.megatron.megatron_lm import (
+    command_line,
+    is_megatron_lm_checkout,
+    megatron_lm_parser,
+    parse_with_megatron,
+    version_failure,
+)
 from primus_hydra.config.targets import load_target
+from primus_hydra.errors import BackendUnavailableError, PrimusError
 
 TRAINER_NAMES = ("auto", "core", "megatron_lm")
 CORE_TRAINER = "primus_hydra.backends.megatron.core_trainer.MegatronCoreTrainer"
+MEGATRON_LM_TRAINER = "primus_hydra.backends.megatron.megatron_lm_trainer.MegatronLMTrainer"
 # arguments the core trainer reads beyond TransformerConfig's fields (GPTModel, the optimizer, the layer spec)
 CORE_TRAINER_ARGS = frozenset({"make_vocab_size_divisible_by", "use_distributed_optimizer", "transformer_impl",
                                "untie_embeddings_and_output_weights", "use_rope_scaling", "rope_scaling_factor",
@@ -33,9 +42,28 @@ class MegatronAdapter(ExternalBackendAdapter):
 
     @property
     def trainer_name(self) -> str:
-        """core or megatron_lm: what backend.trainer (auto by default) picks; a class path stays as given."""
+        """core or megatron_lm: what backend.trainer picks (auto: megatron_lm when a Megatron-LM checkout is found
+        and the run is not on the CPU, else core); a class path stays as given."""
         chosen = str(self.cfg.backend.trainer or "auto")
-        return "core" if chosen == "auto" else chosen
+        if chosen != "auto":
+            return chosen
+        try:
+            checkout = is_megatron_lm_checkout(self.find_backend_path())
+        except BackendUnavailableError:
+            checkout = False
+        return "megatron_lm" if checkout and not self.on_cpu else "core"
+
+    @property
+    def on_cpu(self) -> bool:
+        """platform.device=cpu, or auto where the job gets no GPU (the orchestrator's finding; torch's in a worker)."""
+        device = str(self.cfg.platform.device)
+        if device != "auto":
+            return device == "cpu"
+        if self.runs_on_gpu is not None:
+            return not self.runs_on_gpu
+        import torch  # a worker: the job was prepared by the orchestrator, which made the same choice
+
+        return not torch.cuda.is_available()
 
     def validate(self) -> list[str]:
         failures = super().validate()
@@ -55,11 +83,8 @@ class MegatronAdapter(ExternalBackendAdapter):
         trainer = str(backend.trainer or "auto")
         if "." not in trainer and trainer not in TRAINER_NAMES:
             failures.append(f"backend.trainer={trainer}: expected one of {', '.join(TRAINER_NAMES)} or a trainer class path")
-        if trainer == "megatron_lm":
-            failures.append("backend.trainer=megatron_lm: Megatron-LM's pretrain() is not integrated in this release; "
-                            "use backend.trainer=core (megatron-core, this project's loop)")
         mock = str(cfg.module.data.source) == "mock"
-        if trainer == "megatron_lm" and not mock and backend.tokenizer_type == "HuggingFaceTokenizer" and not backend.tokenizer_model:
+        if self.trainer_name == "megatron_lm" and not mock and backend.tokenizer_type == "HuggingFaceTokenizer" and not backend.tokenizer_model:
             failures.append(
                 "backend.tokenizer_model is required with backend.tokenizer_type=HuggingFaceTokenizer and real data; "
                 "set it to a Hugging Face model id or path (or use module.data.source=mock)"
@@ -70,7 +95,9 @@ class MegatronAdapter(ExternalBackendAdapter):
         failures = super().training_failures()
         if failures:
             return failures
-        model, device = self.cfg.model, str(self.cfg.platform.device)
+        if self.trainer_name == "megatron_lm":
+            return self._megatron_lm_failures()
+        model = self.cfg.model
         has_te = importlib.util.find_spec("transformer_engine") is not None
         if model.mla.enabled and not has_te:
             failures.append(f"model={model.name}: multi-latent attention in megatron-core 0.16 needs Transformer Engine "
@@ -78,7 +105,7 @@ class MegatronAdapter(ExternalBackendAdapter):
         if self.cfg.module.parallel.cp > 1 and not has_te:
             failures.append(f"module.parallel.cp={self.cfg.module.parallel.cp}: megatron-core's context parallelism "
                             f"runs in Transformer Engine's attention only; install transformer-engine or set cp=1")
-        if device == "cpu":
+        if self.on_cpu:
             failure = cpu_support_failure(self.detect_backend_version())
             failures += [failure] if failure else []
         if self.trainer_name == "core" and not failures:  # megatron-core's own checks last: they import it
@@ -106,6 +133,27 @@ class MegatronAdapter(ExternalBackendAdapter):
             return [f"backend=megatron: megatron-core refuses these arguments: {reason}"]
         return []
 
+    def _megatron_lm_failures(self) -> list[str]:
+        root = self.find_backend_path()
+        if not is_megatron_lm_checkout(root):
+            return ["backend.trainer=megatron_lm needs a Megatron-LM checkout (with megatron/training): set "
+                    "backend.path=<dir>, $BACKEND_PATH or third_party/Megatron-LM, or use backend.trainer=core"]
+        version = version_failure(root, self.detect_backend_version())
+        if version:
+            return [version]
+        if self.on_cpu:
+            return ["backend.trainer=megatron_lm: Megatron-LM's pretrain() needs CUDA GPUs; on the CPU use "
+                    "backend.trainer=core (megatron-core in this project's loop)"]
+        try:  # the checkout's own parser on the flags, here, before any GPU starts
+            parser = megatron_lm_parser(root)
+            parse_with_megatron(command_line(self._arguments_after_patches(), parser), parser)
+        except PrimusError as error:
+            return [str(error)]
+        except ImportError as error:
+            return [f"backend.trainer=megatron_lm: Megatron-LM's arguments do not import from {root} ({error}); "
+                    f"install its requirements (six, regex, pydantic, triton)"]
+        return []
+
     def _unread_extra_args(self) -> list[str]:
         """An extra argument the core trainer would silently ignore (Primus's silently ignored keys): one line."""
         fields = transformer_config_fields()
@@ -116,10 +164,23 @@ class MegatronAdapter(ExternalBackendAdapter):
                 f"TransformerConfig has no such field), so it would be ignored; use a TransformerConfig field name"
                 for key in self.cfg.backend.extra_args if key not in read]
 
+    def _arguments_after_patches(self) -> dict:
+        """The translated arguments as the trainer will get them: after the enabled build_args patches."""
+        from pathlib import Path
+
+        from primus_hydra.patches.registry import PatchContext, resolve_enabled_ids
+        from primus_hydra.patches.runner import run_patches
+
+        ctx = PatchContext(backend=self.name, phase="build_args", backend_version=self.detect_backend_version(),
+                           cfg=self.cfg, run_dir=self.run_dir or Path("."), backend_args=self.convert_config())
+        run_patches(ctx, resolve_enabled_ids(str(self.cfg.patches.enabled)))
+        return ctx.backend_args
+
     def convert_config(self) -> dict:
         return build_megatron_args(self.cfg, self.layout)
 
     def trainer_class(self, stage: str) -> type[BaseTrainer]:
-        if "." in self.trainer_name:
-            return load_target(self.trainer_name, "backend.trainer")
-        return self.load_trainer_class(stage)
+        name = self.trainer_name
+        if "." in name:
+            return load_target(name, "backend.trainer")
+        return load_target(MEGATRON_LM_TRAINER if name == "megatron_lm" else CORE_TRAINER, "backend.trainer")
