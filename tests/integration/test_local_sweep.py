@@ -15,6 +15,8 @@ import pytest
 
 from helpers.compose import PYTHON, REPO
 
+pytestmark = pytest.mark.slow  # every test here trains or runs real processes for seconds
+
 FAST = [
     "hydra/launcher=primus_local",
     "module.train_iters=3", "module.warmup_iters=1", "module.log.interval=1",

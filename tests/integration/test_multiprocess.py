@@ -16,6 +16,8 @@ import pytest
 
 from helpers.curves import assert_same_curve, losses
 
+pytestmark = pytest.mark.slow  # every test here trains or runs real processes for seconds
+
 SMALL = ["module.warmup_iters=1", "module.micro_batch_size=2", "module.global_batch_size=8", "module.seq_length=32",
          "module.log.interval=1", "module.log.tensorboard=false", "module.log.plot=false", "module.checkpoint.interval=0",
          "module.checkpoint.save_final=false"]

@@ -26,6 +26,8 @@ PROBE = """
 import hashlib, os
 from primus_hydra.patches import register_patch
 
+pytestmark = pytest.mark.slow  # every test here trains or runs real processes for seconds
+
 @register_patch("test.secret_probe", phase="setup", backend="torch")
 def probe(ctx):
     digests = [hashlib.sha256(os.environ[name].encode()).hexdigest() for name in ("HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY")]

@@ -12,6 +12,8 @@ from primus_hydra.backends.torch.checkpoint import CheckpointManager
 from primus_hydra.backends.torch.metrics import read_metrics
 from primus_hydra.errors import CheckpointError, ConfigValidationError, DataError, PrimusError
 
+pytestmark = pytest.mark.slow  # every test here trains or runs real processes for seconds
+
 # small and fast: 2 micro-batches of 4 x 64 tokens per step
 FAST = [
     "module.seq_length=64", "module.micro_batch_size=4", "module.global_batch_size=8", "module.warmup_iters=2",

@@ -19,7 +19,7 @@ import pytest
 from helpers.curves import assert_same_curve, losses
 from helpers.slurm_cluster import require_slurm, sacct_state, squeue_job_ids, wait_until
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 FAST = ["module.warmup_iters=0", "module.micro_batch_size=4", "module.global_batch_size=8", "module.seq_length=64",
         "module.log.interval=1", "module.log.tensorboard=false", "module.log.plot=false",
