@@ -33,6 +33,8 @@ LAYOUTS = {
     "tp2_sequence_parallel": ("llama_tiny", ["launch.nproc_per_node=2", "module.parallel.tp=2",
                                              "module.parallel.sequence_parallel=true"]),
     "pp2_1f1b": ("llama_tiny", ["launch.nproc_per_node=2", "module.parallel.pp=2"]),
+    "pp2_interleaved": ("llama_tiny", ["launch.nproc_per_node=2", "module.parallel.pp=2",
+                                       "backend.virtual_stages_per_pipeline_rank=2"]),
     "ep2": ("moe_tiny", ["launch.nproc_per_node=2", "module.parallel.ep=2"]),
 }
 
@@ -125,7 +127,11 @@ def test_a_default_megatron_run_leaves_the_native_run_files(tmp_path):
      "error: model=deepseek_v2_lite: multi-latent attention in megatron-core 0.16 needs Transformer Engine"),
     (["backend.trainer=bogus"], "error: backend.trainer=bogus: expected one of auto, core, megatron_lm or a trainer "
                                 "class path"),
-], ids=["unread_extra_arg", "megatron_core_check", "cp_without_te", "mla_without_te", "unknown_trainer"])
+    (["backend.virtual_stages_per_pipeline_rank=2"],
+     "error: backend.virtual_stages_per_pipeline_rank=2: needs module.parallel.pp >= 2 and model.num_layers=4 "
+     "divisible by pp x stages = 2"),
+], ids=["unread_extra_arg", "megatron_core_check", "cp_without_te", "mla_without_te", "unknown_trainer",
+        "virtual_stages_without_pp"])
 def test_what_megatron_core_cannot_run_is_one_line_before_any_worker(tmp_path, args, expected):
     result = primus("backend=megatron", "module.train_iters=2", *args, cwd=tmp_path,
                     env={"PRIMUS_OUTPUT_ROOT": str(tmp_path / "out")})

@@ -142,6 +142,8 @@ class MegatronBackendConfig(BackendConfig):
     # auto: Megatron-LM's pretrain() when a checkout is found, else core | core: this project's loop on
     # megatron-core | megatron_lm: Megatron-LM's pretrain() | a trainer class path
     trainer: Optional[str] = "auto"
+    # interleaved pipeline: model chunks per pipeline rank (Megatron's --num-virtual-stages-per-pipeline-rank)
+    virtual_stages_per_pipeline_rank: Optional[int] = None
     transformer_impl: TransformerImpl = TransformerImpl.transformer_engine
     use_distributed_optimizer: bool = True
     recompute_granularity: Optional[RecomputeGranularity] = None

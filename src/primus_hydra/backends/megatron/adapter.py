@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
 
 from primus_hydra.backends.base import BaseTrainer
 from primus_hydra.backends.external import ExternalBackendAdapter
@@ -77,6 +78,18 @@ class MegatronAdapter(ExternalBackendAdapter):
                 failures.append(
                     "module.parallel.fsdp=true: Megatron's torch FSDP2 needs untied embeddings (model.tie_embeddings=false)"
                 )
+        stages = backend.virtual_stages_per_pipeline_rank
+        if stages is not None and stages > 1:
+            chunks = p.pp * stages
+            if p.pp < 2 or model.num_layers % chunks:
+                failures.append(f"backend.virtual_stages_per_pipeline_rank={stages}: needs module.parallel.pp >= 2 and "
+                                f"model.num_layers={model.num_layers} divisible by pp x stages = {chunks}")
+            elif self.layout.grad_accum < p.pp:
+                failures.append(f"backend.virtual_stages_per_pipeline_rank={stages}: the interleaved schedule needs at "
+                                f"least pp={p.pp} micro-batches per step, the layout gives {self.layout.grad_accum}; "
+                                f"raise module.global_batch_size or lower module.micro_batch_size")
+        elif stages is not None and stages < 1:
+            failures.append(f"backend.virtual_stages_per_pipeline_rank={stages}: must be >= 1 (or null)")
         if model.moe.num_experts and p.tp > 1 and not p.sequence_parallel:
             failures.append(f"module.parallel.tp={p.tp} with MoE (model={model.name}): megatron-core requires sequence "
                             f"parallelism with tensor parallelism in MoE models; set module.parallel.sequence_parallel=true")
@@ -173,7 +186,12 @@ class MegatronAdapter(ExternalBackendAdapter):
 
         ctx = PatchContext(backend=self.name, phase="build_args", backend_version=self.detect_backend_version(),
                            cfg=self.cfg, run_dir=self.run_dir or Path("."), backend_args=self.convert_config())
-        run_patches(ctx, resolve_enabled_ids(str(self.cfg.patches.enabled)))
+        runner_log = logging.getLogger(run_patches.__module__)
+        level, runner_log.level = runner_log.level, logging.WARNING  # the run logs the patches it applies
+        try:
+            run_patches(ctx, resolve_enabled_ids(str(self.cfg.patches.enabled)))
+        finally:
+            runner_log.setLevel(level)
         return ctx.backend_args
 
     def convert_config(self) -> dict:

@@ -172,6 +172,7 @@ def parallel_args(cfg: DictConfig, layout: ParallelLayout) -> dict:
         "sequence_parallel": p.sequence_parallel,
         "use_distributed_optimizer": backend.use_distributed_optimizer,
         "transformer_impl": backend.transformer_impl,
+        "num_virtual_stages_per_pipeline_rank": backend.virtual_stages_per_pipeline_rank,
     }
     if p.fsdp:
         # Megatron rejects torch FSDP2 together with its distributed optimizer and gradient-accumulation fusion

@@ -82,6 +82,9 @@ def transformer_config(args: dict, fused: bool, use_cpu_initialization: bool, pa
                   deallocate_pipeline_outputs=True)
     if not args.get("add_bias_linear", True):
         kwargs["add_bias_linear"] = False
+    stages = args.get("num_virtual_stages_per_pipeline_rank") or 1
+    if stages > 1:  # layer offsets of each virtual stage come from the config
+        kwargs["virtual_pipeline_model_parallel_size"] = stages
     return config_class(**kwargs)
 
 

@@ -40,6 +40,11 @@ from primus_hydra.errors import CheckpointError, PrimusError, TrainingDivergedEr
 log = logging.getLogger("primus_hydra.megatron")
 
 
+def virtual_stages(args: dict) -> int:
+    """Virtual pipeline stages per pipeline rank (Megatron's --num-virtual-stages-per-pipeline-rank); 1: none."""
+    return int(args.get("num_virtual_stages_per_pipeline_rank") or 1)
+
+
 class MegatronCoreTrainer(StepLoopTrainer):
     backend_args: dict
 
@@ -70,6 +75,7 @@ class MegatronCoreTrainer(StepLoopTrainer):
             pipeline_model_parallel_size=args["pipeline_model_parallel_size"],
             context_parallel_size=args["context_parallel_size"],
             expert_model_parallel_size=args["expert_model_parallel_size"],
+            virtual_pipeline_model_parallel_size=virtual_stages(args) if virtual_stages(args) > 1 else None,
         )
         tensor_parallel.model_parallel_cuda_manual_seed(module.seed)
         self.parallel = parallel_state
@@ -85,28 +91,32 @@ class MegatronCoreTrainer(StepLoopTrainer):
         )
         from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
-        args, module, ps = self.backend_args, self.cfg.module, self.parallel
-        self.model = build_gpt_model(args, device_type=self.device.type, pre_process=ps.is_pipeline_first_stage(),
-                                     post_process=ps.is_pipeline_last_stage())
-        if not self.cfg.model.mla.enabled:  # the native backend's weights for this seed, whatever the layout
-            init_like_native(self.model, self.cfg.model, module.seed)
-        if self.device.type == "cuda":
-            self.model.cuda(self.device)
+        if self.device.type == "cpu":
+            # gloo matches point-to-point messages between two ranks by order only: a batch that sends activations
+            # forward and gradients back to the same peer (an interleaved pipeline over 2 ranks) crosses them
+            self.backend_args = {**self.backend_args, "batch_p2p_comm": False}
+        args, module = self.backend_args, self.cfg.module
+        # one model chunk per virtual pipeline stage of this rank (one without virtual stages)
+        self.chunks = [self._build_chunk(stage) for stage in range(virtual_stages(args))]
+        self.model = self.chunks[0]
         log.info("model %s: %s parameters (megatron-core GPTModel)", self.cfg.model.name, f"{count_parameters(self.cfg.model):,}")
         config = self.model.config
-        self.ddp = DistributedDataParallel(config, DistributedDataParallelConfig(
-            grad_reduce_in_fp32=True, use_distributed_optimizer=bool(args.get("use_distributed_optimizer"))), self.model)
+        ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True,
+                                                   use_distributed_optimizer=bool(args.get("use_distributed_optimizer")))
+        # as Megatron-LM: only the first chunk's gradients are bucketed (the others overlap nothing on one stream)
+        self.ddp = [DistributedDataParallel(config, ddp_config, chunk, disable_bucketing=index > 0)
+                    for index, chunk in enumerate(self.chunks)]
         self.optimizer = get_megatron_optimizer(OptimizerConfig(
             optimizer="adam", lr=args["lr"], min_lr=args["min_lr"], weight_decay=args["weight_decay"],
             adam_beta1=args["adam_beta1"], adam_beta2=args["adam_beta2"], adam_eps=args["adam_eps"],
             clip_grad=args["clip_grad"], bf16=bool(args.get("bf16")), params_dtype=config.params_dtype,
-            use_distributed_optimizer=bool(args.get("use_distributed_optimizer"))), [self.ddp])
+            use_distributed_optimizer=bool(args.get("use_distributed_optimizer"))), self.ddp)
         # what Megatron-LM's training loop wires: the schedule reduces gradients over dp (and sequence-parallel norm
         # gradients over tp) through finalize_model_grads, scales the loss for mixed precision, and skips the
         # gradient sync on all but the last micro-batch
         config.finalize_model_grads_func = finalize_model_grads
         config.grad_scale_func = self.optimizer.scale_loss
-        config.no_sync_func = self.ddp.no_sync
+        config.no_sync_func = [ddp.no_sync for ddp in self.ddp] if len(self.ddp) > 1 else self.ddp[0].no_sync
         self.scheduler = build_lr_scheduler(self.optimizer, args)
         data = module.data
         self.data = TokenBatches(str(data.source), data.path, str(data.token_dtype), self.cfg.model.vocab_size,
@@ -124,11 +134,29 @@ class MegatronCoreTrainer(StepLoopTrainer):
         if not on_error:
             from megatron.core import parallel_state
 
-            self.ddp = self.model = self.optimizer = None
+            self.ddp = self.model = self.chunks = self.optimizer = None
             parallel_state.destroy_model_parallel()
             if dist.is_initialized():
                 dist.barrier()
                 dist.destroy_process_group()
+
+    def _build_chunk(self, stage: int) -> Any:
+        """This rank's model for virtual pipeline stage `stage`: its layers, embedding on the very first, output
+        layer on the very last; weights as backend=torch draws them for the seed (any layout, the same weights)."""
+        args, ps, stages = self.backend_args, self.parallel, virtual_stages(self.backend_args)
+        vp_stage = stage if stages > 1 else None
+        chunk = build_gpt_model(args, device_type=self.device.type, vp_stage=vp_stage,
+                                pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage),
+                                post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage))
+        if not self.cfg.model.mla.enabled:  # multi-latent attention keeps megatron-core's own init
+            init_like_native(chunk, self.cfg.model, self.cfg.module.seed)
+        return chunk.cuda(self.device) if self.device.type == "cuda" else chunk
+
+    def _data_iterators(self, step: int) -> Any:
+        """One iterator over the step's micro-batches per model chunk (each chunk's forward reads one per call)."""
+        if len(self.chunks) == 1:
+            return self._micro_batches(step)
+        return [self._micro_batches(step) for _ in self.chunks]
 
     # -- one step ---------------------------------------------------------------------------------------
     def _micro_batches(self, step: int) -> Iterator[dict[str, torch.Tensor]]:
@@ -155,11 +183,12 @@ class MegatronCoreTrainer(StepLoopTrainer):
 
         module = self.cfg.module
         started = time.perf_counter()
-        self.ddp.zero_grad_buffer()
+        for ddp in self.ddp:
+            ddp.zero_grad_buffer()
         self.optimizer.zero_grad()
         lr = self.optimizer.param_groups[0]["lr"]
         outputs = get_forward_backward_func()(
-            forward_step_func=self._forward_step, data_iterator=self._micro_batches(step), model=[self.ddp],
+            forward_step_func=self._forward_step, data_iterator=self._data_iterators(step), model=self.ddp,
             num_microbatches=self.layout.grad_accum, seq_length=module.seq_length,
             micro_batch_size=module.micro_batch_size, forward_only=False)
         _, grad_norm, _ = self.optimizer.step()
@@ -194,9 +223,23 @@ class MegatronCoreTrainer(StepLoopTrainer):
             for optimizer in getattr(self.optimizer, "chained_optimizers", [self.optimizer]):  # dummy step; loaded over)
                 if hasattr(optimizer, "_init_optimizer_states_with_dummy_values") and not optimizer.optimizer.state:
                     optimizer._init_optimizer_states_with_dummy_values()
-        model_state = self.model.sharded_state_dict(metadata=metadata)
-        return {"model": model_state,
+        model_state = self._model_state(metadata)
+        return {**model_state,
                 "optimizer": self.optimizer.sharded_state_dict(model_state, is_loading=for_loading, metadata=metadata)}
+
+    def _model_state(self, metadata: Optional[dict]) -> dict:
+        """Megatron-LM's layout: `model`, or `model0`, `model1`, ... with virtual pipeline stages."""
+        kwargs = {"metadata": metadata} if metadata is not None else {}
+        if len(self.chunks) == 1:
+            return {"model": self.model.sharded_state_dict(**kwargs)}
+        return {f"model{index}": chunk.sharded_state_dict(**kwargs) for index, chunk in enumerate(self.chunks)}
+
+    def _load_model_state(self, state: dict) -> None:
+        for name, chunk in zip(self._model_state_names(), self.chunks):
+            chunk.load_state_dict(state[name])
+
+    def _model_state_names(self) -> list[str]:
+        return ["model"] if len(self.chunks) == 1 else [f"model{index}" for index in range(len(self.chunks))]
 
     def save_checkpoint(self, step: int) -> Path:
         from megatron.core import dist_checkpointing
@@ -234,7 +277,9 @@ class MegatronCoreTrainer(StepLoopTrainer):
             if read_meta(source)[0].get("backend") == "megatron":
                 self._load_megatron(source, "module.checkpoint.load", with_optimizer=False)
             else:
-                load_full_weights(self.model, native_weights_for(source, self.cfg.model, self.model))
+                full = native_weights_for(source, self.cfg.model, self.model)
+                for chunk in self.chunks:
+                    load_full_weights(chunk, full)
             self.optimizer.reload_model_params()  # main (fp32) copies of bf16 weights follow the loaded weights
             log.info("initial weights loaded from %s", source)
 
@@ -243,7 +288,7 @@ class MegatronCoreTrainer(StepLoopTrainer):
 
         if with_optimizer:
             state = dist_checkpointing.load(self._sharded_state(for_loading=True), str(path))
-            self.model.load_state_dict(state["model"])
+            self._load_model_state(state)
             self.optimizer.load_state_dict(state["optimizer"])
             trainer_state = torch.load(path / TRAINER_STATE, map_location="cpu", weights_only=False)
             self.start_step = int(trainer_state["step"])
@@ -251,8 +296,8 @@ class MegatronCoreTrainer(StepLoopTrainer):
             self.scheduler.load_state_dict(trainer_state["scheduler"])
             return
         try:
-            state = dist_checkpointing.load({"model": self.model.sharded_state_dict()}, str(path))
+            state = dist_checkpointing.load(self._model_state(None), str(path))
         except Exception as error:  # noqa: BLE001 - megatron-core raises many kinds: one line
             raise CheckpointError(f"{key}: {path} cannot be loaded into {self.cfg.model.name} ({type(error).__name__}: "
                                   f"{str(error).splitlines()[0] if str(error) else ''})") from error
-        self.model.load_state_dict(state["model"])
+        self._load_model_state(state)
