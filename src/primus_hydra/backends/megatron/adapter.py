@@ -187,7 +187,8 @@ class MegatronAdapter(ExternalBackendAdapter):
         ctx = PatchContext(backend=self.name, phase="build_args", backend_version=self.detect_backend_version(),
                            cfg=self.cfg, run_dir=self.run_dir or Path("."), backend_args=self.convert_config())
         runner_log = logging.getLogger(run_patches.__module__)
-        level, runner_log.level = runner_log.level, logging.WARNING  # the run logs the patches it applies
+        level = runner_log.level
+        runner_log.setLevel(logging.WARNING)  # the run itself logs the patches it applies
         try:
             run_patches(ctx, resolve_enabled_ids(str(self.cfg.patches.enabled)))
         finally:
