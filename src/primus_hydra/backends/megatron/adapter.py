@@ -128,19 +128,11 @@ class MegatronAdapter(ExternalBackendAdapter):
     def _transformer_config_failures(self) -> list[str]:
         """megatron-core's own checks of the arguments (TransformerConfig.__post_init__), run here, before any worker
         starts: the translated arguments after the build_args patches, as the trainer will see them."""
-        from pathlib import Path
-
         from primus_hydra.backends.megatron.core_config import quiet_library_logs, transformer_config
-        from primus_hydra.patches.registry import PatchContext, resolve_enabled_ids
-        from primus_hydra.patches.runner import run_patches
 
         quiet_library_logs()
-
-        ctx = PatchContext(backend=self.name, phase="build_args", backend_version=self.detect_backend_version(),
-                           cfg=self.cfg, run_dir=self.run_dir or Path("."), backend_args=self.convert_config())
-        run_patches(ctx, resolve_enabled_ids(str(self.cfg.patches.enabled)))
         try:
-            transformer_config(ctx.backend_args, fused=False, use_cpu_initialization=True)
+            transformer_config(self._arguments_after_patches(), fused=False, use_cpu_initialization=True)
         except (ValueError, AssertionError, TypeError) as error:
             reason = str(error).splitlines()[0] if str(error) else type(error).__name__
             return [f"backend=megatron: megatron-core refuses these arguments: {reason}"]
