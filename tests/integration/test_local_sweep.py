@@ -96,12 +96,12 @@ def test_a_bad_point_stops_the_sweep_before_any_point_starts(tmp_path):
 
 
 def test_a_point_that_breaks_its_backends_rules_stops_the_sweep_before_any_point_starts(tmp_path):
-    result = sweep(tmp_path, "backend=torch,megatron")
+    result = sweep(tmp_path, "backend=torch,maxtext")
 
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
-    assert lines and all(line.startswith("error: [job 1: ") and "backend=megatron]" in line for line in lines)
-    assert "module.data.source=text needs module.data.path with backend=megatron" in lines[0]
+    assert lines and all(line.startswith("error: [job 1: ") and "backend=maxtext]" in line for line in lines)
+    assert "module.data.source=text needs module.data.path with backend=maxtext" in lines[0]
     assert not (tmp_path / "sweep").exists()
 
 
