@@ -209,3 +209,18 @@ def test_two_nodes_rendezvous_through_c10d_and_train_the_same_curve(tmp_path, si
     outputs = [node.communicate(timeout=180) for node in nodes]
     assert [node.returncode for node in nodes] == [0, 0], outputs[0][1][-2000:] + outputs[1][1][-2000:]
     assert_same_curve(losses(tmp_path / "run"), single_process_curve)
+
+
+def test_a_node_that_never_comes_ends_the_rendezvous_within_launch_timeout_s(tmp_path):
+    """launch.nnodes=2 with only this node started: the c10d rendezvous gives up after launch.timeout_s, in one line."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    started = time.monotonic()
+    result = primus(tmp_path / "run", "module.train_iters=2", *SMALL, "launch.nnodes=2", "launch.timeout_s=5",
+                    f"launch.master_port={port}")
+    elapsed = time.monotonic() - started
+    assert result.returncode == 2, result.stderr[-2000:]
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert line.startswith("error: launch.nnodes=2: the nodes did not all meet at ") and "launch.timeout_s=5 s" in line
+    assert elapsed < 60, f"waited {elapsed:.0f} s, launch.timeout_s=5"

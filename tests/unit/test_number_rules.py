@@ -27,7 +27,7 @@ from primus_hydra.orchestrator.prepare import prepare
     ("model.head_dim=0", "model.head_dim=0: must be >= 1 (or null)"),
     ("model.mla.kv_lora_rank=0", "model.mla.kv_lora_rank=0: must be >= 1"),
     ("backend.num_threads=0", "backend.num_threads=0: must be >= 1 (or null)"),
-    ("module.exit_interval=-1", "module.exit_interval=-1: must be >= 1 (or null)"),
+    ("module.exit_interval=-1", "module.exit_interval=-1: must be >= 0"),
     ("module.seed=-1", "module.seed=-1: must be in [0, 2^63)"),
     ("module.seed=9223372036854775808", "module.seed=9223372036854775808: must be in [0, 2^63)"),
     ("model.moe.aux_loss_coeff=-1", "model.moe.aux_loss_coeff=-1.0: must be >= 0"),
