@@ -19,7 +19,6 @@ from typing import Any, Iterator, Optional
 import torch
 import torch.distributed as dist
 
-from primus_hydra.backends.fault_injection import inject_fault
 from primus_hydra.backends.megatron.checkpoint_strategy import in_process_save_strategy
 from primus_hydra.backends.megatron.core_config import quiet_library_logs
 from primus_hydra.backends.megatron.core_model import build_gpt_model
@@ -252,22 +251,13 @@ class MegatronCoreTrainer(StepLoopTrainer):
         trainer_state = {"step": step, "torch_rng": torch.get_rng_state(), "scheduler": self.scheduler.state_dict()}
         meta = {"model": self.cfg.model.name, "backend": "megatron", "format": "megatron.core.dist_checkpointing",
                 "stage": str(self.cfg.module.stage), "world_size": self.layout.world_size,
-                "layout": {"pp": self.layout.pp, "dp": self.layout.dp, "tp": self.layout.tp, "ep": self.layout.ep},
-                "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
-        path = self.checkpoints.save(step, None, None, trainer_state, meta, write_shards=write_shards,
-                                     fault=lambda point: inject_fault(point, self.dist.rank, step))
-        log.info("checkpoint saved: %s", path)
-        return path
+                "layout": {"pp": self.layout.pp, "dp": self.layout.dp, "tp": self.layout.tp, "ep": self.layout.ep}}
+        return self.save_step(step, trainer_state, meta, model=None, optimizer=None, write_shards=write_shards)
 
     def _restore(self, resume: Optional[str]) -> None:
         """Resume (module.checkpoint.resume, auto after a restart) or start from weights (module.checkpoint.load)."""
         ckpt = self.cfg.module.checkpoint
-        overwrite = self.checkpoints.unresumed_failure(resume)
-        if overwrite:
-            raise CheckpointError(overwrite)
-        path, warnings = self.checkpoints.find(resume, "module.checkpoint.resume")
-        for line in warnings:
-            log.warning("%s", line)
+        path = self.checkpoint_to_resume(resume)
         if path is not None:
             self._load_megatron(path, "module.checkpoint.resume", with_optimizer=True)
             log.info("resumed from %s at step %d", path, self.start_step)

@@ -14,6 +14,8 @@ import logging
 import os
 import signal
 import sys
+import time
+from pathlib import Path
 from typing import Any, Optional
 
 import torch
@@ -21,7 +23,7 @@ import torch.distributed as dist
 
 from primus_hydra.backends.base import BaseTrainer
 from primus_hydra.backends.fault_injection import inject_fault
-from primus_hydra.errors import StoppedBySignalError
+from primus_hydra.errors import CheckpointError, StoppedBySignalError
 
 log = logging.getLogger("primus_hydra.train")
 
@@ -90,6 +92,26 @@ class StepLoopTrainer(BaseTrainer):
         if self.restarted and (resume is None or self.checkpoints.step_dirs()):
             return "auto"
         return resume
+
+    def checkpoint_to_resume(self, resume: Optional[str]) -> Optional[Path]:
+        """The verified step `resume` names (None: start fresh); a fresh start over earlier checkpoints is refused,
+        and the steps `resume=auto` skipped are warned about."""
+        overwrite = self.checkpoints.unresumed_failure(resume)
+        if overwrite:
+            raise CheckpointError(overwrite)
+        path, warnings = self.checkpoints.find(resume, "module.checkpoint.resume")
+        for line in warnings:
+            log.warning("%s", line)
+        return path
+
+    def save_step(self, step: int, trainer_state: dict, meta: dict, **save: Any) -> Path:
+        """Collective: this step's checkpoint (CheckpointManager.save; `save` passes the model, optimizer or the
+        shard writer), its meta stamped, fault points wired for the crash tests."""
+        meta = {**meta, "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        path = self.checkpoints.save(step, trainer_state=trainer_state, meta=meta,
+                                     fault=lambda point: inject_fault(point, self.dist.rank, step), **save)
+        log.info("checkpoint saved: %s", path)
+        return path
 
     # -- the loop ---------------------------------------------------------------------------------------
     def train(self) -> Optional[float]:

@@ -13,7 +13,6 @@ from typing import Any, Optional
 import torch
 import torch.nn.functional as F
 
-from primus_hydra.backends.fault_injection import inject_fault
 from primus_hydra.backends.torch.args import TorchTrainingArgs
 from primus_hydra.backends.torch.checkpoint import CheckpointManager
 from primus_hydra.backends.torch.checkpoint_paths import step_of
@@ -185,22 +184,13 @@ class TorchTrainer(StepLoopTrainer):
         args, layout = self.backend_args, self.backend_args.layout
         meta = {"model": args.model.name, "backend": "torch", "stage": str(args.module.stage),
                 "world_size": layout.world_size,
-                "layout": {"pp": layout.pp, "dp": layout.dp, "tp": layout.tp, "fsdp": layout.fsdp},
-                "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
-        path = self.checkpoints.save(step, self.model, self.optimizer, trainer_state, meta,
-                                     fault=lambda point: inject_fault(point, self.dist.rank, step))
-        log.info("checkpoint saved: %s", path)
-        return path
+                "layout": {"pp": layout.pp, "dp": layout.dp, "tp": layout.tp, "fsdp": layout.fsdp}}
+        return self.save_step(step, trainer_state, meta, model=self.model, optimizer=self.optimizer)
 
     def _restore(self, resume: Optional[str]) -> None:
         ckpt = self.backend_args.module.checkpoint
-        overwrite = self.checkpoints.unresumed_failure(resume)
-        if overwrite:
-            raise CheckpointError(overwrite)
         model_name, key = self.backend_args.model.name, "module.checkpoint.resume"
-        resume_from, warnings = self.checkpoints.find(resume, key)
-        for line in warnings:
-            log.warning("%s", line)
+        resume_from = self.checkpoint_to_resume(resume)
         if resume_from is not None:
             trainer_state = CheckpointManager.load(resume_from, key, self.model, self.optimizer, model_name)
             self.start_step = int(trainer_state["step"])
