@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from helpers.compose import REPO, compose_primus
+from helpers.libraries import needs_megatron_core
 from primus_hydra.backends.base import load_adapter
 from primus_hydra.config.layout import parallel_layout
 
-pytest.importorskip("megatron.core", reason="megatron-core is not installed (pip install 'primus-hydra[megatron]')")
+pytestmark = needs_megatron_core
 
 
 def find_checkout() -> Path:

@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from helpers.compose import CONF_DIR, REPO
+from helpers.libraries import needs_megatron_core
 
-pytest.importorskip("megatron.core", reason="megatron-core is not installed (pip install 'primus-hydra[megatron]')")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, needs_megatron_core]
 
 PRESETS = sorted(path.stem for path in (CONF_DIR / "model").glob("*.yaml"))
 # one process for all presets: a gloo group of one, megatron-core's parallel state, the CPU patches

@@ -11,9 +11,9 @@ import pytest
 
 from helpers.cli import primus
 from helpers.curves import assert_same_curve, losses
+from helpers.libraries import needs_megatron_core
 
-pytest.importorskip("megatron.core", reason="megatron-core is not installed (pip install 'primus-hydra[megatron]')")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, needs_megatron_core]
 
 QUICK = ["module.train_iters=5", "module.warmup_iters=2", "module.micro_batch_size=4", "module.global_batch_size=8",
          "module.seq_length=64", "module.log.interval=1", "module.log.tensorboard=false", "module.log.plot=false",
@@ -62,7 +62,8 @@ def megatron_curve(tmp_path_factory):
 def test_megatron_follows_the_native_curve_from_the_same_seed(tmp_path, megatron_curve, model):
     native = train(tmp_path / "native", "backend=torch", *MODELS[model])
     assert_same_curve(megatron_curve(model), native)
-    assert native[5] < native[1]  # it learns
+    if "mock" not in model:  # uniform random tokens teach nothing: their loss stays near ln(vocab)
+        assert native[5] < native[1]
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))

@@ -13,6 +13,8 @@ import pytest
 
 from helpers.cli import primus, run_dirs
 
+pytestmark = pytest.mark.slow  # every test here trains or runs real processes for seconds
+
 TOKEN = "hf_integration_test_token_5f3a9c"
 LITERAL = "wandb-literal-key-77e1"
 TINY = ["model=llama_tiny", "module.train_iters=2", "module.warmup_iters=0", "module.seq_length=16",
@@ -25,8 +27,6 @@ HYDRA_RECORDS = {".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.ya
 PROBE = """
 import hashlib, os
 from primus_hydra.patches import register_patch
-
-pytestmark = pytest.mark.slow  # every test here trains or runs real processes for seconds
 
 @register_patch("test.secret_probe", phase="setup", backend="torch")
 def probe(ctx):

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from helpers.curves import assert_same_curve, losses
+from helpers.libraries import needs_megatron_core
 from helpers.slurm_cluster import require_slurm, sacct_state, squeue_job_ids, wait_until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -92,8 +93,8 @@ def test_every_job_shape_trains_the_local_curve_with_world_size_2(tmp_path, loca
     assert sorted(p.name for p in (run_dir / "logs").glob("rank_*.log")) == ["rank_0.log", "rank_1.log"]
 
 
+@needs_megatron_core
 def test_backend_megatron_on_two_nodes_trains_the_local_dp2_curve(tmp_path, local_curve):
-    pytest.importorskip("megatron.core", reason="megatron-core is not installed (pip install 'primus-hydra[megatron]')")
     run_dir = tmp_path / "run"
     result = primus(tmp_path, f"hydra.run.dir={run_dir}", "backend=megatron", "module.train_iters=4", *FAST, *SLURM,
                     "launch.nnodes=2")

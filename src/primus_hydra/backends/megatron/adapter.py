@@ -128,11 +128,16 @@ class MegatronAdapter(ExternalBackendAdapter):
     def _transformer_config_failures(self) -> list[str]:
         """megatron-core's own checks of the arguments (TransformerConfig.__post_init__), run here, before any worker
         starts: the translated arguments after the build_args patches, as the trainer will see them."""
-        from primus_hydra.backends.megatron.core_config import quiet_library_logs, transformer_config
+        from primus_hydra.backends.megatron.core_config import (
+            environment_unchanged,
+            quiet_library_logs,
+            transformer_config,
+        )
 
         quiet_library_logs()
         try:
-            transformer_config(self._arguments_after_patches(), fused=False, use_cpu_initialization=True)
+            with environment_unchanged():
+                transformer_config(self._arguments_after_patches(), fused=False, use_cpu_initialization=True)
         except (ValueError, AssertionError, TypeError) as error:
             reason = str(error).splitlines()[0] if str(error) else type(error).__name__
             return [f"backend=megatron: megatron-core refuses these arguments: {reason}"]
@@ -149,8 +154,11 @@ class MegatronAdapter(ExternalBackendAdapter):
         if self.on_cpu:
             return ["backend.trainer=megatron_lm: Megatron-LM's pretrain() needs CUDA GPUs; on the CPU use "
                     "backend.trainer=core (megatron-core in this project's loop)"]
+        from primus_hydra.backends.megatron.core_config import environment_unchanged
+
         try:  # the checkout's own parser on the flags, here, before any GPU starts
-            parser = megatron_lm_parser(root)
+            with environment_unchanged():
+                parser = megatron_lm_parser(root)
             parse_with_megatron(command_line(self._arguments_after_patches(), parser), parser)
         except PrimusError as error:
             return [str(error)]

@@ -5,10 +5,12 @@ wrong translation in args.py shows as a different model (the cross-backend tests
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import os
 import re
-from typing import Any
+from typing import Any, Iterator
 
 # argument destinations whose TransformerConfig field has another name
 FIELD_RENAMES = {"num_experts": "num_moe_experts", "norm_epsilon": "layernorm_epsilon"}
@@ -17,6 +19,19 @@ NONE_IS_A_VALUE = ("q_lora_rank",)
 # fused kernels that need Transformer Engine / Apex / CUDA; off for the local layer spec
 FUSIONS = ("apply_rope_fusion", "masked_softmax_fusion", "bias_activation_fusion", "bias_dropout_fusion",
            "gradient_accumulation_fusion", "persist_layer_norm")
+
+
+@contextlib.contextmanager
+def environment_unchanged() -> Iterator[None]:
+    """Imports megatron-core in the orchestrator without changing its environment: importing it imports
+    torch._inductor, which sets TORCHINDUCTOR_CACHE_DIR, and a later sweep would take that for the user's choice."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        for name in set(os.environ) - set(saved):
+            del os.environ[name]
+        os.environ.update(saved)
 
 
 def quiet_library_logs() -> None:

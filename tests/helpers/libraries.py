@@ -1,0 +1,10 @@
+"""Skip markers for the optional backend libraries, found without importing them: importing megatron-core imports
+torch._inductor, which sets TORCHINDUCTOR_CACHE_DIR in the test process for every later test."""
+from __future__ import annotations
+
+import pytest
+
+from primus_hydra.backends.base import module_findable
+
+needs_megatron_core = pytest.mark.skipif(not module_findable("megatron.core", []),
+                                         reason="megatron-core is not installed (pip install 'primus-hydra[megatron]')")
