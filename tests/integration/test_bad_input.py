@@ -25,7 +25,7 @@ ROWS = [  # (id, arguments, extra environment, the start of the one error line)
      {}, "the job does not fit in host memory: about "),
     ("lr_nan", ["module.lr=nan"], {}, "module.lr=nan: must be a finite number"),
     ("clip_nan", ["module.clip_grad=nan"], {}, "module.clip_grad=nan: must be a finite number"),
-    ("exit_interval_negative", ["module.exit_interval=-1"], {}, "module.exit_interval=-1: must be >= 1 (or null)"),
+    ("exit_interval_negative", ["module.exit_interval=-1"], {}, "module.exit_interval=-1: must be >= 0"),
     ("seed_negative", ["module.seed=-1"], {}, "module.seed=-1: must be in [0, 2^63)"),
     ("extra_arg_owned", [*MEGATRON, "+backend.extra_args.micro_batch_size=0"], {},
      "backend.extra_args.micro_batch_size=0: backend=megatron sets micro_batch_size from module.micro_batch_size"),
