@@ -1,7 +1,8 @@
 """backend=megatron trains on megatron-core's own classes through the project's launcher, and means the same model as
-backend=torch: from the same seed both start from the same weights and follow the same loss curve (fp32, 5 steps,
-1e-4 relative); every megatron layout follows the one-process megatron curve; checkpoints reshard across layouts
-and cross between the backends."""
+backend=torch: from the same seed and the same batches (backend.dataset=native) both start from the same weights and
+follow the same loss curve (fp32, 5 steps, 1e-4 relative); every megatron layout follows the one-process megatron
+curve on megatron.core.datasets' batches (the default text source built into an indexed dataset); checkpoints
+reshard across layouts and cross between the backends."""
 from __future__ import annotations
 
 import json
@@ -19,7 +20,8 @@ QUICK = ["module.train_iters=5", "module.warmup_iters=2", "module.micro_batch_si
          "module.seq_length=64", "module.log.interval=1", "module.log.tensorboard=false", "module.log.plot=false",
          "module.checkpoint.interval=0", "module.checkpoint.save_final=false"]
 # GQA (8 heads, 4 groups), RoPE, SwiGLU, untied embeddings; the third also ties them and changes the norm eps; the
-# last reads mock batches instead of the default text
+# last reads mock batches instead of the default text. Cross-backend runs read backend=torch's own batches.
+SAME_BATCHES = "backend.dataset=native"
 MODELS = {
     "llama_tiny": ["model=llama_tiny"],
     "moe_tiny": ["model=moe_tiny"],
@@ -47,13 +49,13 @@ def train(run_dir: Path, *args: str) -> dict[int, float]:
 
 @pytest.fixture(scope="module")
 def megatron_curve(tmp_path_factory):
-    """The one-process backend=megatron curve of each model, trained once for the module."""
-    cache: dict[str, dict[int, float]] = {}
+    """The one-process backend=megatron curve of each model (with the given extra arguments), trained once."""
+    cache: dict[tuple, dict[int, float]] = {}
 
-    def curve(model: str) -> dict[int, float]:
-        if model not in cache:
-            cache[model] = train(tmp_path_factory.mktemp(model) / "run", "backend=megatron", *MODELS[model])
-        return cache[model]
+    def curve(model: str, *extra: str) -> dict[int, float]:
+        if (model, extra) not in cache:
+            cache[model, extra] = train(tmp_path_factory.mktemp(model) / "run", "backend=megatron", *MODELS[model], *extra)
+        return cache[model, extra]
 
     return curve
 
@@ -61,7 +63,7 @@ def megatron_curve(tmp_path_factory):
 @pytest.mark.parametrize("model", list(MODELS))
 def test_megatron_follows_the_native_curve_from_the_same_seed(tmp_path, megatron_curve, model):
     native = train(tmp_path / "native", "backend=torch", *MODELS[model])
-    assert_same_curve(megatron_curve(model), native)
+    assert_same_curve(megatron_curve(model, SAME_BATCHES), native)
     if "mock" not in model:  # uniform random tokens teach nothing: their loss stays near ln(vocab)
         assert native[5] < native[1]
 
@@ -94,11 +96,13 @@ def test_checkpoints_cross_between_the_backends(tmp_path):
     train(tmp_path / "native", "backend=torch", "model=llama_tiny", *saving)
     from_native = {backend: train(tmp_path / f"{backend}_from_native", f"backend={backend}", "model=llama_tiny", *extra,
                                   f"module.checkpoint.load={tmp_path / 'native' / 'checkpoints'}", *saving)
-                   for backend, extra in (("megatron", ["launch.nproc_per_node=2", "module.parallel.tp=2"]), ("torch", []))}
+                   for backend, extra in (("megatron", ["launch.nproc_per_node=2", "module.parallel.tp=2", SAME_BATCHES]),
+                                          ("torch", []))}
     assert_same_curve(from_native["megatron"], from_native["torch"])
     megatron_step = tmp_path / "megatron_from_native" / "checkpoints"
     from_megatron = {backend: train(tmp_path / f"{backend}_from_megatron", f"backend={backend}", "model=llama_tiny",
-                                    f"module.checkpoint.load={megatron_step}") for backend in ("torch", "megatron")}
+                                    f"module.checkpoint.load={megatron_step}", *extra)
+                     for backend, extra in (("torch", []), ("megatron", [SAME_BATCHES]))}
     assert_same_curve(from_megatron["torch"], from_megatron["megatron"])
     assert not (tmp_path / "torch_from_megatron" / ".primus" / "converted").exists()
 

@@ -30,6 +30,7 @@ def test_the_megatron_patches_are_registered_with_their_phases():
         "megatron.args.checkpoint_path": ("megatron", "build_args"),
         "megatron.args.tensorboard_path": ("megatron", "build_args"),
         "megatron.args.mock_data": ("megatron", "build_args"),
+        "megatron.args.text_as_indexed": ("megatron", "build_args"),
         "megatron.env.cuda_device_max_connections": setup,
         **{f"megatron.cpu.{name}": setup for name in ("torch_cuda", "rng_tracker", "tensor_types", "tensor_moves",
                                                      "moe_split_sizes")},
@@ -115,13 +116,19 @@ def test_mock_data_runs_with_the_null_tokenizer_and_no_data_paths(compose_config
     assert args["vocab_size"] == 128256
 
 
-def test_real_data_keeps_the_configured_tokenizer(compose_config, tmp_path):
+def test_indexed_data_keeps_the_configured_tokenizer_and_megatrons_blend(compose_config, tmp_path):
     args = dry_run(
-        compose_config, tmp_path, "module.data.source=tokens", "module.data.path=/data/c4_text_document",
-        "module.data.token_dtype=uint32", "backend.tokenizer_model=meta-llama/Meta-Llama-3-8B",
+        compose_config, tmp_path, "module.data.source=indexed", "module.data.path='0.7 /data/c4_text 0.3 /data/code'",
+        "backend.tokenizer_model=meta-llama/Meta-Llama-3-8B",
     )
     assert (args["mock_data"], args["tokenizer_type"]) == (False, "HuggingFaceTokenizer")
-    assert args["data_path"] == ["/data/c4_text_document"]
+    assert args["data_path"] == ["0.7", "/data/c4_text", "0.3", "/data/code"]
+
+
+def test_text_reaches_megatron_lm_as_the_run_dirs_indexed_bytes(compose_config, tmp_path):
+    args = dry_run(compose_config, tmp_path, "backend.tokenizer_model=meta-llama/Meta-Llama-3-8B")
+    assert args["data_path"] == [str(tmp_path / ".primus" / "megatron_data" / "text_bytes")]
+    assert (args["mock_data"], args["tokenizer_type"], args["tokenizer_model"]) == (False, "NullTokenizer", None)
 
 
 def test_patches_enabled_allowlist_leaves_the_others_out(compose_config, tmp_path, monkeypatch):

@@ -67,6 +67,7 @@ class ExternalBackendAdapter(BackendAdapter):
     trainer_classes: dict[str, str] = {}  # {stage: "module.Class"}; empty: only the arguments are translated
     source_subdirs: tuple[str, ...] = ()
     reads_native_data = False  # True: the trainer reads backend=torch's data sources (stdlib text fallback included)
+    reads_indexed_data = False  # True: the trainer reads Megatron's indexed datasets (module.data.source=indexed)
 
     @property
     def stage(self) -> str:
@@ -89,6 +90,9 @@ class ExternalBackendAdapter(BackendAdapter):
                 f"module.data.source=text needs module.data.path with backend={self.name} (only backend=torch "
                 f"falls back to Python's own sources); set module.data.source=mock or module.data.path=..."
             )
+        if data.source == "indexed" and not self.reads_indexed_data:
+            failures.append(f"module.data.source=indexed: backend={self.name} does not read Megatron's indexed "
+                            f"datasets (backend=megatron and backend=torch do)")
         return failures + owned_extra_args_failures(self)
 
     def training_failures(self) -> list[str]:

@@ -29,6 +29,7 @@ class DataSource(Choice):
     mock = "mock"  # random tokens: throughput benchmarks, no files needed
     text = "text"  # byte-level tokens read from local text files (default: the Python stdlib's sources)
     tokens = "tokens"  # a pre-tokenized flat token file (numpy memmap, uint16 or uint32)
+    indexed = "indexed"  # Megatron's indexed dataset: path is a <prefix> of .bin/.idx, or a blend "w1 p1 w2 p2"
 
 
 class TokenDtype(Choice):
@@ -65,7 +66,8 @@ class CheckpointConfig:
 @dataclass
 class DataConfig:
     source: DataSource = DataSource.text
-    path: Optional[str] = None  # text: a file or folder of text files (null: Python's stdlib); tokens: a file
+    # text: a file or folder of text files (null: Python's stdlib); tokens: a file; indexed: a prefix or a blend
+    path: Optional[str] = None
     token_dtype: TokenDtype = TokenDtype.uint16  # source=tokens: the file's integer type
     num_workers: AutoInt = AUTO  # DataLoader worker processes per rank: auto (the resource plan) | an integer >= 0
 

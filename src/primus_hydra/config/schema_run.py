@@ -30,6 +30,12 @@ class TransformerImpl(Choice):
     local = "local"
 
 
+class MegatronDataset(Choice):
+    auto = "auto"  # megatron for text and indexed; native for mock and tokens (the same batches as every backend)
+    megatron = "megatron"  # megatron.core.datasets: GPTDataset over indexed data (text built into one), MockGPTDataset
+    native = "native"  # the project's own batches, index for index those of backend=torch
+
+
 class RecomputeGranularity(Choice):
     full = "full"
     selective = "selective"
@@ -144,6 +150,8 @@ class MegatronBackendConfig(BackendConfig):
     trainer: Optional[str] = "auto"
     # interleaved pipeline: model chunks per pipeline rank (Megatron's --num-virtual-stages-per-pipeline-rank)
     virtual_stages_per_pipeline_rank: Optional[int] = None
+    # backend.trainer=core's batches: auto | megatron (megatron.core.datasets) | native (backend=torch's, for parity)
+    dataset: MegatronDataset = MegatronDataset.auto
     transformer_impl: TransformerImpl = TransformerImpl.transformer_engine
     use_distributed_optimizer: bool = True
     recompute_granularity: Optional[RecomputeGranularity] = None

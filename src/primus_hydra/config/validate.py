@@ -219,6 +219,9 @@ def _data(cfg: DictConfig, failures: list[str], warnings: list[str]) -> None:
         failures.append(f"model.vocab_size={cfg.model.vocab_size}: module.data.source=text uses byte tokens and needs >= 256")
     if data.source == "tokens" and not data.path:
         failures.append("module.data.path is required with module.data.source=tokens (a pre-tokenized token file)")
+    if data.source == "indexed" and not data.path:
+        failures.append("module.data.path is required with module.data.source=indexed (a Megatron dataset prefix "
+                        "<prefix>.bin/.idx, or a blend 'weight prefix weight prefix ...')")
     if data.source == "tokens" and data.token_dtype == "uint16" and cfg.model.vocab_size > 65536:
         failures.append(
             f"module.data.token_dtype=uint16 cannot hold ids of model.vocab_size={cfg.model.vocab_size}; use uint32"

@@ -11,6 +11,7 @@ from primus_hydra.backends.megatron.args import build_megatron_args
 from primus_hydra.backends.megatron.config_fields import transformer_config_fields
 from primus_hydra.backends.megatron.core_config import FIELD_RENAMES
 from primus_hydra.backends.megatron.cpu_patches import cpu_support_failure
+from primus_hydra.backends.megatron.datasets import dataset_failures
 from primus_hydra.backends.megatron.megatron_lm import (
     command_line,
     is_megatron_lm_checkout,
@@ -39,7 +40,8 @@ class MegatronAdapter(ExternalBackendAdapter):
     stages = ("pretrain", "sft")
     library = "megatron-core"
     trainer_classes = {"pretrain": CORE_TRAINER, "sft": CORE_TRAINER}
-    reads_native_data = True  # the core trainer reads the native backend's batches (text, tokens, mock)
+    reads_native_data = True  # the core trainer reads the native backend's sources (text, tokens, mock, indexed)
+    reads_indexed_data = True
 
     @property
     def trainer_name(self) -> str:
@@ -96,11 +98,15 @@ class MegatronAdapter(ExternalBackendAdapter):
         trainer = str(backend.trainer or "auto")
         if "." not in trainer and trainer not in TRAINER_NAMES:
             failures.append(f"backend.trainer={trainer}: expected one of {', '.join(TRAINER_NAMES)} or a trainer class path")
-        mock = str(cfg.module.data.source) == "mock"
-        if self.trainer_name == "megatron_lm" and not mock and backend.tokenizer_type == "HuggingFaceTokenizer" and not backend.tokenizer_model:
+        source = str(cfg.module.data.source)
+        if self.trainer_name == "megatron_lm" and source == "tokens":
+            failures.append("module.data.source=tokens: Megatron-LM's pretrain() reads indexed datasets; convert the "
+                            "token file with its tools/preprocess_data.py and use module.data.source=indexed")
+        if (self.trainer_name == "megatron_lm" and source == "indexed" and backend.tokenizer_type == "HuggingFaceTokenizer"
+                and not backend.tokenizer_model):
             failures.append(
-                "backend.tokenizer_model is required with backend.tokenizer_type=HuggingFaceTokenizer and real data; "
-                "set it to a Hugging Face model id or path (or use module.data.source=mock)"
+                "backend.tokenizer_model is required with backend.tokenizer_type=HuggingFaceTokenizer and indexed data; "
+                "set it to the Hugging Face model id or path the data was tokenized with"
             )
         return failures
 
@@ -121,6 +127,8 @@ class MegatronAdapter(ExternalBackendAdapter):
         if self.on_cpu:
             failure = cpu_support_failure(self.detect_backend_version())
             failures += [failure] if failure else []
+        if self.trainer_name == "core":
+            failures += dataset_failures(self.cfg)
         if self.trainer_name == "core" and not failures:  # megatron-core's own checks last: they import it
             failures += self._unread_extra_args() or self._transformer_config_failures()
         return failures

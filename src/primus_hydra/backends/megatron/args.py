@@ -189,8 +189,9 @@ def data_args(cfg: DictConfig) -> dict:
     num_workers = data.num_workers
     args = {
         "mock_data": str(data.source) == "mock",
-        # a Megatron indexed dataset prefix (<prefix>.bin / <prefix>.idx)
-        "data_path": [str(data.path)] if data.path else None,
+        # Megatron's --data-path: a prefix of <prefix>.bin / <prefix>.idx, or a blend "weight prefix ..." (source=text:
+        # the run dir's indexed copy of the text, patch megatron.args.text_as_indexed)
+        "data_path": str(data.path).split() if data.path and str(data.source) == "indexed" else None,
         "tokenizer_type": backend.tokenizer_type,
         "tokenizer_model": backend.tokenizer_model,
     }

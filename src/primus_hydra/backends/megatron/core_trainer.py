@@ -2,8 +2,8 @@
 
 GPTModel from the translated arguments (core_model.py), model-parallel state from module.parallel (tp, pp, cp, ep,
 sequence parallel), megatron DDP + its (distributed) optimizer, `get_forward_backward_func` for the pipeline
-schedules, `OptimizerParamScheduler` for the lr, and the rails of the native backend: the same token batches
-(TokenBatches: byte-level text, token files, mock), metrics.jsonl / TensorBoard / loss PNG, the progress bar, and
+schedules, `OptimizerParamScheduler` for the lr, batches from megatron.core.datasets or the native backend's own
+(datasets.py), and the rails of the native backend: metrics.jsonl / TensorBoard / loss PNG, the progress bar, and
 atomic checksummed step folders (CheckpointManager) whose shards megatron-core's dist_checkpointing writes, so a
 checkpoint reshards across layouts. `module.checkpoint.load` also takes a native (backend=torch) checkpoint: its
 weights are converted on load (convert.py).
@@ -23,12 +23,12 @@ from primus_hydra.backends.megatron.checkpoint_strategy import in_process_save_s
 from primus_hydra.backends.megatron.core_config import quiet_library_logs
 from primus_hydra.backends.megatron.core_model import build_gpt_model
 from primus_hydra.backends.megatron.cpu_patches import cpu_support_failure
+from primus_hydra.backends.megatron.datasets import training_batches
 from primus_hydra.backends.megatron.lr_schedule import build_lr_scheduler
 from primus_hydra.backends.megatron.native_init import init_like_native
 from primus_hydra.backends.megatron.sharded_weights import load_full_weights, native_weights_for
 from primus_hydra.backends.torch.checkpoint import CheckpointManager
 from primus_hydra.backends.torch.checkpoint_paths import TRAINER_STATE, read_meta
-from primus_hydra.backends.torch.data import TokenBatches
 from primus_hydra.backends.torch.distributed import join_process_group
 from primus_hydra.backends.torch.metrics import MetricsLogger
 from primus_hydra.backends.torch.step_loop import StepLoopTrainer
@@ -117,9 +117,7 @@ class MegatronCoreTrainer(StepLoopTrainer):
         config.grad_scale_func = self.optimizer.scale_loss
         config.no_sync_func = [ddp.no_sync for ddp in self.ddp] if len(self.ddp) > 1 else self.ddp[0].no_sync
         self.scheduler = build_lr_scheduler(self.optimizer, args)
-        data = module.data
-        self.data = TokenBatches(str(data.source), data.path, str(data.token_dtype), self.cfg.model.vocab_size,
-                                 module.seq_length, module.seed)
+        self.data = training_batches(self.cfg, self.run_dir, self.dist.rank)
         self.flops_per_token = training_flops_per_token(self.cfg.model, module.seq_length)
         self.checkpoints = CheckpointManager(Path(args.get("save") or self.run_dir / "checkpoints"))
         self.start_step = 0
@@ -159,20 +157,25 @@ class MegatronCoreTrainer(StepLoopTrainer):
 
     # -- one step ---------------------------------------------------------------------------------------
     def _micro_batches(self, step: int) -> Iterator[dict[str, torch.Tensor]]:
-        """This data-parallel rank's micro-batches of the step: the native backend's batches, index for index."""
+        """This data-parallel rank's micro-batches of the step: sequences (dp_rank * accum + index) * micro ... of
+        the step's global batch, whatever the layout (datasets.py)."""
         accum, micro = self.layout.grad_accum, self.cfg.module.micro_batch_size
         dp_rank = self.parallel.get_data_parallel_rank()
         for index in range(accum):
-            tokens, labels = self.data.batch(step, (dp_rank * accum + index) * micro, micro)
-            yield {"tokens": tokens.to(self.device), "labels": labels.to(self.device)}
+            batch = self.data.micro_batch(step, (dp_rank * accum + index) * micro, micro)
+            yield {key: value.to(self.device) for key, value in batch.items()}
 
     @staticmethod
     def _forward_step(batches: Iterator[dict[str, torch.Tensor]], model: Any):
         batch = next(batches)
-        per_token = model(batch["tokens"], None, None, labels=batch["labels"])
+        per_token = model(batch["tokens"], batch.get("position_ids"), None, labels=batch["labels"])
+        mask = batch.get("loss_mask")
 
         def loss_function(output: torch.Tensor):
-            loss = output.float().mean()
+            if mask is None:
+                loss = output.float().mean()
+            else:  # megatron.core.datasets' mask: tokens it pads are not learned from
+                loss = (output.float() * mask).sum() / mask.sum().clamp(min=1)
             return loss, {"lm loss": loss.detach().clone()}  # the schedule divides `loss` in place by the micro-batches
 
         return per_token, loss_function

@@ -10,6 +10,7 @@ from functools import partial
 from typing import Optional
 
 from primus_hydra.backends.base import BaseTrainer
+from primus_hydra.backends.megatron.datasets import text_as_indexed_dataset
 from primus_hydra.backends.megatron.megatron_lm import command_line, megatron_lm_parser, parse_with_megatron
 
 log = logging.getLogger("primus_hydra.megatron")
@@ -23,6 +24,9 @@ class MegatronLMTrainer(BaseTrainer):
         self.argv = command_line(self.backend_args, parser)
         parse_with_megatron(self.argv, parser)  # a flag the checkout cannot read stops here, in one line
         log.info("Megatron-LM pretrain_gpt.py %s", " ".join(self.argv))
+        data = self.cfg.module.data
+        if str(data.source) == "text":  # the indexed dataset the text_as_indexed patch pointed data_path at
+            text_as_indexed_dataset(self.run_dir, data.path, self.dist.rank, self.cfg.launch.timeout_s)
 
     def init(self) -> None:
         """Megatron-LM builds its model, optimizer and data inside pretrain()."""

@@ -79,6 +79,22 @@ def mock_data_without_tokenizer(ctx: PatchContext) -> None:
             ctx.backend_args[key] = value
 
 
+@register_patch(
+    "megatron.args.text_as_indexed", backend="megatron", phase="build_args",
+    condition=lambda ctx: str(ctx.cfg.module.data.source) == "text",
+)
+def text_as_indexed_data(ctx: PatchContext) -> None:
+    """module.data.source=text reaches Megatron-LM's pretrain() as the byte tokens backend=torch reads: the indexed
+    dataset the trainer writes into the run dir before pretrain() (datasets.py), read with NullTokenizer (token
+    ids, no tokenizer files)."""
+    from primus_hydra.backends.megatron.datasets import text_prefix
+
+    defaults = {"data_path": [str(text_prefix(ctx.run_dir))], "tokenizer_type": "NullTokenizer", "tokenizer_model": None}
+    for key, value in defaults.items():
+        if not _user_set(ctx, key):
+            ctx.backend_args[key] = value
+
+
 @register_patch("megatron.env.cuda_device_max_connections", backend="megatron", phase="setup")
 def cuda_device_max_connections(ctx: PatchContext) -> None:
     """One hardware queue keeps TP communication ordered before compute; FSDP needs more than one

@@ -81,12 +81,16 @@ class TorchAdapter(BackendAdapter):
         return failures
 
     def _data_failures(self) -> list[str]:
-        data = self.cfg.module.data
+        data, module = self.cfg.module.data, self.cfg.module
+        if data.source == "indexed" and data.path:
+            from primus_hydra.backends.torch.indexed_file import indexed_data_failures
+
+            return indexed_data_failures(data.path, self.cfg.model.vocab_size, module.seq_length, blends=False)
         if data.source != "tokens" or not data.path or not Path(str(data.path)).expanduser().exists():
             return []  # a missing path is the orchestrator's line (orchestrator/prepare.py)
         from primus_hydra.backends.torch.token_file import token_file_failure  # numpy: only for a token file
 
-        failure = token_file_failure(data.path, str(data.token_dtype), self.cfg.model.vocab_size, self.cfg.module.seq_length)
+        failure = token_file_failure(data.path, str(data.token_dtype), self.cfg.model.vocab_size, module.seq_length)
         return [failure] if failure else []
 
     def _run_dir_failures(self) -> list[str]:

@@ -1,4 +1,5 @@
-"""Token sources for the native trainer: mock (random), text (bytes of local text files), tokens (a memmap).
+"""Token sources for the native trainer: mock (random), text (bytes of local text files), tokens (a memmap),
+indexed (a Megatron .bin/.idx dataset, read as one token stream).
 
 Batches are a pure function of (seed, step, micro-batch index): resuming at step s needs no loader state, and
 a resumed run sees exactly the batches an uninterrupted run would.
@@ -12,6 +13,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from primus_hydra.backends.torch.indexed_file import indexed_data_failures, read_index
 from primus_hydra.backends.torch.token_file import token_file_failure
 from primus_hydra.errors import DataError
 
@@ -30,20 +32,26 @@ def _text_files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.suffix in TEXT_SUFFIXES and p.is_file() and "site-packages" not in p.parts)
 
 
-def load_text_bytes(path: Optional[str], limit_bytes: int = DEFAULT_TEXT_LIMIT_BYTES) -> np.ndarray:
+def text_documents(path: Optional[str], limit_bytes: int = DEFAULT_TEXT_LIMIT_BYTES) -> list[np.ndarray]:
+    """The byte tokens of each text file under `path` (null: Python's stdlib), in name order, limit_bytes in all."""
     root = Path(path).expanduser() if path else default_text_corpus()
     if not root.exists():
         raise DataError(f"module.data.path={root}: no such file or folder (source=text wants text files)")
-    chunks, total = [], 0
+    documents, total = [], 0
     for file in _text_files(root):
         data = file.read_bytes()[: limit_bytes - total]
-        chunks.append(np.frombuffer(data, dtype=np.uint8))
+        if data:
+            documents.append(np.frombuffer(data, dtype=np.uint8))
         total += len(data)
         if total >= limit_bytes:
             break
     if total == 0:
         raise DataError(f"module.data.path={root}: no text found (looked for {', '.join(sorted(TEXT_SUFFIXES))} files)")
-    return np.concatenate(chunks)
+    return documents
+
+
+def load_text_bytes(path: Optional[str], limit_bytes: int = DEFAULT_TEXT_LIMIT_BYTES) -> np.ndarray:
+    return np.concatenate(text_documents(path, limit_bytes))
 
 
 def load_token_file(path: str, dtype: str, vocab_size: int, seq_length: int) -> np.ndarray:
@@ -51,6 +59,13 @@ def load_token_file(path: str, dtype: str, vocab_size: int, seq_length: int) -> 
     if failure:
         raise DataError(failure)
     return np.memmap(Path(path).expanduser(), dtype=dtype, mode="r")
+
+
+def load_indexed_file(path: str, vocab_size: int, seq_length: int) -> np.ndarray:
+    failures = indexed_data_failures(path, vocab_size, seq_length, blends=False)  # checked before the run too
+    if failures:
+        raise DataError(failures[0])
+    return read_index(path).tokens()
 
 
 class TokenBatches:
@@ -63,6 +78,8 @@ class TokenBatches:
             self.tokens = load_text_bytes(path)
         elif source == "tokens":
             self.tokens = load_token_file(path, token_dtype, vocab_size, seq_length)
+        elif source == "indexed":  # Megatron's .bin/.idx: its documents back to back, as one token stream
+            self.tokens = load_indexed_file(path, vocab_size, seq_length)
         if self.tokens is not None and len(self.tokens) <= seq_length + 1:
             raise DataError(
                 f"module.data.path={path}: {len(self.tokens)} tokens is too short for module.seq_length={seq_length}"
