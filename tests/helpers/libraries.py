@@ -8,3 +8,5 @@ from primus_hydra.backends.base import module_findable
 
 needs_megatron_core = pytest.mark.skipif(not module_findable("megatron.core", []),
                                          reason="megatron-core is not installed (pip install 'primus-hydra[megatron]')")
+needs_torchtitan = pytest.mark.skipif(not (module_findable("torchtitan", []) and module_findable("triton", [])),
+                                      reason="torchtitan or triton is not installed (pip install 'primus-hydra[torchtitan]')")

@@ -86,11 +86,11 @@ def test_megatrons_mock_dataset_on_request(tmp_path):
      "error: module.data.path=1 {data}/stdlib_a 1 {data}/stdlib_b: a blend of 2 datasets is read by backend=megatron"),
     (["backend=megatron", "module.data.source=indexed", "module.data.path='1 {data}/stdlib_a {data}/stdlib_b'"],
      "error: module.data.path=1 {data}/stdlib_a {data}/stdlib_b: a blend is 'weight prefix weight prefix ...'"),
-    (["backend=torchtitan", "module.data.source=indexed", "module.data.path={data}/stdlib_a"],
-     "error: module.data.source=indexed: backend=torchtitan does not read Megatron's indexed datasets"),
+    (["backend=maxtext", "module.data.source=indexed", "module.data.path={data}/stdlib_a"],
+     "error: module.data.source=indexed: backend=maxtext does not read Megatron's indexed datasets"),
     (["backend=megatron", "module.data.source=indexed"],
      "error: module.data.path is required with module.data.source=indexed"),
-], ids=["tokens_as_megatron", "missing_prefix", "blend_on_torch", "odd_blend", "torchtitan", "no_path"])
+], ids=["tokens_as_megatron", "missing_prefix", "blend_on_torch", "odd_blend", "maxtext", "no_path"])
 def test_data_the_run_cannot_read_is_one_line_before_any_worker(tmp_path, text_datasets, args, expected):
     args = [arg.format(data=text_datasets) for arg in args]
     result = primus("module.train_iters=2", *args, cwd=tmp_path, env={"PRIMUS_OUTPUT_ROOT": str(tmp_path / "out")})

@@ -66,9 +66,10 @@ def test_the_composing_process_prepares_the_job_once(tmp_path, args):
     (["backend=maxtext", "module.data.source=mock"], "error: backend=maxtext: training through MaxText is not integrated yet"),
     (["backend=megatron", "model=moe_tiny", "launch.nproc_per_node=2", "module.parallel.tp=2"],
      "error: module.parallel.tp=2 with MoE (model=moe_tiny): megatron-core requires sequence parallelism"),
-    (["backend=torchtitan", "module.data.source=mock", "platform.device=cpu"], "error: platform.device=cpu: backend=torchtitan trains on GPUs only"),
+    (["backend=torchtitan", "model=moe_tiny", "module.data.source=mock"],
+     "error: model=moe_tiny: backend=torchtitan trains the llama family"),
 ], ids=["data_path", "resume_path", "backend_rule", "patch_id", "interpolation", "patch_module", "layout",
-        "backend_not_integrated", "megatron_layout", "backend_device"])
+        "backend_not_integrated", "megatron_layout", "torchtitan_family"])
 def test_a_rejected_run_leaves_no_run_dir(tmp_path, args, expected):
     result = primus(*args, cwd=tmp_path, env={"PRIMUS_OUTPUT_ROOT": str(tmp_path / "out")})
     assert result.returncode == 2, result.stderr[-2000:]

@@ -59,6 +59,18 @@ class BackendAdapter(ABC):
     install_hint: str = ""
 
     @property
+    def on_cpu(self) -> bool:
+        """platform.device=cpu, or auto where the job gets no GPU (the orchestrator's finding; torch's in a worker)."""
+        device = str(self.cfg.platform.device)
+        if device != "auto":
+            return device == "cpu"
+        if self.runs_on_gpu is not None:
+            return not self.runs_on_gpu
+        import torch  # a worker: the job was prepared by the orchestrator, which made the same choice
+
+        return not torch.cuda.is_available()
+
+    @property
     def required_modules(self) -> tuple[str, ...]:
         """What a real run needs importable (checked before it starts, see requirement_failures)."""
         return (self.import_name,) if self.import_name else ()

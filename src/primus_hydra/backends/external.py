@@ -92,7 +92,7 @@ class ExternalBackendAdapter(BackendAdapter):
             )
         if data.source == "indexed" and not self.reads_indexed_data:
             failures.append(f"module.data.source=indexed: backend={self.name} does not read Megatron's indexed "
-                            f"datasets (backend=megatron and backend=torch do)")
+                            f"datasets (backend=torch, megatron and torchtitan do)")
         return failures + owned_extra_args_failures(self)
 
     def training_failures(self) -> list[str]:

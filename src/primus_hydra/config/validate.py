@@ -202,8 +202,12 @@ def _learning_rate(cfg: DictConfig, failures: list[str], warnings: list[str]) ->
     elif m.lr < m.min_lr:
         failures.append(f"module.lr={m.lr} is below module.min_lr={m.min_lr}; lr must be >= min_lr")
     if m.warmup_iters > m.train_iters:  # a short smoke run of a long recipe: what Megatron and torchtitan allow too
-        warnings.append(f"module.warmup_iters={m.warmup_iters} exceeds module.train_iters={m.train_iters}: "
-                        f"the learning rate rises for the whole run and never reaches module.lr={m.lr}")
+        if cfg.backend.name == "torchtitan":  # its scheduler shortens the warmup instead
+            warnings.append(f"module.warmup_iters={m.warmup_iters} exceeds module.train_iters={m.train_iters}: "
+                            f"torchtitan shortens its warmup to {m.train_iters} steps")
+        else:
+            warnings.append(f"module.warmup_iters={m.warmup_iters} exceeds module.train_iters={m.train_iters}: "
+                            f"the learning rate rises for the whole run and never reaches module.lr={m.lr}")
     if m.lr_decay_iters is not None and m.lr_decay_iters < m.warmup_iters:
         failures.append(f"module.lr_decay_iters={m.lr_decay_iters} is below module.warmup_iters={m.warmup_iters}")
     for key in ("adam_beta1", "adam_beta2"):

@@ -128,3 +128,13 @@ def _check_pattern(patch_id: str, pattern: str) -> None:
 
 def _qualname(fn: Callable) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def runs_on_cpu(ctx: PatchContext) -> bool:
+    """A device patch set's condition: platform.device=cpu, or auto where the worker sees no GPU."""
+    device = str(ctx.cfg.platform.device)
+    if device == "cpu":
+        return True
+    import torch  # a worker-side condition: the setup phase runs in the worker
+
+    return device == "auto" and not torch.cuda.is_available()

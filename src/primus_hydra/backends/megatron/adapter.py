@@ -56,18 +56,6 @@ class MegatronAdapter(ExternalBackendAdapter):
             checkout = False
         return "megatron_lm" if checkout and not self.on_cpu else "core"
 
-    @property
-    def on_cpu(self) -> bool:
-        """platform.device=cpu, or auto where the job gets no GPU (the orchestrator's finding; torch's in a worker)."""
-        device = str(self.cfg.platform.device)
-        if device != "auto":
-            return device == "cpu"
-        if self.runs_on_gpu is not None:
-            return not self.runs_on_gpu
-        import torch  # a worker: the job was prepared by the orchestrator, which made the same choice
-
-        return not torch.cuda.is_available()
-
     def validate(self) -> list[str]:
         failures = super().validate()
         cfg, backend, p, model = self.cfg, self.cfg.backend, self.cfg.module.parallel, self.cfg.model

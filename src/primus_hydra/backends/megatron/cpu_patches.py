@@ -14,7 +14,7 @@ import importlib
 import types
 from typing import Any, Optional
 
-from primus_hydra.patches.registry import PatchContext, register_patch
+from primus_hydra.patches.registry import PatchContext, register_patch, runs_on_cpu
 from primus_hydra.patches.versions import any_version_matches
 
 CPU_PATCH_VERSIONS = ("0.16.*",)
@@ -39,15 +39,6 @@ def cpu_support_failure(version: Optional[str]) -> Optional[str]:
     return (f"backend=megatron on the CPU: megatron-core {version or '(not installed)'} is outside the releases the "
             f"megatron.cpu.* patches were written for ({', '.join(CPU_PATCH_VERSIONS)}); install megatron-core==0.16.1 "
             f"(pip install 'primus-hydra[megatron]') or run on GPUs")
-
-
-def runs_on_cpu(ctx: PatchContext) -> bool:
-    device = str(ctx.cfg.platform.device)
-    if device == "cpu":
-        return True
-    import torch  # a worker-side condition: the setup phase runs in the worker
-
-    return device == "auto" and not torch.cuda.is_available()
 
 
 def _on_cpu(device: Any) -> Any:

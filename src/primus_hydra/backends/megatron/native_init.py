@@ -16,34 +16,10 @@ from typing import Any, Callable
 import torch
 
 from primus_hydra.backends.megatron.sharded_weights import _SKIPPED, global_name
-from primus_hydra.backends.torch.weights import fill_normal_shard
+from primus_hydra.backends.torch.weights import NativeDraws
 
 _EXPERT = re.compile(r"^decoder\.layers\.(\d+)\.mlp\.experts\.local_experts\.(\d+)\.(linear_fc1|linear_fc2)\.weight$")
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
-
-
-class NativeDraws:
-    """Rows and columns of the native model's parameters, drawn as backend=torch draws them."""
-
-    def __init__(self, model: Any, seed: int) -> None:
-        self.model, self.seed = model, seed
-        self.std = model.init_std
-        self.residual_std = model.init_std / (2 * model.num_layers) ** 0.5
-        self.head_dim = model.head_dim or model.hidden_size // model.num_attention_heads
-
-    def block(self, name: str, full_shape: tuple[int, ...], rows: tuple[int, int], cols: tuple[int, int] | None = None,
-              std: float | None = None) -> torch.Tensor:
-        """Rows [r0, r1) (and columns [c0, c1) of a 2-D parameter) of native parameter `name`."""
-        std = self.std if std is None else std
-        width = full_shape[1] if len(full_shape) == 2 else 1
-        c0, c1 = cols or (0, width)
-        if len(full_shape) == 2:
-            out = torch.empty(rows[1] - rows[0], c1 - c0)
-            fill_normal_shard(out, full_shape, (rows[0], c0), std, self.seed, name)
-        else:
-            out = torch.empty(rows[1] - rows[0], *full_shape[1:])
-            fill_normal_shard(out, full_shape, (rows[0],) + (0,) * (len(full_shape) - 1), std, self.seed, name)
-        return out
 
 
 def _row_span(size: int, rank: int, parts: int) -> tuple[int, int]:

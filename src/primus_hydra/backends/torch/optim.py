@@ -8,7 +8,7 @@ from torch import nn
 
 
 def build_optimizer(model: nn.Module, lr: float, weight_decay: float, betas: tuple[float, float], eps: float) -> torch.optim.AdamW:
-    """No weight decay on norms, biases and 1-D parameters (as Megatron and torchtitan do)."""
+    """No weight decay on norms, biases and 1-D parameters (as Megatron does; torchtitan 0.2 decays every parameter)."""
     decay, no_decay = [], []
     for param in model.parameters():
         if param.requires_grad:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import math
 import sys
+from typing import Any
 
 import torch
 
@@ -60,3 +61,27 @@ def fill_normal_shard(local: torch.Tensor, full_shape: tuple[int, ...], offset: 
                              device=local.device, dtype=torch.float32)
         low, high = max(first, start), min(last, start + rows_per_block)
         target[low - first: high - first].copy_(values[low - start: high - start, columns[0]: columns[1]].mul_(std))
+
+
+class NativeDraws:
+    """Rows and columns of the native model's parameters, drawn as backend=torch draws them."""
+
+    def __init__(self, model: Any, seed: int) -> None:
+        self.model, self.seed = model, seed
+        self.std = model.init_std
+        self.residual_std = model.init_std / (2 * model.num_layers) ** 0.5
+        self.head_dim = model.head_dim or model.hidden_size // model.num_attention_heads
+
+    def block(self, name: str, full_shape: tuple[int, ...], rows: tuple[int, int], cols: tuple[int, int] | None = None,
+              std: float | None = None) -> torch.Tensor:
+        """Rows [r0, r1) (and columns [c0, c1) of a 2-D parameter) of native parameter `name`."""
+        std = self.std if std is None else std
+        width = full_shape[1] if len(full_shape) == 2 else 1
+        c0, c1 = cols or (0, width)
+        if len(full_shape) == 2:
+            out = torch.empty(rows[1] - rows[0], c1 - c0)
+            fill_normal_shard(out, full_shape, (rows[0], c0), std, self.seed, name)
+        else:
+            out = torch.empty(rows[1] - rows[0], *full_shape[1:])
+            fill_normal_shard(out, full_shape, (rows[0],) + (0,) * (len(full_shape) - 1), std, self.seed, name)
+        return out

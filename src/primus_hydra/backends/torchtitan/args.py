@@ -8,11 +8,13 @@ apply it over the flavor (Primus's torchtitan.model_override does the same) so t
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
 from omegaconf import DictConfig
 
-from primus_hydra.backends.external import checkpoint_load_path, merge_extra_args, size_tag, wants_checkpoints
+from primus_hydra.backends.external import merge_extra_args, size_tag
+from primus_hydra.backends.torchtitan.byte_tokenizer import TOKENIZER_DIR
 from primus_hydra.config.layout import ParallelLayout
 
 TORCHTITAN_MODEL_NAMES = {"llama": "llama3", "deepseek": "deepseek_v3", "qwen3": "qwen3"}  # by model.family
@@ -39,12 +41,13 @@ def build_torchtitan_job_config(cfg: DictConfig, run_dir, layout: ParallelLayout
         "checkpoint": checkpoint_section(cfg),
         "activation_checkpoint": {"mode": backend.activation_checkpoint},
         "compile": {"enable": backend.compile or m.compile},
-        "metrics": {"log_freq": m.log.interval, "enable_tensorboard": m.log.tensorboard, "save_tb_folder": "tensorboard"},
+        # every step's metrics reach the project's metrics.jsonl / TensorBoard (module.log.interval: the console)
+        "metrics": {"log_freq": 1, "enable_tensorboard": False},
         "debug": {"seed": m.seed},
         "model_args": model_args_section(cfg.model, m.seq_length),
     }
-    if backend.tokenizer_path:  # else torchtitan's own default
-        job["model"]["hf_assets_path"] = backend.tokenizer_path
+    # the user's tokenizer, else the byte-level one the trainer writes into the run dir (byte_tokenizer.py)
+    job["model"]["hf_assets_path"] = backend.tokenizer_path or str(Path(run_dir or ".") / TOKENIZER_DIR)
     return merge_extra_args(job, backend.extra_args)
 
 
@@ -63,7 +66,6 @@ def lr_scheduler_section(m: DictConfig) -> dict:
 
 def training_section(cfg: DictConfig) -> dict:
     m, data = cfg.module, cfg.module.data
-    mock = str(data.source) == "mock"
     return {
         # torchtitan's local batch is one micro-batch; it accumulates up to global_batch_size
         "local_batch_size": m.micro_batch_size,
@@ -72,9 +74,9 @@ def training_section(cfg: DictConfig) -> dict:
         "steps": m.train_iters,
         "max_norm": m.clip_grad,
         "mixed_precision_param": "bfloat16" if str(m.precision) == "bf16" else "float32",
-        # no random-token dataset in torchtitan: c4_test is the small sample it ships for tests
-        "dataset": "c4_test" if mock else "c4",
-        "dataset_path": None if mock else (str(data.path) if data.path else None),
+        # the trainer's dataloader is the project's own (module.data.source): these two only name it
+        "dataset": f"primus_hydra_{data.source}",
+        "dataset_path": str(data.path) if data.path else None,
     }
 
 
@@ -91,16 +93,9 @@ def parallelism_section(cfg: DictConfig, layout: ParallelLayout) -> dict:
 
 
 def checkpoint_section(cfg: DictConfig) -> dict:
-    ckpt = cfg.module.checkpoint
-    return {
-        "enable": wants_checkpoints(cfg),
-        "folder": str(ckpt.dir) if ckpt.dir else "checkpoints",  # relative to job.dump_folder = the run dir
-        "interval": ckpt.interval or cfg.module.train_iters,
-        "initial_load_path": checkpoint_load_path(cfg),
-        # load = weights only; an explicit resume path brings optimizer and step along
-        "initial_load_model_only": bool(ckpt.load),
-        "last_save_model_only": False,  # a full last checkpoint can be resumed
-    }
+    """torchtitan's own checkpointer stays off: the trainer writes its DCP states into the project's atomic step
+    folders (module.checkpoint.*), where module.checkpoint.resume finds them."""
+    return {"enable": False}
 
 
 def model_args_section(model: DictConfig, seq_length: int) -> dict:
@@ -127,6 +122,8 @@ def model_args_section(model: DictConfig, seq_length: int) -> dict:
             "high_freq_factor": scaling.high_freq_factor,
             "original_max_position_embeddings": scaling.original_max_position_embeddings,
         }
+    else:  # torchtitan's llama3 always applies Llama-3.1 scaling: a factor of 1 leaves every frequency as it is
+        args["rope_scaling_args"] = {"scaling_factor": 1.0}
     return args
 
 

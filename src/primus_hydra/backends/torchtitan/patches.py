@@ -1,0 +1,128 @@
+"""backend=torchtitan's patches. torchtitan.cpu.*: torchtitan on the CPU, so that a torchtitan model is trained and
+debugged without a GPU. Written for, and gated to, the torchtitan releases in CPU_PATCH_VERSIONS (enabled only when
+the run's device is the CPU); with another release a CPU run stops before the model is built (cpu_support_failure).
+
+torchtitan 0.2.x picks its device type once, at import (`tools/utils.py`: "cuda" when no accelerator is found), and
+five modules keep that choice under their own names; its memory monitor asks torch.cpu for CUDA's memory statistics.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import resource
+from typing import Optional
+
+from primus_hydra.patches.registry import PatchContext, register_patch, runs_on_cpu
+from primus_hydra.patches.versions import any_version_matches
+
+CPU_PATCH_VERSIONS = ("0.2.*",)
+_DEVICE_HOLDERS = ("torchtitan.tools.utils", "torchtitan.components.metrics", "torchtitan.distributed.utils",
+                   "torchtitan.distributed.parallel_dims", "torchtitan.tools.profiling")
+
+
+def cpu_support_failure(version: Optional[str]) -> Optional[str]:
+    if any_version_matches(version, CPU_PATCH_VERSIONS):
+        return None
+    return (f"backend=torchtitan on the CPU: torchtitan {version or '(not installed)'} is outside the releases the "
+            f"torchtitan.cpu.* patches were written for ({', '.join(CPU_PATCH_VERSIONS)}); install torchtitan==0.2.2 "
+            f"(pip install 'primus-hydra[torchtitan]') or run on GPUs")
+
+
+@register_patch("torchtitan.cpu.device_type", backend="torchtitan", phase="setup", priority=10,
+                backend_versions=CPU_PATCH_VERSIONS, condition=runs_on_cpu, tags=("cpu",))
+def device_type_cpu(ctx: PatchContext) -> None:
+    """torchtitan's device type and module are the CPU's (torch.cpu), in every module that holds them."""
+    import torch
+
+    for name in _DEVICE_HOLDERS:
+        module = importlib.import_module(name)
+        if hasattr(module, "device_type"):
+            module.device_type = "cpu"
+        if hasattr(module, "device_module"):
+            module.device_module = torch.cpu
+
+
+class CPUMemoryMonitor:
+    """torchtitan's DeviceMemoryMonitor for the CPU: the process's peak resident memory against the host's RAM."""
+
+    def __init__(self, device: str = "cpu") -> None:
+        import torch
+
+        self.device = torch.device("cpu")
+        self.device_name = "cpu"
+        self.device_index = 0
+        self.device_capacity = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        self.device_capacity_gib = self.device_capacity / 2**30
+
+    def get_peak_stats(self):
+        from torchtitan.components.metrics import DeviceMemStats
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+        gib, pct = peak / 2**30, 100 * peak / self.device_capacity
+        return DeviceMemStats(gib, pct, gib, pct, 0, 0)
+
+    def reset_peak_stats(self) -> None:
+        """The kernel keeps one peak per process: nothing to reset."""
+
+
+@register_patch("torchtitan.cpu.memory_monitor", backend="torchtitan", phase="setup", priority=11,
+                backend_versions=CPU_PATCH_VERSIONS, condition=runs_on_cpu, tags=("cpu",))
+def memory_monitor_cpu(ctx: PatchContext) -> None:
+    """The memory line of torchtitan's metrics reads the process's peak RSS (torch.cpu has no memory_stats)."""
+    metrics = importlib.import_module("torchtitan.components.metrics")
+    metrics.DeviceMemoryMonitor = CPUMemoryMonitor
+
+
+@register_patch("torchtitan.cpu.fsdp_sum_reduction", backend="torchtitan", phase="setup", priority=12,
+                backend_versions=CPU_PATCH_VERSIONS, condition=runs_on_cpu, tags=("cpu",))
+def fsdp_sum_reduction_cpu(ctx: PatchContext) -> None:
+    """FSDP's gradient reduce-scatter as a plain SUM: torchtitan sets a divide factor of 1 (it normalizes by the
+    global token count itself), which FSDP sends as ReduceOp.PREMUL_SUM(1), an op gloo does not have."""
+    from torch.distributed.fsdp import FSDPModule
+
+    parallelize = importlib.import_module("torchtitan.models.llama3.infra.parallelize")
+    disable_division = parallelize.disable_fsdp_gradient_division
+
+    def disable_division_and_sum(model) -> None:
+        disable_division(model)
+        for module in model.modules():
+            if isinstance(module, FSDPModule):
+                module.set_force_sum_reduction_for_comms(True)
+
+    parallelize.disable_fsdp_gradient_division = disable_division_and_sum
+
+
+def _sum_allreduce(process_group, bucket):
+    import torch.distributed as dist
+
+    work = dist.all_reduce(bucket.buffer(), group=process_group, async_op=True)
+    return work.get_future().then(lambda future: future.value()[0])
+
+
+@register_patch("torchtitan.ddp.sum_gradients", backend="torchtitan", phase="setup", backend_versions=["0.2.*"])
+def ddp_sum_gradients(ctx: PatchContext) -> None:
+    """Data-parallel replicas (dp_replicate) sum their gradients instead of averaging them: torchtitan 0.2 already
+    divides the loss by the global token count, so DDP's average divided the gradients by dp twice (a gradient norm
+    dp times too small, clipping at the wrong scale; torchtitan PR #2323). Curves then match FSDP and one process."""
+    parallelize = importlib.import_module("torchtitan.models.llama3.infra.parallelize")
+    apply_ddp = parallelize.apply_ddp
+
+    def apply_ddp_summing(model, dp_mesh, *args, **kwargs):
+        result = apply_ddp(model, dp_mesh, *args, **kwargs)
+        model.register_comm_hook(dp_mesh.get_group(), _sum_allreduce)
+        return result
+
+    parallelize.apply_ddp = apply_ddp_summing
+
+
+@register_patch("torchtitan.cpu.peak_flops", backend="torchtitan", phase="setup", priority=13,
+                backend_versions=CPU_PATCH_VERSIONS, condition=runs_on_cpu, tags=("cpu",))
+def peak_flops_cpu(ctx: PatchContext) -> None:
+    """torchtitan's MFU denominator on the CPU: this CPU's measured fp32 matmul peak (as backend=torch's), instead of
+    an A100's after a failed lspci."""
+    import torch
+
+    from primus_hydra.backends.torch.metrics import cpu_matmul_peak_tflops
+
+    utils = importlib.import_module("torchtitan.tools.utils")
+    utils.get_peak_flops = lambda device_name: cpu_matmul_peak_tflops(torch.float32) * 1e12

@@ -1,0 +1,201 @@
+"""backend=torchtitan (0.2.x): torchtitan's own Trainer, inside this project's workers and loop.
+
+The translated job config is written as TOML and read by the installed torchtitan's ConfigManager (job_file.py).
+torchtitan's Trainer then builds everything as `torchrun -m torchtitan.train` would: its model from the flavor with
+the preset's `model_args` over it, its parallelisms (FSDP, TP, DDP via ParallelDims), optimizers, lr schedulers, loss;
+through a TrainSpec registered under this project's name, whose dataloader is the project's own batches (data.py).
+The process group is the project's (torchtitan joins an existing one). Each step is torchtitan's `train_step`; this
+project's loop (step_loop.py) runs the steps and feeds metrics.jsonl / TensorBoard / the progress bar from
+torchtitan's own step metrics (loss, grad norm, tflops, MFU, memory); checkpoints are torchtitan's DCP states
+(model, optimizers, lr schedulers, dataloader, train state) written with its checkpointer's dcp_save into the
+project's atomic step folders. Weights start as backend=torch draws them for the seed (native_init.py).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+
+from primus_hydra.backends.torch.checkpoint import CheckpointManager
+from primus_hydra.backends.torch.checkpoint_paths import TRAINER_STATE
+from primus_hydra.backends.torch.distributed import join_process_group
+from primus_hydra.backends.torch.metrics import MetricsLogger
+from primus_hydra.backends.torch.step_loop import StepLoopTrainer
+from primus_hydra.backends.torch.trainer import resolve_device
+from primus_hydra.backends.torchtitan.byte_tokenizer import TOKENIZER_DIR, write_byte_tokenizer
+from primus_hydra.backends.torchtitan.data import build_step_batches
+from primus_hydra.backends.torchtitan.job_file import MODEL_ARGS, parse_job_file, write_job_file
+from primus_hydra.backends.torchtitan.native_init import init_like_native
+from primus_hydra.errors import PrimusError, TrainingDivergedError
+
+log = logging.getLogger("primus_hydra.torchtitan")
+JOB_FILE = Path(".primus") / "torchtitan_job.toml"
+SPEC_PREFIX = "primus_hydra."
+
+
+class StepMetrics:
+    """torchtitan's metrics logger (its MetricsProcessor hands every step's metrics to it): keeps the last step's."""
+
+    def __init__(self) -> None:
+        self.latest: dict[str, Any] = {}
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        self.latest = dict(metrics)
+
+    def close(self) -> None:
+        pass
+
+
+class TorchTitanTrainer(StepLoopTrainer):
+    backend_args: dict
+
+    @property
+    def loop_module(self):
+        return self.cfg.module
+
+    def setup(self) -> None:
+        self.device = resolve_device(str(self.cfg.platform.device), self.dist.local_rank)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        os.environ.setdefault("LOCAL_RANK", str(self.dist.local_rank))  # torchtitan's Trainer names its device by it
+        self.catch_stop_signals()
+        join_process_group(self.device, self.dist, self.cfg.launch.timeout_s)
+        path = self.run_dir / JOB_FILE
+        if self.dist.is_main:
+            write_job_file(self.backend_args, path)
+            if not self.cfg.backend.tokenizer_path:
+                write_byte_tokenizer(self.run_dir / TOKENIZER_DIR)
+        dist.barrier()
+        self.job_config = parse_job_file(path)
+
+    def init(self) -> None:
+        from torchtitan.train import Trainer
+
+        job = self.job_config
+        job.model.name = self._register_train_spec(job)
+        self.titan = Trainer(job)
+        self.model_parts = self.titan.model_parts
+        init_like_native(self.model_parts, self.cfg.model, self.cfg.module.seed)  # the llama family (the adapter's rule)
+        self.step_metrics = StepMetrics()
+        self.titan.metrics_processor.logger = self.step_metrics
+        # the MFU denominator: platform.peak_tflops_per_device, else torchtitan's (its table on GPUs, the measured
+        # matmul peak on the CPU: patch torchtitan.cpu.peak_flops)
+        self.peak_tflops = self.cfg.platform.peak_tflops_per_device or self.titan.metrics_processor.gpu_peak_flops / 1e12
+        module = self.cfg.module
+        self.checkpoints = CheckpointManager(Path(self.cfg.module.checkpoint.dir or self.run_dir / "checkpoints"))
+        self.start_step = 0
+        resume = self.resume_spec()
+        path = self.checkpoint_to_resume(resume)
+        if path is not None:
+            self._load(path)
+            log.info("resumed from %s at step %d", path, self.start_step)
+        self.titan.step = self.start_step
+        self.titan.dataloader.next_step = self.start_step
+        self.batches = self.titan.batch_generator(self.titan.dataloader)
+        self.metrics = MetricsLogger(self.run_dir, enabled=self.dist.is_main, tensorboard=module.log.tensorboard,
+                                     log_interval=module.log.interval, resuming=resume is not None or self.restarted)
+
+    def _register_train_spec(self, job: Any) -> str:
+        """torchtitan's TrainSpec for job.model.name with the project's dataloader and the preset's model args over
+        the flavor's, registered under this project's name (torchtitan's own extension point)."""
+        from torchtitan.protocols import train_spec as specs
+
+        spec = specs.get_train_spec(job.model.name)
+        flavor = base_flavor(spec, job.model.flavor, self.cfg.backend.flavor)
+        model_args = _with_overrides(spec.model_args[flavor], self.backend_args.get(MODEL_ARGS) or {})
+        log.info("model %s: torchtitan %s flavor %s with the preset's model args", self.cfg.model.name,
+                 job.model.name, flavor)
+        cfg = self.cfg
+
+        def dataloader(dp_world_size: int, dp_rank: int, tokenizer: Any, job_config: Any, **_: Any) -> Any:
+            return build_step_batches(cfg, dp_rank, dp_world_size)
+
+        name = f"{SPEC_PREFIX}{job.model.name}"
+        specs._extra_train_specs.pop(name, None)  # a second trainer in this process replaces the first's
+        specs.register_train_spec(name, dataclasses.replace(
+            spec, model_args={job.model.flavor: model_args}, build_dataloader_fn=dataloader))
+        return name
+
+    def cleanup(self, on_error: bool = False) -> None:
+        self.close_metrics(on_error)
+        titan = getattr(self, "titan", None)
+        if titan is not None:
+            titan.close()
+            self.titan = self.model_parts = None
+        if not on_error and dist.is_initialized():
+            dist.barrier()
+            dist.destroy_process_group()
+
+    # -- one step ---------------------------------------------------------------------------------------
+    def _train_step(self, step: int) -> dict[str, Any]:
+        titan, module = self.titan, self.cfg.module
+        titan.step = step + 1
+        titan.gc_handler.run(titan.step)
+        started = time.perf_counter()
+        titan.train_step(self.batches)
+        elapsed = time.perf_counter() - started
+        metrics = self.step_metrics.latest
+        loss = float(metrics["loss_metrics/global_avg_loss"])
+        if not math.isfinite(loss):
+            raise TrainingDivergedError(f"loss is {loss} at step {step + 1}; lower module.lr or check the data")
+        batch_tokens = module.global_batch_size * module.seq_length
+        tflops = float(metrics["tflops"])
+        return {"step": step + 1, "loss": loss, "lr": float(metrics["lr"]), "grad_norm": float(metrics["grad_norm"]),
+                "tokens_per_s": batch_tokens / elapsed, "tflops": tflops,
+                "mfu": tflops / self.peak_tflops if self.peak_tflops else None,
+                "memory_gib": float(metrics["memory/max_reserved(GiB)"]), "step_time_s": elapsed}
+
+    # -- checkpoints ------------------------------------------------------------------------------------
+    def save_checkpoint(self, step: int) -> Path:
+        from torchtitan.components.checkpoint import AsyncMode
+
+        checkpointer = self.titan.checkpointer
+
+        def write_shards(tmp: Path) -> dict:
+            checkpointer.dcp_save(checkpointer._flattened_model_states_sd(), checkpoint_id=str(tmp),
+                                  async_mode=AsyncMode.DISABLED)
+            return {}
+
+        import importlib.metadata
+
+        meta = {"model": self.cfg.model.name, "backend": "torchtitan", "format": "torch.distributed.checkpoint",
+                "torchtitan": importlib.metadata.version("torchtitan"), "stage": str(self.cfg.module.stage),
+                "world_size": self.layout.world_size}
+        return self.save_step(step, {"step": step}, meta, model=None, optimizer=None, write_shards=write_shards)
+
+    def _load(self, path: Path) -> None:
+        checkpointer = self.titan.checkpointer
+        checkpointer.dcp_load(checkpointer._flattened_model_states_sd(), checkpoint_id=str(path),
+                              from_hf=False, from_quantized=False)  # the states save_checkpoint wrote, all of them
+        self.start_step = int(torch.load(path / TRAINER_STATE, map_location="cpu", weights_only=False)["step"])
+
+
+def base_flavor(spec: Any, flavor: str, chosen: Optional[str]) -> str:
+    """The flavor whose model args the preset's override: the one named, else the first torchtitan registers (its
+    debug model) when the preset has no flavor of its own name; a flavor the user names must exist."""
+    if flavor in spec.model_args:
+        return flavor
+    if chosen:
+        raise PrimusError(f"backend.flavor={chosen}: torchtitan has the flavors {', '.join(spec.model_args)}")
+    return next(iter(spec.model_args))
+
+
+def _with_overrides(flavor_args: Any, overrides: dict) -> Any:
+    """A copy of the flavor's model args with the preset's values; nested dataclasses (rope scaling, MoE) field by
+    field; a name the installed torchtitan's args do not have is one line."""
+    fields = {field.name: field for field in dataclasses.fields(flavor_args)}
+    values = {}
+    for key, value in overrides.items():
+        if key not in fields:
+            raise PrimusError(f"backend=torchtitan: {type(flavor_args).__name__} of the installed torchtitan has no "
+                              f"field {key} (model_args)")
+        current = getattr(flavor_args, key)
+        values[key] = _with_overrides(current, value) if dataclasses.is_dataclass(current) and isinstance(value, dict) else value
+    return dataclasses.replace(flavor_args, **values)

@@ -1,0 +1,100 @@
+"""backend=torchtitan trains through torchtitan's own Trainer in the project's workers, and means the same model as
+backend=torch: from the same seed both start from the same weights and read the same batches, and follow the same
+loss curve (fp32, 5 steps, 1e-4 relative); FSDP, TP and DDP layouts follow the one-process curve; a checkpoint
+written with FSDP resumes with TP on the uninterrupted curve.
+
+torchtitan 0.2 decays every parameter (backend=torch spares norms): the cross-backend runs set weight_decay=0."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from helpers.cli import primus
+from helpers.curves import assert_same_curve, losses
+from helpers.libraries import needs_torchtitan
+
+pytestmark = [pytest.mark.slow, needs_torchtitan]
+
+QUICK = ["model=llama_tiny", "module.train_iters=5", "module.warmup_iters=2", "module.micro_batch_size=4",
+         "module.global_batch_size=8", "module.seq_length=64", "module.log.interval=1", "module.log.tensorboard=false",
+         "module.log.plot=false", "module.checkpoint.interval=0", "module.checkpoint.save_final=false",
+         "module.weight_decay=0"]
+LAYOUTS = {
+    "fsdp2": ["launch.nproc_per_node=2", "module.parallel.fsdp=true"],
+    "tp2": ["launch.nproc_per_node=2", "module.parallel.tp=2"],
+    "dp_replicate2": ["launch.nproc_per_node=2"],
+}
+
+
+def train(run_dir: Path, *args: str) -> dict[int, float]:
+    result = primus(f"hydra.run.dir={run_dir}", *QUICK, *args, cwd=run_dir.parent)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return losses(run_dir)
+
+
+@pytest.fixture(scope="module")
+def torchtitan_curve(tmp_path_factory) -> dict[int, float]:
+    return train(tmp_path_factory.mktemp("torchtitan") / "run", "backend=torchtitan")
+
+
+@pytest.mark.parametrize("source", ["text", "mock"])
+def test_torchtitan_follows_the_native_curve_from_the_same_seed(tmp_path, torchtitan_curve, source):
+    native = train(tmp_path / "native", "backend=torch", f"module.data.source={source}")
+    titan = torchtitan_curve if source == "text" else train(tmp_path / "titan", "backend=torchtitan",
+                                                            f"module.data.source={source}")
+    assert_same_curve(titan, native)
+    if source == "text":
+        assert native[5] < native[1]
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_every_torchtitan_layout_follows_the_one_process_curve(tmp_path, torchtitan_curve, layout):
+    run_dir = tmp_path / "run"
+    assert_same_curve(train(run_dir, "backend=torchtitan", *LAYOUTS[layout]), torchtitan_curve)
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["grad_norm"] > 0 and r["memory_gib"] > 0 and r["tflops"] > 0 for r in records)
+
+
+def test_an_fsdp_checkpoint_resumes_with_tp_on_the_uninterrupted_curve(tmp_path, torchtitan_curve):
+    saving = [a for a in QUICK if not a.startswith("module.checkpoint.interval")] + ["module.checkpoint.interval=3"]
+    run_dir = tmp_path / "run"
+    first = primus(f"hydra.run.dir={run_dir}", *saving, "backend=torchtitan", *LAYOUTS["fsdp2"], "module.exit_interval=3",
+                   cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    step = run_dir / "checkpoints" / "step_0000003"
+    meta = json.loads((step / "meta.json").read_text())
+    assert (meta["backend"], meta["format"], meta["world_size"]) == ("torchtitan", "torch.distributed.checkpoint", 2)
+    assert (step / ".metadata").is_file()  # torch.distributed.checkpoint's own index
+    resumed = primus(f"hydra.run.dir={run_dir}", *saving, "backend=torchtitan", *LAYOUTS["tp2"],
+                     "module.checkpoint.resume=auto", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed from" in (run_dir / "logs" / "rank_0.log").read_text()
+    assert_same_curve(losses(run_dir), torchtitan_curve)
+
+
+def test_a_default_torchtitan_run_writes_the_project_run_files(tmp_path):
+    run_dir = tmp_path / "run"
+    result = primus(f"hydra.run.dir={run_dir}", "backend=torchtitan", "module.train_iters=3", "module.seq_length=64",
+                    cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(losses(run_dir)) == [1, 2, 3]
+    assert (run_dir / "loss_curve.png").stat().st_size > 0 and list((run_dir / "tensorboard").iterdir())
+    assert (run_dir / "checkpoints" / "latest").read_text().strip() == "step_0000003"
+    assert (run_dir / ".primus" / "tokenizer" / "tokenizer.json").is_file()
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["+backend.extra_args.training.bogus_knob=1"],
+     "error: backend=torchtitan: torchtitan 0.2.2 does not know bogus_knob (a key of its Training section)"),
+    (["+backend.extra_args.bogus_section.x=1"],
+     "error: backend=torchtitan: torchtitan 0.2.2 does not know bogus_section (a section)"),
+    (["model.tie_embeddings=true"], "error: model.tie_embeddings=true: torchtitan's llama3 has no tied embeddings"),
+], ids=["unknown_key", "unknown_section", "tied_embeddings"])
+def test_what_torchtitan_cannot_run_is_one_line_before_any_worker(tmp_path, args, expected):
+    result = primus("backend=torchtitan", "module.train_iters=2", *args, cwd=tmp_path,
+                    env={"PRIMUS_OUTPUT_ROOT": str(tmp_path / "out")})
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.splitlines()[0].startswith(expected), result.stderr[-2000:]
