@@ -98,3 +98,19 @@ def test_what_torchtitan_cannot_run_is_one_line_before_any_worker(tmp_path, args
                     env={"PRIMUS_OUTPUT_ROOT": str(tmp_path / "out")})
     assert result.returncode == 2, result.stderr[-2000:]
     assert result.stderr.splitlines()[0].startswith(expected), result.stderr[-2000:]
+
+
+def test_checkpoints_cross_between_torchtitan_and_the_native_backend(tmp_path):
+    """A native step loads into torchtitan (FSDP), and that torchtitan run's step loads into native: each pair of
+    runs started from the same weights follows the same curve."""
+    saving = ["module.checkpoint.save_final=true"]
+    train(tmp_path / "native", "backend=torch", *saving)
+    from_native = {backend: train(tmp_path / f"{backend}_from_native", f"backend={backend}", *extra, *saving,
+                                  f"module.checkpoint.load={tmp_path / 'native' / 'checkpoints'}")
+                   for backend, extra in (("torchtitan", LAYOUTS["fsdp2"]), ("torch", []))}
+    assert_same_curve(from_native["torchtitan"], from_native["torch"])
+    titan_step = tmp_path / "torchtitan_from_native" / "checkpoints"
+    from_titan = {backend: train(tmp_path / f"{backend}_from_titan", f"backend={backend}",
+                                 f"module.checkpoint.load={titan_step}") for backend in ("torch", "torchtitan")}
+    assert_same_curve(from_titan["torch"], from_titan["torchtitan"])
+    assert not (tmp_path / "torch_from_titan" / ".primus" / "converted").exists()

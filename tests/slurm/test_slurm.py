@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from helpers.curves import assert_same_curve, losses
-from helpers.libraries import needs_megatron_core
+from helpers.libraries import needs_megatron_core, needs_torchtitan
 from helpers.slurm_cluster import require_slurm, sacct_state, squeue_job_ids, wait_until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -102,6 +102,17 @@ def test_backend_megatron_on_two_nodes_trains_the_local_dp2_curve(tmp_path, loca
     record = submission(run_dir)
     assert (record["world_size"], record["mode"], sacct_state(record["job_id"])) == (2, "srun", "COMPLETED")
     assert_same_curve(losses(run_dir), local_curve(4, "backend=megatron", "launch.nproc_per_node=2"))
+
+
+@needs_torchtitan
+def test_backend_torchtitan_with_fsdp_on_two_nodes_trains_the_local_two_process_curve(tmp_path, local_curve):
+    run_dir = tmp_path / "run"
+    layout = ["backend=torchtitan", "module.parallel.fsdp=true"]
+    result = primus(tmp_path, f"hydra.run.dir={run_dir}", *layout, "module.train_iters=4", *FAST, *SLURM, "launch.nnodes=2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = submission(run_dir)
+    assert (record["world_size"], record["mode"], sacct_state(record["job_id"])) == (2, "srun", "COMPLETED")
+    assert_same_curve(losses(run_dir), local_curve(4, *layout, "launch.nproc_per_node=2"))
 
 
 def test_a_two_point_sweep_runs_as_one_job_array(tmp_path, local_curve):

@@ -1,12 +1,13 @@
 """Weights of another backend's checkpoint, for `module.checkpoint.load` with backend=torch.
 
-A backend=megatron step (its meta.json says so) is converted once, by rank 0, into a native weights folder under
+A backend=megatron or backend=torchtitan step (its meta.json says so) is converted once, by rank 0, into a native weights folder under
 `<run_dir>/.primus/converted/`; every rank then loads and reshards it as any native checkpoint, and the folder is
 removed again. Only rank 0 ever holds the whole model, on the CPU, while converting.
 """
 from __future__ import annotations
 
 import contextlib
+import importlib
 import shutil
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -16,14 +17,19 @@ import torch.distributed as dist
 from primus_hydra.backends.torch.checkpoint_paths import read_meta
 from primus_hydra.errors import CheckpointError
 
+# the module whose write_native_copy(step, out, model_cfg) converts a step of that backend
+CONVERTERS = {"megatron": "primus_hydra.backends.megatron.dcp_weights",
+              "torchtitan": "primus_hydra.backends.torchtitan.convert"}
+
 
 @contextlib.contextmanager
 def weights_in_native_format(step_dir: Path, run_dir: Path, model_cfg: Any) -> Iterator[Path]:
     """Collective: `step_dir` itself when it is a native checkpoint, else its converted copy while the block runs."""
-    if read_meta(step_dir)[0].get("backend") != "megatron":
+    backend = read_meta(step_dir)[0].get("backend")
+    if backend not in CONVERTERS:
         yield step_dir
         return
-    from primus_hydra.backends.megatron.dcp_weights import write_native_copy
+    write_native_copy = importlib.import_module(CONVERTERS[backend]).write_native_copy
 
     out = run_dir / ".primus" / "converted" / step_dir.name
     main = not dist.is_initialized() or dist.get_rank() == 0

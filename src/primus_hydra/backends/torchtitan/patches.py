@@ -126,3 +126,21 @@ def peak_flops_cpu(ctx: PatchContext) -> None:
 
     utils = importlib.import_module("torchtitan.tools.utils")
     utils.get_peak_flops = lambda device_name: cpu_matmul_peak_tflops(torch.float32) * 1e12
+
+
+@register_patch("torchtitan.cpu.pg_timeouts", backend="torchtitan", phase="setup", priority=14,
+                backend_versions=CPU_PATCH_VERSIONS, condition=runs_on_cpu, tags=("cpu",))
+def pg_timeouts_cpu(ctx: PatchContext) -> None:
+    """torchtitan's own loop shortens the process groups' timeouts after step 1 behind a barrier with
+    device_ids=[<a CUDA index>], which gloo refuses: the same barrier and timeouts without a device."""
+    import torch.distributed as dist
+
+    utils = importlib.import_module("torchtitan.distributed.utils")
+
+    def set_pg_timeouts(timeout, parallel_dims) -> None:
+        dist.barrier()
+        groups = [mesh.get_group() for mesh in parallel_dims.get_all_one_dimensional_meshes().values()] + [None]
+        for group in groups:
+            dist.distributed_c10d._set_pg_timeout(timeout, group)
+
+    utils.set_pg_timeouts = set_pg_timeouts

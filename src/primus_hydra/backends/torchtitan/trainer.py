@@ -79,7 +79,7 @@ class TorchTitanTrainer(StepLoopTrainer):
         from torchtitan.train import Trainer
 
         job = self.job_config
-        job.model.name = self._register_train_spec(job)
+        job.model.name = register_train_spec(self.cfg, self.backend_args, job)
         self.titan = Trainer(job)
         self.model_parts = self.titan.model_parts
         init_like_native(self.model_parts, self.cfg.model, self.cfg.module.seed)  # the llama family (the adapter's rule)
@@ -96,32 +96,13 @@ class TorchTitanTrainer(StepLoopTrainer):
         if path is not None:
             self._load(path)
             log.info("resumed from %s at step %d", path, self.start_step)
+        elif module.checkpoint.load:
+            self._load_weights(module.checkpoint.load)
         self.titan.step = self.start_step
         self.titan.dataloader.next_step = self.start_step
         self.batches = self.titan.batch_generator(self.titan.dataloader)
         self.metrics = MetricsLogger(self.run_dir, enabled=self.dist.is_main, tensorboard=module.log.tensorboard,
                                      log_interval=module.log.interval, resuming=resume is not None or self.restarted)
-
-    def _register_train_spec(self, job: Any) -> str:
-        """torchtitan's TrainSpec for job.model.name with the project's dataloader and the preset's model args over
-        the flavor's, registered under this project's name (torchtitan's own extension point)."""
-        from torchtitan.protocols import train_spec as specs
-
-        spec = specs.get_train_spec(job.model.name)
-        flavor = base_flavor(spec, job.model.flavor, self.cfg.backend.flavor)
-        model_args = _with_overrides(spec.model_args[flavor], self.backend_args.get(MODEL_ARGS) or {})
-        log.info("model %s: torchtitan %s flavor %s with the preset's model args", self.cfg.model.name,
-                 job.model.name, flavor)
-        cfg = self.cfg
-
-        def dataloader(dp_world_size: int, dp_rank: int, tokenizer: Any, job_config: Any, **_: Any) -> Any:
-            return build_step_batches(cfg, dp_rank, dp_world_size)
-
-        name = f"{SPEC_PREFIX}{job.model.name}"
-        specs._extra_train_specs.pop(name, None)  # a second trainer in this process replaces the first's
-        specs.register_train_spec(name, dataclasses.replace(
-            spec, model_args={job.model.flavor: model_args}, build_dataloader_fn=dataloader))
-        return name
 
     def cleanup(self, on_error: bool = False) -> None:
         self.close_metrics(on_error)
@@ -170,11 +151,51 @@ class TorchTitanTrainer(StepLoopTrainer):
                 "world_size": self.layout.world_size}
         return self.save_step(step, {"step": step}, meta, model=None, optimizer=None, write_shards=write_shards)
 
+    def _load_weights(self, spec: str) -> None:
+        """module.checkpoint.load: weights only (optimizer and step start fresh), from a torchtitan step, or from a
+        backend=torch or backend=megatron one (converted on load)."""
+        from torchtitan.components.checkpoint import MODEL
+
+        from primus_hydra.backends.torch.checkpoint_paths import read_meta
+        from primus_hydra.backends.torch.foreign_checkpoints import weights_in_native_format
+        from primus_hydra.backends.torchtitan.convert import load_native_weights
+
+        source, _ = self.checkpoints.find(spec, "module.checkpoint.load")
+        if read_meta(source)[0].get("backend") == "torchtitan":
+            checkpointer = self.titan.checkpointer
+            weights = checkpointer.states[MODEL].state_dict()
+            checkpointer.dcp_load(weights, checkpoint_id=str(source), from_hf=False, from_quantized=False)
+            checkpointer.states[MODEL].load_state_dict(weights)
+        else:
+            with weights_in_native_format(source, self.run_dir, self.cfg.model) as native_step:
+                load_native_weights(self.model_parts, native_step, self.cfg.model)
+        log.info("initial weights loaded from %s", source)
+
     def _load(self, path: Path) -> None:
         checkpointer = self.titan.checkpointer
         checkpointer.dcp_load(checkpointer._flattened_model_states_sd(), checkpoint_id=str(path),
                               from_hf=False, from_quantized=False)  # the states save_checkpoint wrote, all of them
         self.start_step = int(torch.load(path / TRAINER_STATE, map_location="cpu", weights_only=False)["step"])
+
+
+def register_train_spec(cfg: Any, backend_args: dict, job: Any) -> str:
+    """torchtitan's TrainSpec for job.model.name with the project's dataloader and the preset's model args over
+    the flavor's, registered under this project's name (torchtitan's own extension point); returns that name."""
+    from torchtitan.protocols import train_spec as specs
+
+    spec = specs.get_train_spec(job.model.name)
+    flavor = base_flavor(spec, job.model.flavor, cfg.backend.flavor)
+    model_args = _with_overrides(spec.model_args[flavor], backend_args.get(MODEL_ARGS) or {})
+    log.info("model %s: torchtitan %s flavor %s with the preset's model args", cfg.model.name, job.model.name, flavor)
+
+    def dataloader(dp_world_size: int, dp_rank: int, tokenizer: Any, job_config: Any, **_: Any) -> Any:
+        return build_step_batches(cfg, dp_rank, dp_world_size)
+
+    name = f"{SPEC_PREFIX}{job.model.name}"
+    specs._extra_train_specs.pop(name, None)  # a second trainer in this process replaces the first's
+    specs.register_train_spec(name, dataclasses.replace(
+        spec, model_args={job.model.flavor: model_args}, build_dataloader_fn=dataloader))
+    return name
 
 
 def base_flavor(spec: Any, flavor: str, chosen: Optional[str]) -> str:

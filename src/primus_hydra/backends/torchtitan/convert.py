@@ -1,0 +1,92 @@
+"""Weights between backend=torch and torchtitan's llama3 (`module.checkpoint.load` both ways).
+
+The names are the same (tok_embeddings, layers.<i>.attention.wq, feed_forward.w1, ..., norm, output); only the
+query and key rows differ in order within each head (native_init.py: torchtitan rotates pairs (2i, 2i+1), the
+native model (i, i + d/2)). A torchtitan checkpoint is a torch.distributed.checkpoint folder whose model keys are
+those names: read with torch alone (no torchtitan import), like a megatron one (torch/foreign_checkpoints.py).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from primus_hydra.backends.torchtitan.native_init import deinterleave_rotary_rows, interleave_rotary_rows
+from primus_hydra.errors import CheckpointError
+
+_ROTARY = ("attention.wq.weight", "attention.wk.weight")
+_NOT_MODEL = ("optimizer", "lr_scheduler", "dataloader", "train_state")
+
+
+def _head_dim(model_cfg: Any) -> int:
+    return model_cfg.head_dim or model_cfg.hidden_size // model_cfg.num_attention_heads
+
+
+def _reorder(weights: dict[str, torch.Tensor], model_cfg: Any, reorder: Callable) -> dict[str, torch.Tensor]:
+    d = _head_dim(model_cfg)
+    return {name: reorder(tensor, d) if name.endswith(_ROTARY) else tensor for name, tensor in weights.items()}
+
+
+def native_to_torchtitan(weights: dict[str, torch.Tensor], model_cfg: Any) -> dict[str, torch.Tensor]:
+    return _reorder(weights, model_cfg, interleave_rotary_rows)
+
+
+def torchtitan_to_native(weights: dict[str, torch.Tensor], model_cfg: Any) -> dict[str, torch.Tensor]:
+    return _reorder(weights, model_cfg, deinterleave_rotary_rows)
+
+
+def read_torchtitan_weights(path: Path) -> dict[str, torch.Tensor]:
+    """The model weights of a backend=torchtitan checkpoint step (every state but the model's left out)."""
+    import torch.distributed.checkpoint as dcp
+
+    reader = dcp.FileSystemReader(str(path))
+    try:
+        metadata = reader.read_metadata().state_dict_metadata
+    except Exception as error:  # noqa: BLE001 - a folder that is no DCP checkpoint
+        raise CheckpointError(f"{path}: not a torchtitan checkpoint ({type(error).__name__}: {error})") from error
+    wanted = {key: torch.empty(tuple(meta.size), dtype=meta.properties.dtype) for key, meta in metadata.items()
+              if not key.startswith(_NOT_MODEL) and hasattr(meta, "size")}
+    dcp.load(wanted, storage_reader=reader, no_dist=True)
+    return wanted
+
+
+def write_native_copy(torchtitan_step: Path, out: Path, model_cfg: Any) -> Path:
+    """A backend=torch weights folder made from a backend=torchtitan checkpoint step; one process writes it."""
+    import torch.distributed.checkpoint as dcp
+    from omegaconf import OmegaConf
+
+    from primus_hydra.backends.torch.model import build_model_on_meta
+
+    model = OmegaConf.to_object(model_cfg) if OmegaConf.is_config(model_cfg) else model_cfg
+    native = torchtitan_to_native(read_torchtitan_weights(torchtitan_step), model)
+    expected = build_model_on_meta(model).state_dict()
+    missing = sorted(set(expected) - set(native))
+    if missing:
+        raise CheckpointError(f"{torchtitan_step}: has no weights for {len(missing)} parameter(s) of model={model.name} "
+                              f"({', '.join(missing[:3])}...)")
+    for name, tensor in expected.items():
+        if tuple(native[name].shape) != tuple(tensor.shape):
+            raise CheckpointError(f"{torchtitan_step}: {name} is {tuple(native[name].shape)} in the checkpoint, "
+                                  f"{tuple(tensor.shape)} in model={model.name}")
+    dcp.save({"model": {name: native[name].contiguous() for name in expected}}, checkpoint_id=str(out), no_dist=True)
+    return out
+
+
+@torch.no_grad()
+def load_native_weights(model_parts: list, native_step: Path, model_cfg: Any) -> None:
+    """Collective: a backend=torch checkpoint's weights into torchtitan's (sharded) model; each rank reads the whole
+    model on the CPU, then keeps its FSDP/TP shards."""
+    from omegaconf import OmegaConf
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    from primus_hydra.backends.torch.checkpoint import CheckpointManager
+    from primus_hydra.backends.torch.model import build_model_on_meta
+
+    model = OmegaConf.to_object(model_cfg) if OmegaConf.is_config(model_cfg) else model_cfg
+    native = build_model_on_meta(model)
+    native.to_empty(device="cpu")
+    CheckpointManager.load(native_step, "module.checkpoint.load", native, None, model.name)
+    weights = native_to_torchtitan(native.state_dict(), model)
+    for part in model_parts:
+        set_model_state_dict(part, weights, options=StateDictOptions(full_state_dict=True, strict=True))
