@@ -39,20 +39,17 @@ def text_datasets(tmp_path_factory) -> Path:
     return root
 
 
-def test_the_default_text_becomes_one_indexed_dataset_per_run_dir_and_a_resume_reuses_it(tmp_path):
+def test_the_default_text_becomes_one_indexed_dataset_of_backend_torchs_byte_tokens(tmp_path):
+    """(A resume in the same run dir reuses it: test_megatron_training.py's dp2 -> tp2 resume.)"""
     from primus_hydra.backends.torch.data import load_text_bytes
     from primus_hydra.backends.torch.indexed_file import read_index
 
-    uninterrupted, log = train(tmp_path / "whole", "backend=megatron")
+    curve, log = train(tmp_path / "run", "backend=megatron")
     assert "megatron-core GPTDataset over" in log
-    prefix = tmp_path / "whole" / ".primus" / "megatron_data" / "text_bytes"
-    np.testing.assert_array_equal(read_index(str(prefix)).tokens(), load_text_bytes(None))  # backend=torch's tokens
-    assert uninterrupted[5] < uninterrupted[1]
-    run_dir = tmp_path / "stopped"
-    first, _ = train(run_dir, "backend=megatron", "module.checkpoint.interval=3", "module.exit_interval=3")
-    resumed, log = train(run_dir, "backend=megatron", "module.checkpoint.resume=auto")
-    assert "reusing" in log and "resumed from" in log
-    assert_same_curve(losses(run_dir), uninterrupted)
+    prefix = tmp_path / "run" / ".primus" / "megatron_data" / "text_bytes"
+    np.testing.assert_array_equal(read_index(str(prefix)).tokens(), load_text_bytes(None))
+    assert read_index(str(prefix)).documents > 100  # one document per file
+    assert curve[5] < curve[1]
 
 
 def test_a_megatron_prefix_feeds_both_backends_and_a_blend_reads_the_same_on_any_layout(tmp_path, text_datasets):

@@ -37,7 +37,7 @@ LAYOUTS = {
     "pp2_1f1b": ("llama_tiny", ["launch.nproc_per_node=2", "module.parallel.pp=2"]),
     "pp2_interleaved": ("llama_tiny", ["launch.nproc_per_node=2", "module.parallel.pp=2",
                                        "backend.virtual_stages_per_pipeline_rank=2"]),
-    "ep2": ("moe_tiny", ["launch.nproc_per_node=2", "module.parallel.ep=2"]),
+    "ep2": ("moe_tiny", ["launch.nproc_per_node=2", "module.parallel.ep=2", SAME_BATCHES]),
 }
 
 
@@ -72,21 +72,26 @@ def test_megatron_follows_the_native_curve_from_the_same_seed(tmp_path, megatron
 def test_every_megatron_layout_follows_the_one_process_curve(tmp_path, megatron_curve, layout):
     model, args = LAYOUTS[layout]
     run_dir = tmp_path / "run"
-    assert_same_curve(train(run_dir, "backend=megatron", *MODELS[model], *args), megatron_curve(model))
+    same_batches = [arg for arg in args if arg == SAME_BATCHES]  # the curve the parity test trained already
+    assert_same_curve(train(run_dir, "backend=megatron", *MODELS[model], *args), megatron_curve(model, *same_batches))
     assert sorted(p.name for p in (run_dir / "logs").glob("rank_*.log")) == ["rank_0.log", "rank_1.log"]
 
 
 def test_a_dp2_checkpoint_resumes_on_tp2_on_the_uninterrupted_curve(tmp_path, megatron_curve):
+    """In the same run dir: the resumed run also reuses the text's indexed dataset the first one built."""
     saving = [a for a in QUICK if not a.startswith("module.checkpoint.interval")] + ["module.checkpoint.interval=3"]
-    first = primus(f"hydra.run.dir={tmp_path / 'first'}", *saving, "backend=megatron", "model=llama_tiny",
+    run_dir = tmp_path / "run"
+    first = primus(f"hydra.run.dir={run_dir}", *saving, "backend=megatron", "model=llama_tiny",
                    "launch.nproc_per_node=2", "module.exit_interval=3", cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
-    step = tmp_path / "first" / "checkpoints" / "step_0000003"
-    meta = json.loads((step / "meta.json").read_text())
+    meta = json.loads((run_dir / "checkpoints" / "step_0000003" / "meta.json").read_text())
     assert (meta["backend"], meta["world_size"], meta["layout"]["dp"]) == ("megatron", 2, 2)
-    resumed = train(tmp_path / "second", "backend=megatron", "model=llama_tiny", "launch.nproc_per_node=2",
-                    "module.parallel.tp=2", f"module.checkpoint.resume={step}")
-    assert_same_curve({**losses(tmp_path / "first"), **resumed}, megatron_curve("llama_tiny"))
+    resumed = primus(f"hydra.run.dir={run_dir}", *saving, "backend=megatron", "model=llama_tiny",
+                     "launch.nproc_per_node=2", "module.parallel.tp=2", "module.checkpoint.resume=auto", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    log = (run_dir / "logs" / "rank_0.log").read_text()
+    assert "resumed from" in log and "text as an indexed dataset: reusing" in log
+    assert_same_curve(losses(run_dir), megatron_curve("llama_tiny"))
 
 
 def test_checkpoints_cross_between_the_backends(tmp_path):

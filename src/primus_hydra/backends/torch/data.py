@@ -6,6 +6,7 @@ a resumed run sees exactly the batches an uninterrupted run would.
 """
 from __future__ import annotations
 
+import os
 import sysconfig
 from pathlib import Path
 from typing import Optional
@@ -17,6 +18,7 @@ from primus_hydra.backends.torch.indexed_file import indexed_data_failures, read
 from primus_hydra.backends.torch.token_file import token_file_failure
 from primus_hydra.errors import DataError
 
+_SKIPPED_FOLDERS = {"site-packages", "__pycache__"}
 TEXT_SUFFIXES = {".py", ".txt", ".md", ".rst", ".json", ".yaml", ".yml", ".c", ".h", ".cfg", ".toml"}
 DEFAULT_TEXT_LIMIT_BYTES = 4 * 1024 * 1024  # ~4M byte tokens: far more than the default run reads; loads in a fraction of a second
 
@@ -27,9 +29,15 @@ def default_text_corpus() -> Path:
 
 
 def _text_files(root: Path) -> list[Path]:
+    """The text files under root, in path order; installed packages (site-packages) and bytecode caches are not
+    walked at all (walking, then filtering them, took 0.7 s of every default run's start)."""
     if root.is_file():
         return [root]
-    return sorted(p for p in root.rglob("*") if p.suffix in TEXT_SUFFIXES and p.is_file() and "site-packages" not in p.parts)
+    found = []
+    for folder, subfolders, files in os.walk(root):
+        subfolders[:] = [name for name in subfolders if name not in _SKIPPED_FOLDERS]
+        found += [Path(folder, name) for name in files if os.path.splitext(name)[1] in TEXT_SUFFIXES]
+    return sorted(path for path in found if path.is_file())
 
 
 def text_documents(path: Optional[str], limit_bytes: int = DEFAULT_TEXT_LIMIT_BYTES) -> list[np.ndarray]:
