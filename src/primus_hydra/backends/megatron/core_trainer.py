@@ -47,10 +47,6 @@ def virtual_stages(args: dict) -> int:
 class MegatronCoreTrainer(StepLoopTrainer):
     backend_args: dict
 
-    @property
-    def loop_module(self):
-        return self.cfg.module
-
     # -- lifecycle --------------------------------------------------------------------------------------
     def setup(self) -> None:
         from megatron.core import parallel_state, tensor_parallel

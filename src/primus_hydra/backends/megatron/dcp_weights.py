@@ -57,24 +57,10 @@ def _layer_weights(prefix: str, rest: str, tensor: torch.Tensor) -> dict[str, to
 
 
 def write_native_copy(megatron_step: Path, out: Path, model_cfg) -> Path:
-    """A backend=torch weights folder (DCP, `model.<name>` keys, as the native trainer loads and reshards) made from
-    a backend=megatron checkpoint step; one process writes it."""
-    import torch.distributed.checkpoint as dcp
-    from omegaconf import OmegaConf
-
+    """A backend=torch weights folder made from a backend=megatron checkpoint step; one process writes it."""
     from primus_hydra.backends.megatron.convert import megatron_to_native
-    from primus_hydra.backends.torch.model import build_model_on_meta
+    from primus_hydra.backends.torch.foreign_checkpoints import model_object, save_native_weights
 
-    model = OmegaConf.to_object(model_cfg) if OmegaConf.is_config(model_cfg) else model_cfg
+    model = model_object(model_cfg)
     native = megatron_to_native(read_megatron_weights(megatron_step, model.num_layers), model)
-    expected = build_model_on_meta(model).state_dict()
-    missing = sorted(set(expected) - set(native))
-    if missing:
-        raise CheckpointError(f"{megatron_step}: has no weights for {len(missing)} parameter(s) of model={model.name} "
-                              f"({', '.join(missing[:3])}...)")
-    for name, tensor in expected.items():
-        if tuple(native[name].shape) != tuple(tensor.shape):
-            raise CheckpointError(f"{megatron_step}: {name} is {tuple(native[name].shape)} in the checkpoint, "
-                                  f"{tuple(tensor.shape)} in model={model.name}")
-    dcp.save({"model": {name: native[name].contiguous() for name in expected}}, checkpoint_id=str(out), no_dist=True)
-    return out
+    return save_native_weights(native, out, model, megatron_step)

@@ -60,3 +60,30 @@ def _from_rank_0(value: Optional[str]) -> Optional[str]:
     box = [value]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def model_object(model_cfg: Any) -> Any:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_object(model_cfg) if OmegaConf.is_config(model_cfg) else model_cfg
+
+
+def save_native_weights(native: dict, out: Path, model: Any, source: Path) -> Path:
+    """Another backend's weights, already under native names, as a backend=torch weights folder (DCP, `model.<name>`
+    keys, as the native trainer loads and reshards): each of the model's parameters present, with its shape."""
+    import torch.distributed.checkpoint as dcp
+
+    from primus_hydra.backends.torch.model import build_model_on_meta
+
+    expected = build_model_on_meta(model).state_dict()
+    missing = sorted(set(expected) - set(native))
+    if missing:
+        raise CheckpointError(f"{source}: has no weights for {len(missing)} parameter(s) of model={model.name} "
+                              f"({', '.join(missing[:3])}...)")
+    for name, tensor in expected.items():
+        if tuple(native[name].shape) != tuple(tensor.shape):
+            raise CheckpointError(f"{source}: {name} is {tuple(native[name].shape)} in the checkpoint, "
+                                  f"{tuple(tensor.shape)} in model={model.name}")
+    dcp.save({"model": {name: native[name].contiguous() for name in expected}}, checkpoint_id=str(out), no_dist=True)
+    return out
+

@@ -65,8 +65,9 @@ class StepLoopTrainer(BaseTrainer):
 
     @property
     def loop_module(self) -> Any:
-        """The module config (train_iters, exit_interval, checkpoint.*, log.*): typed or a DictConfig."""
-        raise NotImplementedError
+        """The module config (train_iters, exit_interval, checkpoint.*, log.*): typed or a DictConfig; by default
+        the job's own module config."""
+        return self.cfg.module
 
     def _train_step(self, step: int) -> dict[str, Any]:
         raise NotImplementedError

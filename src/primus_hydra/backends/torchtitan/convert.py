@@ -53,37 +53,24 @@ def read_torchtitan_weights(path: Path) -> dict[str, torch.Tensor]:
 
 def write_native_copy(torchtitan_step: Path, out: Path, model_cfg: Any) -> Path:
     """A backend=torch weights folder made from a backend=torchtitan checkpoint step; one process writes it."""
-    import torch.distributed.checkpoint as dcp
-    from omegaconf import OmegaConf
+    from primus_hydra.backends.torch.foreign_checkpoints import model_object, save_native_weights
 
-    from primus_hydra.backends.torch.model import build_model_on_meta
-
-    model = OmegaConf.to_object(model_cfg) if OmegaConf.is_config(model_cfg) else model_cfg
-    native = torchtitan_to_native(read_torchtitan_weights(torchtitan_step), model)
-    expected = build_model_on_meta(model).state_dict()
-    missing = sorted(set(expected) - set(native))
-    if missing:
-        raise CheckpointError(f"{torchtitan_step}: has no weights for {len(missing)} parameter(s) of model={model.name} "
-                              f"({', '.join(missing[:3])}...)")
-    for name, tensor in expected.items():
-        if tuple(native[name].shape) != tuple(tensor.shape):
-            raise CheckpointError(f"{torchtitan_step}: {name} is {tuple(native[name].shape)} in the checkpoint, "
-                                  f"{tuple(tensor.shape)} in model={model.name}")
-    dcp.save({"model": {name: native[name].contiguous() for name in expected}}, checkpoint_id=str(out), no_dist=True)
-    return out
+    model = model_object(model_cfg)
+    return save_native_weights(torchtitan_to_native(read_torchtitan_weights(torchtitan_step), model), out, model,
+                               torchtitan_step)
 
 
 @torch.no_grad()
 def load_native_weights(model_parts: list, native_step: Path, model_cfg: Any) -> None:
     """Collective: a backend=torch checkpoint's weights into torchtitan's (sharded) model; each rank reads the whole
     model on the CPU, then keeps its FSDP/TP shards."""
-    from omegaconf import OmegaConf
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
     from primus_hydra.backends.torch.checkpoint import CheckpointManager
+    from primus_hydra.backends.torch.foreign_checkpoints import model_object
     from primus_hydra.backends.torch.model import build_model_on_meta
 
-    model = OmegaConf.to_object(model_cfg) if OmegaConf.is_config(model_cfg) else model_cfg
+    model = model_object(model_cfg)
     native = build_model_on_meta(model)
     native.to_empty(device="cpu")
     CheckpointManager.load(native_step, "module.checkpoint.load", native, None, model.name)

@@ -56,10 +56,6 @@ class StepMetrics:
 class TorchTitanTrainer(StepLoopTrainer):
     backend_args: dict
 
-    @property
-    def loop_module(self):
-        return self.cfg.module
-
     def setup(self) -> None:
         self.device = resolve_device(str(self.cfg.platform.device), self.dist.local_rank)
         if self.device.type == "cuda":
