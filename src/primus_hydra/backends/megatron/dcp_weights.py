@@ -23,16 +23,10 @@ _GROUPED_EXPERTS = "mlp.experts.experts."
 
 def read_megatron_weights(path: Path, num_layers: int) -> dict[str, torch.Tensor]:
     """Full model weights of checkpoint folder `path` under per-layer megatron-core names."""
-    import torch.distributed.checkpoint as dcp
+    from primus_hydra.backends.torch.foreign_checkpoints import read_checkpoint_tensors
 
-    reader = dcp.FileSystemReader(str(path))
-    try:
-        metadata = reader.read_metadata().state_dict_metadata
-    except Exception as error:  # noqa: BLE001 - a folder that is no DCP checkpoint
-        raise CheckpointError(f"{path}: not a megatron-core checkpoint ({type(error).__name__}: {error})") from error
-    wanted = {key: torch.empty(tuple(meta.size), dtype=meta.properties.dtype) for key, meta in metadata.items()
-              if not key.startswith("optimizer") and "_extra_state" not in key and hasattr(meta, "size")}
-    dcp.load(wanted, storage_reader=reader, no_dist=True)
+    wanted = read_checkpoint_tensors(path, lambda key: not key.startswith("optimizer") and "_extra_state" not in key,
+                                     "megatron-core")
     weights: dict[str, torch.Tensor] = {}
     for key, tensor in wanted.items():
         if not key.startswith(_STACKED):

@@ -10,7 +10,7 @@ import contextlib
 import importlib
 import shutil
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch.distributed as dist
 
@@ -86,4 +86,21 @@ def save_native_weights(native: dict, out: Path, model: Any, source: Path) -> Pa
                                   f"{tuple(tensor.shape)} in model={model.name}")
     dcp.save({"model": {name: native[name].contiguous() for name in expected}}, checkpoint_id=str(out), no_dist=True)
     return out
+
+
+def read_checkpoint_tensors(path: Path, wanted: Callable[[str], bool], kind: str) -> dict:
+    """The tensors of a torch.distributed.checkpoint folder whose keys `wanted` accepts, read whole on this process
+    (no process group); CheckpointError (one line) for a folder that is no such checkpoint."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    reader = dcp.FileSystemReader(str(path))
+    try:
+        metadata = reader.read_metadata().state_dict_metadata
+    except Exception as error:  # noqa: BLE001 - a folder that is no DCP checkpoint
+        raise CheckpointError(f"{path}: not a {kind} checkpoint ({type(error).__name__}: {error})") from error
+    tensors = {key: torch.empty(tuple(meta.size), dtype=meta.properties.dtype) for key, meta in metadata.items()
+               if wanted(key) and hasattr(meta, "size")}
+    dcp.load(tensors, storage_reader=reader, no_dist=True)
+    return tensors
 

@@ -13,7 +13,6 @@ from typing import Any, Callable
 import torch
 
 from primus_hydra.backends.torchtitan.native_init import deinterleave_rotary_rows, interleave_rotary_rows
-from primus_hydra.errors import CheckpointError
 
 _ROTARY = ("attention.wq.weight", "attention.wk.weight")
 _NOT_MODEL = ("optimizer", "lr_scheduler", "dataloader", "train_state")
@@ -38,17 +37,9 @@ def torchtitan_to_native(weights: dict[str, torch.Tensor], model_cfg: Any) -> di
 
 def read_torchtitan_weights(path: Path) -> dict[str, torch.Tensor]:
     """The model weights of a backend=torchtitan checkpoint step (every state but the model's left out)."""
-    import torch.distributed.checkpoint as dcp
+    from primus_hydra.backends.torch.foreign_checkpoints import read_checkpoint_tensors
 
-    reader = dcp.FileSystemReader(str(path))
-    try:
-        metadata = reader.read_metadata().state_dict_metadata
-    except Exception as error:  # noqa: BLE001 - a folder that is no DCP checkpoint
-        raise CheckpointError(f"{path}: not a torchtitan checkpoint ({type(error).__name__}: {error})") from error
-    wanted = {key: torch.empty(tuple(meta.size), dtype=meta.properties.dtype) for key, meta in metadata.items()
-              if not key.startswith(_NOT_MODEL) and hasattr(meta, "size")}
-    dcp.load(wanted, storage_reader=reader, no_dist=True)
-    return wanted
+    return read_checkpoint_tensors(path, lambda key: not key.startswith(_NOT_MODEL), "torchtitan")
 
 
 def write_native_copy(torchtitan_step: Path, out: Path, model_cfg: Any) -> Path:
