@@ -115,7 +115,8 @@ def test_torchtitan_job_config_sections_for_llama3_8b(compose_config, tmp_path):
     assert job["job"]["dump_folder"] == str(tmp_path) and job["debug"]["seed"] == 1234
     assert job["model_args"]["dim"] == 4096 and job["model_args"]["n_kv_heads"] == 8
     assert job["model"]["hf_assets_path"] == str(tmp_path / ".primus" / "tokenizer")  # the byte tokenizer written there
-    assert job["checkpoint"] == {"enable": False} and job["metrics"] == {"log_freq": 1, "enable_tensorboard": False}
+    assert job["checkpoint"] == {"enable": False} and job["metrics"] == {"log_freq": 1, "enable_tensorboard": False,
+                                                                "disable_color_printing": True}
 
 
 @pytest.mark.parametrize("dim, ffn", [(4096, 14336), (8192, 28672), (16384, 53248), (256, 688), (4096, 11008), (5, 7)])
@@ -224,3 +225,10 @@ def test_a_real_run_of_a_backend_not_integrated_yet_stops_before_it_starts(compo
         f"backend={backend}: training through {load_adapter(cfg, parallel_layout(cfg, 1)).library} is not integrated "
         "yet in this release; task.dry_run=true exports the translated arguments to backend_args.yaml in the run dir"]
     assert not (tmp_path / "run").exists()
+
+
+def test_torchtitan_needs_triton_too_and_names_the_extra(compose_config):
+    """torchtitan imports triton without declaring it: a real run checks both and names the extra that has them."""
+    adapter = load_adapter(compose_config("backend=torchtitan"), parallel_layout(compose_config("backend=torchtitan"), 1))
+    assert adapter.required_modules == ("torchtitan", "triton")
+    assert "pip install 'primus-hydra[torchtitan]'" in adapter.install_hint

@@ -42,7 +42,8 @@ def build_torchtitan_job_config(cfg: DictConfig, run_dir, layout: ParallelLayout
         "activation_checkpoint": {"mode": backend.activation_checkpoint},
         "compile": {"enable": backend.compile or m.compile},
         # every step's metrics reach the project's metrics.jsonl / TensorBoard (module.log.interval: the console)
-        "metrics": {"log_freq": 1, "enable_tensorboard": False},
+        # (its own console line per step stays, plain: the run logs are files)
+        "metrics": {"log_freq": 1, "enable_tensorboard": False, "disable_color_printing": True},
         "debug": {"seed": m.seed},
         "model_args": model_args_section(cfg.model, m.seq_length),
     }
