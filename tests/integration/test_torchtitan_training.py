@@ -89,7 +89,9 @@ def test_a_default_torchtitan_run_writes_the_project_run_files(tmp_path):
     (["+backend.extra_args.bogus_section.x=1"],
      "error: backend=torchtitan: torchtitan 0.2.2 does not know bogus_section (a section)"),
     (["model.tie_embeddings=true"], "error: model.tie_embeddings=true: torchtitan's llama3 has no tied embeddings"),
-], ids=["unknown_key", "unknown_section", "tied_embeddings"])
+    (["launch.nproc_per_node=2", "module.parallel.cp=2"],
+     "error: module.parallel.cp=2: torchtitan's context parallelism shards GPU attention kernels"),
+], ids=["unknown_key", "unknown_section", "tied_embeddings", "cp_on_cpu"])
 def test_what_torchtitan_cannot_run_is_one_line_before_any_worker(tmp_path, args, expected):
     result = primus("backend=torchtitan", "module.train_iters=2", *args, cwd=tmp_path,
                     env={"PRIMUS_OUTPUT_ROOT": str(tmp_path / "out")})

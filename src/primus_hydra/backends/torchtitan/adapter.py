@@ -59,6 +59,10 @@ class TorchTitanAdapter(ExternalBackendAdapter):
             failure = cpu_support_failure(version)
             if failure:
                 return [failure]
+            cp = self.cfg.module.parallel.cp
+            if cp > 1:  # found in a worker otherwise: torch has no CPU attention kernel that context parallelism shards
+                return [f"module.parallel.cp={cp}: torchtitan's context parallelism shards GPU attention kernels "
+                        f"(torch's CPU SDPA has no sharding strategy); set module.parallel.cp=1 on the CPU"]
         return self._job_config_failures()
 
     def _job_config_failures(self) -> list[str]:
