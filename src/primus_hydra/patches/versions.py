@@ -50,3 +50,14 @@ def version_matches(version: str | None, pattern: str) -> bool:
 def any_version_matches(version: str | None, patterns: tuple[str, ...]) -> bool:
     """No patterns: the patch is not version-gated and always matches."""
     return not patterns or any(version_matches(version, pattern) for pattern in patterns)
+
+
+def cpu_patches_failure(backend: str, library: str, version: str | None, versions: tuple[str, ...],
+                        install: str) -> str | None:
+    """One line when a CPU run's library release is outside the versions its `<backend>.cpu.*` patches were written
+    for (`install`: the release to install instead); None when they cover it."""
+    if any_version_matches(version, versions):
+        return None
+    return (f"backend={backend} on the CPU: {library} {version or '(not installed)'} is outside the releases the "
+            f"{backend}.cpu.* patches were written for ({', '.join(versions)}); install {install} "
+            f"(pip install 'primus-hydra[{backend}]') or run on GPUs")

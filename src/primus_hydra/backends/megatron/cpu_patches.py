@@ -15,7 +15,7 @@ import types
 from typing import Any, Optional
 
 from primus_hydra.patches.registry import PatchContext, register_patch, runs_on_cpu
-from primus_hydra.patches.versions import any_version_matches
+from primus_hydra.patches.versions import cpu_patches_failure
 
 CPU_PATCH_VERSIONS = ("0.16.*",)
 MEGATRON_CORE = "megatron.core"
@@ -34,11 +34,7 @@ _FACTORIES = ("zeros", "ones", "empty", "full", "tensor", "as_tensor", "arange",
 
 def cpu_support_failure(version: Optional[str]) -> Optional[str]:
     """One line when the installed megatron-core is outside the releases the CPU patches were written for."""
-    if any_version_matches(version, CPU_PATCH_VERSIONS):
-        return None
-    return (f"backend=megatron on the CPU: megatron-core {version or '(not installed)'} is outside the releases the "
-            f"megatron.cpu.* patches were written for ({', '.join(CPU_PATCH_VERSIONS)}); install megatron-core==0.16.1 "
-            f"(pip install 'primus-hydra[megatron]') or run on GPUs")
+    return cpu_patches_failure("megatron", "megatron-core", version, CPU_PATCH_VERSIONS, "megatron-core==0.16.1")
 
 
 def _on_cpu(device: Any) -> Any:

@@ -13,7 +13,7 @@ import resource
 from typing import Optional
 
 from primus_hydra.patches.registry import PatchContext, register_patch, runs_on_cpu
-from primus_hydra.patches.versions import any_version_matches
+from primus_hydra.patches.versions import cpu_patches_failure
 
 CPU_PATCH_VERSIONS = ("0.2.*",)
 _DEVICE_HOLDERS = ("torchtitan.tools.utils", "torchtitan.components.metrics", "torchtitan.distributed.utils",
@@ -21,11 +21,7 @@ _DEVICE_HOLDERS = ("torchtitan.tools.utils", "torchtitan.components.metrics", "t
 
 
 def cpu_support_failure(version: Optional[str]) -> Optional[str]:
-    if any_version_matches(version, CPU_PATCH_VERSIONS):
-        return None
-    return (f"backend=torchtitan on the CPU: torchtitan {version or '(not installed)'} is outside the releases the "
-            f"torchtitan.cpu.* patches were written for ({', '.join(CPU_PATCH_VERSIONS)}); install torchtitan==0.2.2 "
-            f"(pip install 'primus-hydra[torchtitan]') or run on GPUs")
+    return cpu_patches_failure("torchtitan", "torchtitan", version, CPU_PATCH_VERSIONS, "torchtitan==0.2.2")
 
 
 @register_patch("torchtitan.cpu.device_type", backend="torchtitan", phase="setup", priority=10,

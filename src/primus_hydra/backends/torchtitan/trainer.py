@@ -72,8 +72,11 @@ class TorchTitanTrainer(StepLoopTrainer):
         self.job_config = parse_job_file(path)
 
     def init(self) -> None:
+        import importlib.metadata
+
         from torchtitan.train import Trainer
 
+        self.torchtitan_version = importlib.metadata.version("torchtitan")  # stamped into each checkpoint's meta
         job = self.job_config
         job.model.name = register_train_spec(self.cfg, self.backend_args, job)
         self.titan = Trainer(job)
@@ -85,7 +88,7 @@ class TorchTitanTrainer(StepLoopTrainer):
         # matmul peak on the CPU: patch torchtitan.cpu.peak_flops)
         self.peak_tflops = self.cfg.platform.peak_tflops_per_device or self.titan.metrics_processor.gpu_peak_flops / 1e12
         module = self.cfg.module
-        self.checkpoints = CheckpointManager(Path(self.cfg.module.checkpoint.dir or self.run_dir / "checkpoints"))
+        self.checkpoints = CheckpointManager(Path(module.checkpoint.dir or self.run_dir / "checkpoints"))
         self.start_step = 0
         resume = self.resume_spec()
         path = self.checkpoint_to_resume(resume)
@@ -140,10 +143,8 @@ class TorchTitanTrainer(StepLoopTrainer):
                                   async_mode=AsyncMode.DISABLED)
             return {}
 
-        import importlib.metadata
-
         meta = {"model": self.cfg.model.name, "backend": "torchtitan", "format": "torch.distributed.checkpoint",
-                "torchtitan": importlib.metadata.version("torchtitan"), "stage": str(self.cfg.module.stage),
+                "torchtitan": self.torchtitan_version, "stage": str(self.cfg.module.stage),
                 "world_size": self.layout.world_size}
         return self.save_step(step, {"step": step}, meta, model=None, optimizer=None, write_shards=write_shards)
 
