@@ -20,5 +20,9 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 "$venv/bin/pip" install -q -c "$root/constraints.txt" "torch==2.13.0" numpy 2> >(grep -v "is neither a file nor a directory" >&2)
 # compat mode: src/ on sys.path, so new hydra_plugins.* portions are found without reinstalling
 "$venv/bin/pip" install -q -c "$root/constraints.txt" --config-settings editable_mode=compat -e "$root[torch,megatron,torchtitan,dev]" 2> >(grep -v "is neither a file nor a directory" >&2)
+# torchtitan 0.3 next to it, outside sys.path, for the tests of the 0.3 config functions (import only: 0.3 needs
+# torch >= 2.14 to train); its two libraries that 0.2.2 lacks come with it, no dependency is resolved again.
+rm -rf "$venv/torchtitan-0.3"
+"$venv/bin/pip" install -q --no-deps --target "$venv/torchtitan-0.3" torchtitan==0.3.0 spmd_types==0.2.3 torch_checkpointing==0.1.1 2> >(grep -v "is neither a file nor a directory" >&2)
 echo "$want" > "$stamp"
 echo "[setup] done" >&2

@@ -1,6 +1,7 @@
-"""Every llama-family zoo preset torchtitan's llama3 can build (untied embeddings), translated (args.py model_args
-over the flavor, as the trainer does) and built by torchtitan itself on the meta device, has exactly the parameter
-count of the project's model math; the tied ones are refused in one line before any worker."""
+"""Every llama-family zoo preset torchtitan's llama3 can build (untied embeddings), and every qwen3 one (torchtitan's
+qwen3), translated (args.py model_args over the flavor, as the trainer does) and built by torchtitan itself on the
+meta device, has exactly the parameter count of the project's model math; the tied llamas are refused in one line
+before any worker."""
 from __future__ import annotations
 
 import json
@@ -18,6 +19,8 @@ pytestmark = [pytest.mark.slow, needs_torchtitan]
 LLAMAS = sorted(path.stem for path in (CONF_DIR / "model").glob("*.yaml")
                 if yaml.safe_load(path.read_text())["family"] == "llama")
 UNTIED = [name for name in LLAMAS if not yaml.safe_load((CONF_DIR / "model" / f"{name}.yaml").read_text()).get("tie_embeddings")]
+QWEN3 = sorted(path.stem for path in (CONF_DIR / "model").glob("*.yaml")
+               if yaml.safe_load(path.read_text())["family"] == "qwen3")
 COUNT_ALL = """
 import json, sys
 sys.path.insert(0, "tests")
@@ -44,7 +47,7 @@ print(json.dumps(counts))
 
 @pytest.fixture(scope="module")
 def torchtitan_counts() -> dict[str, list]:
-    result = subprocess.run([sys.executable, "-c", COUNT_ALL, *UNTIED], capture_output=True, text=True, cwd=REPO,
+    result = subprocess.run([sys.executable, "-c", COUNT_ALL, *UNTIED, *QWEN3], capture_output=True, text=True, cwd=REPO,
                             timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.splitlines()[-1])
@@ -55,9 +58,11 @@ def test_the_llama_family_is_counted():
     assert set(LLAMAS) - set(UNTIED) == {"llama3.2_1b", "llama3.2_3b"}
 
 
-@pytest.mark.parametrize("name", UNTIED)
+@pytest.mark.parametrize("name", UNTIED + QWEN3)
 def test_torchtitan_builds_the_preset_with_its_model_math_count(torchtitan_counts, name):
     flavor, built, model_math = torchtitan_counts[name]
     assert built == model_math, f"{name} (flavor {flavor}): torchtitan {built:,} vs model math {model_math:,}"
     if name == "llama3_8b":
         assert (flavor, built) == ("8B", 8_030_261_248)
+    if name == "qwen3_8b":  # Qwen/Qwen3-8B's safetensors metadata
+        assert (flavor, built) == ("8B", 8_190_735_360)

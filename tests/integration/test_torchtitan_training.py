@@ -21,6 +21,10 @@ QUICK = ["model=llama_tiny", "module.train_iters=5", "module.warmup_iters=2", "m
          "module.global_batch_size=8", "module.seq_length=64", "module.log.interval=1", "module.log.tensorboard=false",
          "module.log.plot=false", "module.checkpoint.interval=0", "module.checkpoint.save_final=false",
          "module.weight_decay=0"]
+QWEN3_TINY = ["model=qwen3_8b", "model.num_layers=2", "model.hidden_size=128", "model.num_attention_heads=4",
+              "model.num_kv_heads=2", "model.head_dim=32", "model.ffn_hidden_size=256", "model.vocab_size=256"]
+
+
 LAYOUTS = {
     "fsdp2": ["launch.nproc_per_node=2", "module.parallel.fsdp=true"],
     "tp2": ["launch.nproc_per_node=2", "module.parallel.tp=2"],
@@ -52,6 +56,15 @@ def test_every_torchtitan_layout_follows_the_one_process_curve(tmp_path, torchti
     assert_same_curve(train(run_dir, "backend=torchtitan", *LAYOUTS[layout]), torchtitan_curve)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert all(r["grad_norm"] > 0 and r["memory_gib"] > 0 and r["tflops"] > 0 for r in records)
+
+
+def test_torchtitans_qwen3_follows_the_native_curve_with_fsdp_and_ddp(tmp_path):
+    """qwen3 (query/key norms, rotate-half rope, llama4's FSDP and llama3's DDP imported by name) from the same
+    weights as backend=torch: sharded and replicated data parallelism both follow the one-process native curve."""
+    native = train(tmp_path / "native", "backend=torch", *QWEN3_TINY)
+    for layout in ("fsdp2", "dp_replicate2"):
+        assert_same_curve(train(tmp_path / layout, "backend=torchtitan", *QWEN3_TINY, *LAYOUTS[layout]), native)
+    assert native[5] < native[1]
 
 
 def test_an_fsdp_checkpoint_resumes_with_tp_on_the_uninterrupted_curve(tmp_path, torchtitan_curve):
@@ -91,7 +104,10 @@ def test_a_default_torchtitan_run_writes_the_project_run_files(tmp_path):
     (["model.tie_embeddings=true"], "error: model.tie_embeddings=true: torchtitan's llama3 has no tied embeddings"),
     (["launch.nproc_per_node=2", "module.parallel.cp=2"],
      "error: module.parallel.cp=2: torchtitan's context parallelism shards GPU attention kernels"),
-], ids=["unknown_key", "unknown_section", "tied_embeddings", "cp_on_cpu"])
+    (QWEN3_TINY + ["launch.nproc_per_node=2", "module.parallel.tp=2"],
+     "error: module.parallel.tp=2: torchtitan's qwen3 runs attention on tensor-parallel DTensors"),
+    (["model=deepseek_v2_lite", "launch.allow_oversubscribe=true"], "error: model=deepseek_v2_lite: backend=torchtitan trains the llama, qwen3 families"),
+], ids=["unknown_key", "unknown_section", "tied_embeddings", "cp_on_cpu", "qwen3_tp_on_cpu", "moe_family"])
 def test_what_torchtitan_cannot_run_is_one_line_before_any_worker(tmp_path, args, expected):
     result = primus("backend=torchtitan", "module.train_iters=2", *args, cwd=tmp_path,
                     env={"PRIMUS_OUTPUT_ROOT": str(tmp_path / "out")})

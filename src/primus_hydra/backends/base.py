@@ -174,6 +174,11 @@ class BackendAdapter(ABC):
     def convert_config(self) -> Any:
         """The backend's native arguments, built from the canonical config (self.run_dir is set)."""
 
+    def dry_run_files(self, backend_args: Any) -> dict[str, str]:
+        """Files a dry run writes into the run dir besides backend_args.yaml (name -> text): the arguments in the
+        form the backend's own entry point reads them."""
+        return {}
+
     @abstractmethod
     def load_trainer_class(self, stage: str) -> type[BaseTrainer]:
         """The trainer this backend picks for module.stage."""

@@ -104,6 +104,25 @@ class ExternalBackendAdapter(BackendAdapter):
         return (f"backend={self.name}: training through {self.library} is not integrated yet in this release; "
                 f"task.dry_run=true exports the translated arguments to backend_args.yaml in the run dir")
 
+    def arguments_after_patches(self) -> Any:
+        """The translated arguments as the trainer will get them: after the enabled build_args patches (the checks
+        made before launch read these, so that a patch that renames a key is seen there too)."""
+        import logging
+
+        from primus_hydra.patches.registry import PatchContext, resolve_enabled_ids
+        from primus_hydra.patches.runner import run_patches
+
+        ctx = PatchContext(backend=self.name, phase="build_args", backend_version=self.detect_backend_version(),
+                           cfg=self.cfg, run_dir=self.run_dir or Path("."), backend_args=self.convert_config())
+        runner_log = logging.getLogger(run_patches.__module__)
+        level = runner_log.level
+        runner_log.setLevel(logging.WARNING)  # the run itself logs the patches it applies
+        try:
+            run_patches(ctx, resolve_enabled_ids(str(self.cfg.patches.enabled)))
+        finally:
+            runner_log.setLevel(level)
+        return ctx.backend_args
+
     def load_trainer_class(self, stage: str) -> type[BaseTrainer]:
         if not self.trainer_classes:
             raise BackendUnavailableError(self.not_integrated())

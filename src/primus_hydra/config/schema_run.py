@@ -36,6 +36,12 @@ class MegatronDataset(Choice):
     native = "native"  # the project's own batches, index for index those of backend=torch
 
 
+class TorchTitanJobFormat(Choice):
+    auto = "auto"  # the installed torchtitan's: a config function for 0.3 and later, else TOML (and TOML without it)
+    toml = "toml"  # torchtitan 0.2.x: a JobConfig file (--job.config_file)
+    config_function = "config_function"  # torchtitan 0.3.x: a Python config function (--module ... --config ...)
+
+
 class RecomputeGranularity(Choice):
     full = "full"
     selective = "selective"
@@ -165,6 +171,7 @@ class TorchTitanBackendConfig(BackendConfig):
     compile: bool = False
     activation_checkpoint: ActivationCheckpoint = ActivationCheckpoint.selective
     tokenizer_path: Optional[str] = None
+    job_format: TorchTitanJobFormat = TorchTitanJobFormat.auto  # what task.dry_run=true writes for torchtitan
 
 
 @dataclass

@@ -164,6 +164,9 @@ class PrimusRuntime:
             write_private_text(target, redact_text(header + text, self.secrets))
             log.info("dry run: backend arguments written to %s", target)
             print(f"dry run: {self.adapter.name} arguments written to {target}")
+            for name, text in self.adapter.dry_run_files(self.backend_args).items():
+                write_private_text(self.run_dir / name, redact_text(text, self.secrets))
+                print(f"dry run: {self.adapter.name}'s own job file written to {self.run_dir / name}")
         return target
 
     def _safe_cleanup(self) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import logging
 
 from primus_hydra.backends.base import BaseTrainer
 from primus_hydra.backends.external import ExternalBackendAdapter
@@ -133,7 +132,7 @@ class MegatronAdapter(ExternalBackendAdapter):
         quiet_library_logs()
         try:
             with environment_unchanged():
-                transformer_config(self._arguments_after_patches(), fused=False, use_cpu_initialization=True)
+                transformer_config(self.arguments_after_patches(), fused=False, use_cpu_initialization=True)
         except (ValueError, AssertionError, TypeError) as error:
             reason = str(error).splitlines()[0] if str(error) else type(error).__name__
             return [f"backend=megatron: megatron-core refuses these arguments: {reason}"]
@@ -155,7 +154,7 @@ class MegatronAdapter(ExternalBackendAdapter):
         try:  # the checkout's own parser on the flags, here, before any GPU starts
             with environment_unchanged():
                 parser = megatron_lm_parser(root)
-            parse_with_megatron(command_line(self._arguments_after_patches(), parser), parser)
+            parse_with_megatron(command_line(self.arguments_after_patches(), parser), parser)
         except PrimusError as error:
             return [str(error)]
         except ImportError as error:
@@ -172,24 +171,6 @@ class MegatronAdapter(ExternalBackendAdapter):
         return [f"backend.extra_args.{key}: backend.trainer=core reads no argument of that name (megatron-core's "
                 f"TransformerConfig has no such field), so it would be ignored; use a TransformerConfig field name"
                 for key in self.cfg.backend.extra_args if key not in read]
-
-    def _arguments_after_patches(self) -> dict:
-        """The translated arguments as the trainer will get them: after the enabled build_args patches."""
-        from pathlib import Path
-
-        from primus_hydra.patches.registry import PatchContext, resolve_enabled_ids
-        from primus_hydra.patches.runner import run_patches
-
-        ctx = PatchContext(backend=self.name, phase="build_args", backend_version=self.detect_backend_version(),
-                           cfg=self.cfg, run_dir=self.run_dir or Path("."), backend_args=self.convert_config())
-        runner_log = logging.getLogger(run_patches.__module__)
-        level = runner_log.level
-        runner_log.setLevel(logging.WARNING)  # the run itself logs the patches it applies
-        try:
-            run_patches(ctx, resolve_enabled_ids(str(self.cfg.patches.enabled)))
-        finally:
-            runner_log.setLevel(level)
-        return ctx.backend_args
 
     def convert_config(self) -> dict:
         return build_megatron_args(self.cfg, self.layout)

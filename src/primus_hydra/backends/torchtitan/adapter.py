@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 
 from primus_hydra.backends.external import ExternalBackendAdapter
-from primus_hydra.backends.torchtitan.args import build_torchtitan_job_config
+from primus_hydra.backends.torchtitan.args import TORCHTITAN_MODEL_NAMES, build_torchtitan_job_config
 from primus_hydra.backends.torchtitan.patches import cpu_support_failure
 from primus_hydra.errors import PrimusError
 
 TRAINER = "primus_hydra.backends.torchtitan.trainer.TorchTitanTrainer"
 SUPPORTED_VERSIONS = ("0.2.*",)
-TRAINED_FAMILIES = ("llama",)  # the TOML JobConfig generation (0.3 takes Python config functions)
+CONFIG_FUNCTION_VERSIONS = (">=0.3",)  # torchtitan's generation of Python config functions (no TOML JobConfig)
+TRAINED_FAMILIES = ("llama", "qwen3")  # torchtitan's llama3 and qwen3 models (dense)
 
 
 class TorchTitanAdapter(ExternalBackendAdapter):
@@ -32,14 +33,36 @@ class TorchTitanAdapter(ExternalBackendAdapter):
 
     def validate(self) -> list[str]:
         failures = super().validate()
+        if not self.cfg.task.dry_run:  # a dry run exports any model's arguments
+            failures += self._trainer_rules()
+        return failures
+
+    def _trainer_rules(self) -> list[str]:
+        """What the trainer cannot build (one line each), before any worker starts."""
+        failures = []
         p, model = self.cfg.module.parallel, self.cfg.model
         if model.family not in TRAINED_FAMILIES:
-            failures.append(f"model={model.name}: backend=torchtitan trains the {', '.join(TRAINED_FAMILIES)} family "
-                            f"(torchtitan's llama3) in this release, not {model.family}; torchtitan 0.2 also ships "
-                            f"deepseek_v3, qwen3, llama4 and gpt_oss, not wired here yet (task.dry_run=true exports them)")
+            failures.append(f"model={model.name}: backend=torchtitan trains the {', '.join(TRAINED_FAMILIES)} families "
+                            f"(torchtitan's llama3 and qwen3) in this release, not {model.family}; torchtitan 0.2 also "
+                            f"ships deepseek_v3, llama4 and gpt_oss, not wired here yet (task.dry_run=true exports them)")
+        elif model.moe.num_experts:
+            failures.append(f"model={model.name}: backend=torchtitan trains dense {model.family} models in this release "
+                            f"(model.moe.num_experts={model.moe.num_experts}); task.dry_run=true exports the MoE args")
         if model.tie_embeddings and model.family == "llama":
             failures.append(f"model.tie_embeddings=true: torchtitan's llama3 has no tied embeddings (model={model.name}); "
                             f"set model.tie_embeddings=false")
+        if model.qk_norm and model.family == "llama":
+            failures.append(f"model.qk_norm=true: torchtitan's llama3 has no query/key norms (model={model.name}); "
+                            f"set model.qk_norm=false")
+        if model.family == "llama" and str(model.rope_scaling.type) not in ("none", "llama3"):
+            failures.append(f"model.rope_scaling.type={model.rope_scaling.type}: torchtitan's llama3 scales rope the "
+                            f"Llama-3.1 way only (model={model.name}); set model.rope_scaling.type to llama3 or none")
+        if model.family == "qwen3" and str(model.rope_scaling.type) != "none":
+            failures.append(f"model.rope_scaling.type={model.rope_scaling.type}: torchtitan's qwen3 has no rope "
+                            f"scaling (model={model.name}); set model.rope_scaling.type=none")
+        if model.qkv_bias:
+            failures.append(f"model.qkv_bias=true: torchtitan's {TORCHTITAN_MODEL_NAMES.get(model.family, model.family)} "
+                            f"has no attention biases (model={model.name}); set model.qkv_bias=false")
         if p.pp > 1:
             failures.append(f"module.parallel.pp={p.pp}: backend=torchtitan runs in this project's loop, which drives "
                             f"torchtitan's train_step without its pipeline schedules yet; use pp=1")
@@ -52,6 +75,10 @@ class TorchTitanAdapter(ExternalBackendAdapter):
         from primus_hydra.patches.versions import any_version_matches
 
         version = self.detect_backend_version()
+        if any_version_matches(version, CONFIG_FUNCTION_VERSIONS):
+            return [f"backend=torchtitan: this release's trainer drives torchtitan 0.2.x, not the installed {version}; "
+                    f"install torchtitan==0.2.2, or write {version}'s config function with task.dry_run=true and run "
+                    f"it with torchtitan's own entry point (its first lines say how)"]
         if not any_version_matches(version, SUPPORTED_VERSIONS):
             return [f"backend=torchtitan: torchtitan {version} is not supported by this release's trainer "
                     f"(supported: {', '.join(SUPPORTED_VERSIONS)}: its TOML JobConfig); install torchtitan==0.2.2"]
@@ -59,14 +86,18 @@ class TorchTitanAdapter(ExternalBackendAdapter):
             failure = cpu_support_failure(version)
             if failure:
                 return [failure]
-            cp = self.cfg.module.parallel.cp
-            if cp > 1:  # found in a worker otherwise: torch has no CPU attention kernel that context parallelism shards
-                return [f"module.parallel.cp={cp}: torchtitan's context parallelism shards GPU attention kernels "
+            p = self.cfg.module.parallel
+            if p.cp > 1:  # found in a worker otherwise: torch has no CPU attention kernel that context parallelism shards
+                return [f"module.parallel.cp={p.cp}: torchtitan's context parallelism shards GPU attention kernels "
                         f"(torch's CPU SDPA has no sharding strategy); set module.parallel.cp=1 on the CPU"]
+            if p.tp > 1 and self.cfg.model.family == "qwen3":  # its q/k norms hand attention DTensors (llama3: local)
+                return [f"module.parallel.tp={p.tp}: torchtitan's qwen3 runs attention on tensor-parallel DTensors, and "
+                        f"torch's CPU SDPA has no sharding strategy; on the CPU use tp=1 (FSDP and DDP work)"]
         return self._job_config_failures()
 
     def _job_config_failures(self) -> list[str]:
-        """The installed torchtitan's own ConfigManager reads the job file, here, before any worker starts."""
+        """The installed torchtitan's own ConfigManager reads the job file (after the build_args patches, which move
+        keys between releases' names), here, before any worker starts."""
         import tempfile
         from pathlib import Path
 
@@ -77,7 +108,7 @@ class TorchTitanAdapter(ExternalBackendAdapter):
         root.setLevel(logging.ERROR)
         with tempfile.TemporaryDirectory() as folder:
             try:
-                parse_job_file(write_job_file(self.convert_config(), Path(folder) / "job.toml"))
+                parse_job_file(write_job_file(self.arguments_after_patches(), Path(folder) / "job.toml"))
             except PrimusError as error:
                 return [str(error)]
             finally:
@@ -86,3 +117,23 @@ class TorchTitanAdapter(ExternalBackendAdapter):
 
     def convert_config(self) -> dict:
         return build_torchtitan_job_config(self.cfg, self.run_dir, self.layout)
+
+    @property
+    def job_format(self) -> str:
+        """backend.job_format; auto: the installed torchtitan's generation (TOML when it is not installed)."""
+        chosen = str(self.cfg.backend.job_format)
+        if chosen != "auto":
+            return chosen
+        from primus_hydra.patches.versions import any_version_matches
+
+        return "config_function" if any_version_matches(self.detect_backend_version(), CONFIG_FUNCTION_VERSIONS) \
+            else "toml"
+
+    def dry_run_files(self, backend_args: dict) -> dict[str, str]:
+        if self.job_format == "config_function":
+            from primus_hydra.backends.torchtitan.config_function import MODULE_NAME, render_config_function
+
+            return {f"{MODULE_NAME}.py": render_config_function(backend_args, self.layout.world_size)}
+        from primus_hydra.backends.torchtitan.job_file import TOML_FILE, job_sections, toml_text
+
+        return {TOML_FILE: toml_text(job_sections(backend_args))}

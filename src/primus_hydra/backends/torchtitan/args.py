@@ -100,6 +100,8 @@ def checkpoint_section(cfg: DictConfig) -> dict:
 
 
 def model_args_section(model: DictConfig, seq_length: int) -> dict:
+    if model.family == "qwen3":
+        return _qwen3_model_args(model, seq_length)
     if model.family == "deepseek" or model.mla.enabled or model.moe.num_experts:
         return _deepseek_v3_model_args(model, seq_length)
     multiple_of, multiplier = llama_ffn_rounding(model.hidden_size, model.ffn_hidden_size)
@@ -126,6 +128,24 @@ def model_args_section(model: DictConfig, seq_length: int) -> dict:
     else:  # torchtitan's llama3 always applies Llama-3.1 scaling: a factor of 1 leaves every frequency as it is
         args["rope_scaling_args"] = {"scaling_factor": 1.0}
     return args
+
+
+def _qwen3_model_args(model: DictConfig, seq_length: int) -> dict:
+    """torchtitan's Qwen3ModelArgs: the head width and the FFN width are given, not derived."""
+    return {
+        "dim": model.hidden_size,
+        "n_layers": model.num_layers,
+        "n_heads": model.num_attention_heads,
+        "n_kv_heads": model.num_kv_heads,
+        "head_dim": model.head_dim or model.hidden_size // model.num_attention_heads,
+        "hidden_dim": model.ffn_hidden_size,
+        "vocab_size": model.vocab_size,
+        "norm_eps": model.norm_eps,
+        "rope_theta": model.rope_theta,
+        "qk_norm": model.qk_norm,
+        "max_seq_len": seq_length,
+        "enable_weight_tying": model.tie_embeddings,
+    }
 
 
 def _deepseek_v3_model_args(model: DictConfig, seq_length: int) -> dict:

@@ -1,8 +1,8 @@
-"""Weights between backend=torch and torchtitan's llama3 (`module.checkpoint.load` both ways).
+"""Weights between backend=torch and torchtitan's llama3 / qwen3 (`module.checkpoint.load` both ways).
 
-The names are the same (tok_embeddings, layers.<i>.attention.wq, feed_forward.w1, ..., norm, output); only the
-query and key rows differ in order within each head (native_init.py: torchtitan rotates pairs (2i, 2i+1), the
-native model (i, i + d/2)). A torchtitan checkpoint is a torch.distributed.checkpoint folder whose model keys are
+The names are the same (tok_embeddings, layers.<i>.attention.wq, feed_forward.w1, ..., norm, output); only llama3's
+query and key rows differ in order within each head (native_init.py: it rotates pairs (2i, 2i+1), the native model
+and qwen3 (i, i + d/2)). A torchtitan checkpoint is a torch.distributed.checkpoint folder whose model keys are
 those names: read with torch alone (no torchtitan import), like a megatron one (torch/foreign_checkpoints.py).
 """
 from __future__ import annotations
@@ -12,7 +12,11 @@ from typing import Any, Callable
 
 import torch
 
-from primus_hydra.backends.torchtitan.native_init import deinterleave_rotary_rows, interleave_rotary_rows
+from primus_hydra.backends.torchtitan.native_init import (
+    deinterleave_rotary_rows,
+    interleave_rotary_rows,
+    pairwise_rotary,
+)
 
 _ROTARY = ("attention.wq.weight", "attention.wk.weight")
 _NOT_MODEL = ("optimizer", "lr_scheduler", "dataloader", "train_state")
@@ -23,6 +27,8 @@ def _head_dim(model_cfg: Any) -> int:
 
 
 def _reorder(weights: dict[str, torch.Tensor], model_cfg: Any, reorder: Callable) -> dict[str, torch.Tensor]:
+    if not pairwise_rotary(model_cfg):  # qwen3: the native order
+        return weights
     d = _head_dim(model_cfg)
     return {name: reorder(tensor, d) if name.endswith(_ROTARY) else tensor for name, tensor in weights.items()}
 

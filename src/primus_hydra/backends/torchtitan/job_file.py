@@ -13,6 +13,7 @@ from typing import Any
 from primus_hydra.errors import PrimusError
 
 MODEL_ARGS = "model_args"
+TOML_FILE = "torchtitan_job.toml"  # what a dry run writes: `torchrun -m torchtitan.train --job.config_file <it>`
 
 
 def job_sections(backend_args: dict) -> dict:

@@ -4,6 +4,8 @@ the run's device is the CPU); with another release a CPU run stops before the mo
 
 torchtitan 0.2.x picks its device type once, at import (`tools/utils.py`: "cuda" when no accelerator is found), and
 five modules keep that choice under their own names; its memory monitor asks torch.cpu for CUDA's memory statistics.
+
+torchtitan.args.keys_*: keys torchtitan moved between releases reach the installed one under its names (key_moves.py).
 """
 from __future__ import annotations
 
@@ -12,12 +14,21 @@ import os
 import resource
 from typing import Optional
 
+from primus_hydra.backends.torchtitan.key_moves import (
+    DEBUG_SECTION_MOVES,
+    DEBUG_SECTION_SINCE,
+    move_keys,
+    reversed_moves,
+)
 from primus_hydra.patches.registry import PatchContext, register_patch, runs_on_cpu
 from primus_hydra.patches.versions import cpu_patches_failure
 
 CPU_PATCH_VERSIONS = ("0.2.*",)
 _DEVICE_HOLDERS = ("torchtitan.tools.utils", "torchtitan.components.metrics", "torchtitan.distributed.utils",
                    "torchtitan.distributed.parallel_dims", "torchtitan.tools.profiling")
+
+_PARALLELIZE_MODULES = tuple(f"torchtitan.models.{name}.infra.parallelize"
+                             for name in ("llama3", "llama4", "qwen3", "deepseek_v3"))
 
 
 def cpu_support_failure(version: Optional[str]) -> Optional[str]:
@@ -76,8 +87,7 @@ def fsdp_sum_reduction_cpu(ctx: PatchContext) -> None:
     global token count itself), which FSDP sends as ReduceOp.PREMUL_SUM(1), an op gloo does not have."""
     from torch.distributed.fsdp import FSDPModule
 
-    parallelize = importlib.import_module("torchtitan.models.llama3.infra.parallelize")
-    disable_division = parallelize.disable_fsdp_gradient_division
+    disable_division = importlib.import_module(_PARALLELIZE_MODULES[0]).disable_fsdp_gradient_division
 
     def disable_division_and_sum(model) -> None:
         disable_division(model)
@@ -85,7 +95,7 @@ def fsdp_sum_reduction_cpu(ctx: PatchContext) -> None:
             if isinstance(module, FSDPModule):
                 module.set_force_sum_reduction_for_comms(True)
 
-    parallelize.disable_fsdp_gradient_division = disable_division_and_sum
+    _replace_everywhere("disable_fsdp_gradient_division", disable_division, disable_division_and_sum)
 
 
 def _sum_allreduce(process_group, bucket):
@@ -100,15 +110,23 @@ def ddp_sum_gradients(ctx: PatchContext) -> None:
     """Data-parallel replicas (dp_replicate) sum their gradients instead of averaging them: torchtitan 0.2 already
     divides the loss by the global token count, so DDP's average divided the gradients by dp twice (a gradient norm
     dp times too small, clipping at the wrong scale; torchtitan PR #2323). Curves then match FSDP and one process."""
-    parallelize = importlib.import_module("torchtitan.models.llama3.infra.parallelize")
-    apply_ddp = parallelize.apply_ddp
+    apply_ddp = importlib.import_module(_PARALLELIZE_MODULES[0]).apply_ddp
 
     def apply_ddp_summing(model, dp_mesh, *args, **kwargs):
         result = apply_ddp(model, dp_mesh, *args, **kwargs)
         model.register_comm_hook(dp_mesh.get_group(), _sum_allreduce)
         return result
 
-    parallelize.apply_ddp = apply_ddp_summing
+    _replace_everywhere("apply_ddp", apply_ddp, apply_ddp_summing)
+
+
+def _replace_everywhere(name: str, original, replacement) -> None:
+    """llama3's parallelize functions are imported by name into the other models' (llama4's apply_fsdp calls its own
+    copy of disable_fsdp_gradient_division; qwen3 and deepseek_v3 import apply_ddp): each copy is replaced."""
+    for module_name in _PARALLELIZE_MODULES:
+        module = importlib.import_module(module_name)
+        if getattr(module, name, None) is original:
+            setattr(module, name, replacement)
 
 
 @register_patch("torchtitan.cpu.peak_flops", backend="torchtitan", phase="setup", priority=13,
@@ -140,3 +158,18 @@ def pg_timeouts_cpu(ctx: PatchContext) -> None:
             dist.distributed_c10d._set_pg_timeout(timeout, group)
 
     utils.set_pg_timeouts = set_pg_timeouts
+
+
+@register_patch("torchtitan.args.keys_since_0_2_1", backend="torchtitan", phase="build_args", priority=5,
+                backend_versions=[f">={DEBUG_SECTION_SINCE}"])
+def keys_since_0_2_1(ctx: PatchContext) -> None:
+    """torchtitan >= 0.2.1: keys written with 0.2.0's names (training.seed, training.debug_moe_force_load_balance,
+    ...) move into the debug section, where this release reads them."""
+    move_keys(ctx.backend_args, DEBUG_SECTION_MOVES, ctx.backend_version)
+
+
+@register_patch("torchtitan.args.keys_before_0_2_1", backend="torchtitan", phase="build_args", priority=5,
+                backend_versions=[f"<{DEBUG_SECTION_SINCE}"])
+def keys_before_0_2_1(ctx: PatchContext) -> None:
+    """torchtitan 0.2.0 has no debug section: its keys move back into training, under 0.2.0's names."""
+    move_keys(ctx.backend_args, reversed_moves(DEBUG_SECTION_MOVES), ctx.backend_version)
