@@ -12,6 +12,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tests"))
+import torch  # noqa: E402
+
 from helpers.compose import compose_primus  # noqa: E402
 from primus_hydra.backends.torchtitan import patches  # noqa: E402
 from primus_hydra.backends.torchtitan.args import build_torchtitan_job_config  # noqa: E402
@@ -48,7 +50,7 @@ step_ends: list[float] = []
 
 class TimedTrainer(train.Trainer):
     def __init__(self, job_config):
-        job_config.model.name = register_train_spec(cfg, job_args, job_config)
+        job_config.model.name = register_train_spec(cfg, job_args, job_config, torch.device("cpu"))
         super().__init__(job_config)
 
     def train_step(self, data_iterator):

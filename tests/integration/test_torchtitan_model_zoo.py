@@ -1,5 +1,5 @@
-"""Every llama-family zoo preset torchtitan's llama3 can build (untied embeddings), and every qwen3 one (torchtitan's
-qwen3), translated (args.py model_args over the flavor, as the trainer does) and built by torchtitan itself on the
+"""Every llama-family zoo preset torchtitan's llama3 can build (untied embeddings), and every qwen3 and deepseek one
+(torchtitan's qwen3 and deepseek_v3, MoE and latent attention included), translated (args.py model_args over the flavor, as the trainer does) and built by torchtitan itself on the
 meta device, has exactly the parameter count of the project's model math; the tied llamas are refused in one line
 before any worker."""
 from __future__ import annotations
@@ -21,6 +21,8 @@ LLAMAS = sorted(path.stem for path in (CONF_DIR / "model").glob("*.yaml")
 UNTIED = [name for name in LLAMAS if not yaml.safe_load((CONF_DIR / "model" / f"{name}.yaml").read_text()).get("tie_embeddings")]
 QWEN3 = sorted(path.stem for path in (CONF_DIR / "model").glob("*.yaml")
                if yaml.safe_load(path.read_text())["family"] == "qwen3")
+DEEPSEEK = sorted(path.stem for path in (CONF_DIR / "model").glob("*.yaml")
+                  if yaml.safe_load(path.read_text())["family"] == "deepseek")
 COUNT_ALL = """
 import json, sys
 sys.path.insert(0, "tests")
@@ -30,6 +32,7 @@ from primus_hydra.backends.torchtitan.args import build_torchtitan_job_config
 from primus_hydra.backends.torchtitan.trainer import _with_overrides, base_flavor
 from primus_hydra.config.layout import parallel_layout
 from primus_hydra.config.model_math import count_parameters
+from torchtitan.config import JobConfig
 from torchtitan.protocols.train_spec import get_train_spec
 
 counts = {}
@@ -38,16 +41,20 @@ for name in sys.argv[1:]:
     job = build_torchtitan_job_config(cfg, None, parallel_layout(cfg, 1))
     spec = get_train_spec(job["model"]["name"])
     args = _with_overrides(spec.model_args[base_flavor(spec, job["model"]["flavor"], None)], job["model_args"])
+    args.update_from_config(JobConfig())  # what torchtitan's Trainer does first (deepseek_v3 reads its MoE choices there)
     with torch.device("meta"):
         model = spec.model_cls(args)
-    counts[name] = [job["model"]["flavor"], sum(p.numel() for p in model.parameters()), count_parameters(cfg.model)]
+    # torchtitan keeps DeepSeek-V3's expert bias (e_score_correction_bias) as a buffer, not a parameter
+    bias = sum(b.numel() for n, b in model.named_buffers() if n.endswith("expert_bias"))
+    counts[name] = [job["model"]["flavor"], sum(p.numel() for p in model.parameters()) + bias,
+                    count_parameters(cfg.model)]
 print(json.dumps(counts))
 """
 
 
 @pytest.fixture(scope="module")
 def torchtitan_counts() -> dict[str, list]:
-    result = subprocess.run([sys.executable, "-c", COUNT_ALL, *UNTIED, *QWEN3], capture_output=True, text=True, cwd=REPO,
+    result = subprocess.run([sys.executable, "-c", COUNT_ALL, *UNTIED, *QWEN3, *DEEPSEEK], capture_output=True, text=True, cwd=REPO,
                             timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.splitlines()[-1])
@@ -58,7 +65,7 @@ def test_the_llama_family_is_counted():
     assert set(LLAMAS) - set(UNTIED) == {"llama3.2_1b", "llama3.2_3b"}
 
 
-@pytest.mark.parametrize("name", UNTIED + QWEN3)
+@pytest.mark.parametrize("name", UNTIED + QWEN3 + DEEPSEEK)
 def test_torchtitan_builds_the_preset_with_its_model_math_count(torchtitan_counts, name):
     flavor, built, model_math = torchtitan_counts[name]
     assert built == model_math, f"{name} (flavor {flavor}): torchtitan {built:,} vs model math {model_math:,}"
@@ -66,3 +73,7 @@ def test_torchtitan_builds_the_preset_with_its_model_math_count(torchtitan_count
         assert (flavor, built) == ("8B", 8_030_261_248)
     if name == "qwen3_8b":  # Qwen/Qwen3-8B's safetensors metadata
         assert (flavor, built) == ("8B", 8_190_735_360)
+    if name == "deepseek_v3":  # the count conf/model/deepseek_v3.yaml documents
+        assert (flavor, built) == ("671B", 671_026_419_200)
+    if name == "deepseek_v2_lite":
+        assert (flavor, built) == ("16B", 15_706_484_224)

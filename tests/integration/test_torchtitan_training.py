@@ -1,7 +1,8 @@
 """backend=torchtitan trains through torchtitan's own Trainer in the project's workers, and means the same model as
 backend=torch: from the same seed both start from the same weights and read the same batches, and follow the same
 loss curve (fp32, 5 steps, 1e-4 relative); FSDP, TP and DDP layouts follow the one-process curve; a checkpoint
-written with FSDP resumes with TP on the uninterrupted curve.
+written with FSDP resumes with TP on the uninterrupted curve. The same holds for torchtitan's qwen3 (dense and MoE)
+and deepseek_v3 (MoE with latent attention).
 
 torchtitan 0.2 decays every parameter (backend=torch spares norms): the cross-backend runs set weight_decay=0."""
 from __future__ import annotations
@@ -25,6 +26,17 @@ QWEN3_TINY = ["model=qwen3_8b", "model.num_layers=2", "model.hidden_size=128", "
               "model.num_kv_heads=2", "model.head_dim=32", "model.ffn_hidden_size=256", "model.vocab_size=256"]
 
 
+QWEN3_MOE_TINY = QWEN3_TINY + ["model.moe.num_experts=4", "model.moe.top_k=2", "model.moe.ffn_hidden_size=64",
+                               "model.moe.load_balancing_type=none"]
+# DeepSeek-V3's routing (sigmoid scores, expert bias, group-limited top-k, shared expert) and latent attention
+# with low-rank queries, at toy size; rope unscaled (torchtitan's deepseek_v3 scales only past the original length)
+DEEPSEEK_TINY = ["model=deepseek_v3", "model.num_layers=2", "model.moe.first_dense_layers=1", "model.hidden_size=64",
+                 "model.num_attention_heads=4", "model.num_kv_heads=4", "model.ffn_hidden_size=128",
+                 "model.vocab_size=256", "model.mla.q_lora_rank=16", "model.mla.kv_lora_rank=32",
+                 "model.mla.qk_rope_head_dim=8", "model.mla.qk_nope_head_dim=16", "model.mla.v_head_dim=16",
+                 "model.moe.num_experts=8", "model.moe.top_k=2", "model.moe.router_num_groups=4",
+                 "model.moe.router_group_topk=2", "model.moe.ffn_hidden_size=32", "model.moe.shared_experts=1",
+                 "model.rope_scaling.type=none", "model.moe.load_balancing_type=none"]
 LAYOUTS = {
     "fsdp2": ["launch.nproc_per_node=2", "module.parallel.fsdp=true"],
     "tp2": ["launch.nproc_per_node=2", "module.parallel.tp=2"],
@@ -58,12 +70,25 @@ def test_every_torchtitan_layout_follows_the_one_process_curve(tmp_path, torchti
     assert all(r["grad_norm"] > 0 and r["memory_gib"] > 0 and r["tflops"] > 0 for r in records)
 
 
-def test_torchtitans_qwen3_follows_the_native_curve_with_fsdp_and_ddp(tmp_path):
-    """qwen3 (query/key norms, rotate-half rope, llama4's FSDP and llama3's DDP imported by name) from the same
-    weights as backend=torch: sharded and replicated data parallelism both follow the one-process native curve."""
-    native = train(tmp_path / "native", "backend=torch", *QWEN3_TINY)
+def test_torchtitans_qwen3_moe_follows_the_native_curve_with_fsdp_and_ddp(tmp_path):
+    """qwen3 (query/key norms, rotate-half rope, MoE experts renamed; llama4's FSDP and llama3's DDP imported by
+    name, so patched there too) from the same weights as backend=torch: sharded and replicated data parallelism
+    both follow the one-process native curve."""
+    native = train(tmp_path / "native", "backend=torch", *QWEN3_MOE_TINY, "module.micro_batch_size=8")
     for layout in ("fsdp2", "dp_replicate2"):
-        assert_same_curve(train(tmp_path / layout, "backend=torchtitan", *QWEN3_TINY, *LAYOUTS[layout]), native)
+        assert_same_curve(train(tmp_path / layout, "backend=torchtitan", *QWEN3_MOE_TINY, *LAYOUTS[layout]), native)
+    assert native[5] < native[1]
+
+
+def test_torchtitans_deepseek_v3_follows_the_native_curve_with_fsdp_and_tp(tmp_path):
+    """MoE and latent attention from the same weights as backend=torch (experts renamed, rotary rows of the latent
+    attention reordered). One micro-batch per step and rank: the expert bias moves once per step in both backends.
+    tp=2 holds only with the patch torchtitan.moe.tp_router_gradients (the router's gradient summed over tp)."""
+    one_batch = ["module.micro_batch_size=8"]
+    native = train(tmp_path / "native", "backend=torch", *DEEPSEEK_TINY, *one_batch)
+    assert_same_curve(train(tmp_path / "fsdp2", "backend=torchtitan", *DEEPSEEK_TINY, *LAYOUTS["fsdp2"]), native)
+    assert_same_curve(train(tmp_path / "tp2", "backend=torchtitan", *DEEPSEEK_TINY, *one_batch, *LAYOUTS["tp2"]),
+                      native)
     assert native[5] < native[1]
 
 
@@ -106,8 +131,12 @@ def test_a_default_torchtitan_run_writes_the_project_run_files(tmp_path):
      "error: module.parallel.cp=2: torchtitan's context parallelism shards GPU attention kernels"),
     (QWEN3_TINY + ["launch.nproc_per_node=2", "module.parallel.tp=2"],
      "error: module.parallel.tp=2: torchtitan's qwen3 runs attention on tensor-parallel DTensors"),
-    (["model=deepseek_v2_lite", "launch.allow_oversubscribe=true"], "error: model=deepseek_v2_lite: backend=torchtitan trains the llama, qwen3 families"),
-], ids=["unknown_key", "unknown_section", "tied_embeddings", "cp_on_cpu", "qwen3_tp_on_cpu", "moe_family"])
+    (["model=mixtral_8x7b", "launch.allow_oversubscribe=true"],
+     "error: model=mixtral_8x7b: backend=torchtitan trains the llama, qwen3, deepseek families"),
+    (DEEPSEEK_TINY + ["launch.nproc_per_node=2", "module.parallel.fsdp=true", "module.parallel.ep=2",
+                      "module.micro_batch_size=4", "module.global_batch_size=8"],
+     "error: module.parallel.ep=2: torchtitan's expert parallelism permutes tokens with triton GPU kernels"),
+], ids=["unknown_key", "unknown_section", "tied_embeddings", "cp_on_cpu", "qwen3_tp_on_cpu", "other_family", "ep_on_cpu"])
 def test_what_torchtitan_cannot_run_is_one_line_before_any_worker(tmp_path, args, expected):
     result = primus("backend=torchtitan", "module.train_iters=2", *args, cwd=tmp_path,
                     env={"PRIMUS_OUTPUT_ROOT": str(tmp_path / "out")})

@@ -164,6 +164,11 @@ class BackendAdapter(ABC):
         """Environment variables this backend wants (setdefault: the user's values win)."""
         return {}
 
+    def warnings(self) -> list[str]:
+        """What this backend will do differently from what the config says, though it can run it (one line each;
+        shown once, when the job is prepared)."""
+        return []
+
     def validate(self) -> list[str]:
         """Backend-specific rules (what this backend cannot do with this config and layout); one line per failure.
         Run once, when the job is prepared; never in the workers."""

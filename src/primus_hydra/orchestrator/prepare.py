@@ -91,6 +91,7 @@ def prepare(cfg: DictConfig, *, run_dir: Optional[Path] = None, world_size: Opti
     if plan is not None:
         adapter.runs_on_gpu = job.platform.device == "cuda" or (job.platform.device == "auto" and plan.resources.num_gpus > 0)
     failures += adapter.validate()
+    warnings += adapter.warnings()
     failures += patch_failures(job)
     if on_this_machine and trains:
         failures += input_path_failures(job) + adapter.training_failures()

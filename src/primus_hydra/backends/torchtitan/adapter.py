@@ -7,12 +7,13 @@ import logging
 from primus_hydra.backends.external import ExternalBackendAdapter
 from primus_hydra.backends.torchtitan.args import TORCHTITAN_MODEL_NAMES, build_torchtitan_job_config
 from primus_hydra.backends.torchtitan.patches import cpu_support_failure
+from primus_hydra.config.model_math import shared_expert_ffn_hidden_size
 from primus_hydra.errors import PrimusError
 
 TRAINER = "primus_hydra.backends.torchtitan.trainer.TorchTitanTrainer"
 SUPPORTED_VERSIONS = ("0.2.*",)
 CONFIG_FUNCTION_VERSIONS = (">=0.3",)  # torchtitan's generation of Python config functions (no TOML JobConfig)
-TRAINED_FAMILIES = ("llama", "qwen3")  # torchtitan's llama3 and qwen3 models (dense)
+TRAINED_FAMILIES = ("llama", "qwen3", "deepseek")  # torchtitan's llama3, qwen3 (dense and MoE) and deepseek_v3
 
 
 class TorchTitanAdapter(ExternalBackendAdapter):
@@ -43,11 +44,10 @@ class TorchTitanAdapter(ExternalBackendAdapter):
         p, model = self.cfg.module.parallel, self.cfg.model
         if model.family not in TRAINED_FAMILIES:
             failures.append(f"model={model.name}: backend=torchtitan trains the {', '.join(TRAINED_FAMILIES)} families "
-                            f"(torchtitan's llama3 and qwen3) in this release, not {model.family}; torchtitan 0.2 also "
-                            f"ships deepseek_v3, llama4 and gpt_oss, not wired here yet (task.dry_run=true exports them)")
-        elif model.moe.num_experts:
-            failures.append(f"model={model.name}: backend=torchtitan trains dense {model.family} models in this release "
-                            f"(model.moe.num_experts={model.moe.num_experts}); task.dry_run=true exports the MoE args")
+                            f"(torchtitan's llama3, qwen3 and deepseek_v3) in this release, not {model.family}; "
+                            f"torchtitan 0.2 also ships llama4 and gpt_oss, not wired here yet (task.dry_run=true "
+                            f"exports any model's arguments)")
+        failures += self._moe_rules()
         if model.tie_embeddings and model.family == "llama":
             failures.append(f"model.tie_embeddings=true: torchtitan's llama3 has no tied embeddings (model={model.name}); "
                             f"set model.tie_embeddings=false")
@@ -67,6 +67,50 @@ class TorchTitanAdapter(ExternalBackendAdapter):
             failures.append(f"module.parallel.pp={p.pp}: backend=torchtitan runs in this project's loop, which drives "
                             f"torchtitan's train_step without its pipeline schedules yet; use pp=1")
         return failures
+
+    def _moe_rules(self) -> list[str]:
+        model = self.cfg.model
+        moe, failures = model.moe, []
+        if model.family == "deepseek" and not model.mla.enabled:
+            failures.append(f"model.mla.enabled=false: torchtitan's deepseek_v3 has latent attention only "
+                            f"(model={model.name}); set model.mla.enabled=true")
+        if not moe.num_experts:
+            return failures
+        if model.family == "llama":
+            failures.append(f"model.moe.num_experts={moe.num_experts}: torchtitan's llama3 is dense (model={model.name})")
+        if model.family == "qwen3" and moe.first_dense_layers:
+            failures.append(f"model.moe.first_dense_layers={moe.first_dense_layers}: torchtitan's qwen3 makes every "
+                            f"layer MoE (model={model.name}); set it to 0")
+        shared = shared_expert_ffn_hidden_size(model)
+        if moe.shared_experts and shared != moe.shared_experts * moe.ffn_hidden_size:
+            failures.append(f"model.moe.shared_expert_ffn_hidden_size={shared}: torchtitan's shared experts are "
+                            f"model.moe.shared_experts x model.moe.ffn_hidden_size = "
+                            f"{moe.shared_experts * moe.ffn_hidden_size} wide; unset it")
+        if moe.router_num_groups > 1 and moe.num_experts // moe.router_num_groups < 2:
+            failures.append(f"model.moe.router_num_groups={moe.router_num_groups}: torchtitan's group-limited routing "
+                            f"needs at least 2 experts per group ({moe.num_experts} experts)")
+        return failures
+
+    def warnings(self) -> list[str]:
+        """torchtitan's MoE and YaRN differ from the canonical model in ways that still train."""
+        model, warnings = self.cfg.model, []
+        moe, scaling = model.moe, model.rope_scaling
+        name = TORCHTITAN_MODEL_NAMES.get(model.family, model.family)
+        if moe.num_experts and str(moe.load_balancing_type) != "none" and moe.aux_loss_coeff > 0:
+            warnings.append(f"model.moe.load_balancing_type={moe.load_balancing_type}: torchtitan's MoE adds no "
+                            f"auxiliary loss (aux_loss_coeff={moe.aux_loss_coeff} is not applied); it balances with "
+                            f"the expert bias (model.moe.router_enable_expert_bias)")
+        if moe.num_experts and moe.z_loss_coeff > 0:
+            warnings.append(f"model.moe.z_loss_coeff={moe.z_loss_coeff}: torchtitan's MoE has no router z-loss")
+        if moe.num_experts and moe.capacity_factor is not None:
+            warnings.append(f"model.moe.capacity_factor={moe.capacity_factor}: torchtitan's MoE is dropless")
+        if model.family == "deepseek" and str(scaling.type) == "yarn" \
+                and self.cfg.module.seq_length <= scaling.original_max_position_embeddings:
+            warnings.append(f"model.rope_scaling.type=yarn: torchtitan's {name} applies YaRN only past "
+                            f"original_max_position_embeddings={scaling.original_max_position_embeddings} "
+                            f"(DeepSeek's reference code), so at module.seq_length={self.cfg.module.seq_length} its "
+                            f"rope and softmax scale are unscaled (backend=torch, like Hugging Face, always scales)")
+        return warnings
 
     def training_failures(self) -> list[str]:
         failures = super().training_failures()
@@ -90,6 +134,9 @@ class TorchTitanAdapter(ExternalBackendAdapter):
             if p.cp > 1:  # found in a worker otherwise: torch has no CPU attention kernel that context parallelism shards
                 return [f"module.parallel.cp={p.cp}: torchtitan's context parallelism shards GPU attention kernels "
                         f"(torch's CPU SDPA has no sharding strategy); set module.parallel.cp=1 on the CPU"]
+            if p.ep > 1:  # found in a worker otherwise: "0 active drivers" from triton
+                return [f"module.parallel.ep={p.ep}: torchtitan's expert parallelism permutes tokens with triton GPU "
+                        f"kernels; on the CPU use ep=1 (the experts then shard with FSDP)"]
             if p.tp > 1 and self.cfg.model.family == "qwen3":  # its q/k norms hand attention DTensors (llama3: local)
                 return [f"module.parallel.tp={p.tp}: torchtitan's qwen3 runs attention on tensor-parallel DTensors, and "
                         f"torch's CPU SDPA has no sharding strategy; on the CPU use tp=1 (FSDP and DDP work)"]

@@ -18,7 +18,8 @@ from primus_hydra.backends.torchtitan.byte_tokenizer import TOKENIZER_DIR
 from primus_hydra.config.layout import ParallelLayout
 
 TORCHTITAN_MODEL_NAMES = {"llama": "llama3", "deepseek": "deepseek_v3", "qwen3": "qwen3"}  # by model.family
-KNOWN_FLAVORS = {"deepseek_v2_lite": "16B"}  # torchtitan's deepseek_v3 "16B" flavor is DeepSeek-V2-Lite's shape
+# torchtitan's deepseek_v3 "16B" flavor is DeepSeek-V2-Lite's shape, "671B" DeepSeek-V3's
+KNOWN_FLAVORS = {"deepseek_v2_lite": "16B", "deepseek_v3": "671B"}
 DECAY_TYPES = {"cosine": "cosine", "linear": "linear", "constant": "linear"}  # constant: see lr_scheduler_section
 MULTIPLE_OF_CANDIDATES = (1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1)
 
@@ -99,11 +100,16 @@ def checkpoint_section(cfg: DictConfig) -> dict:
     return {"enable": False}
 
 
+# the canonical model's attention: causal over the whole sequence (torchtitan's flex flavors mask per document
+# at its tokenizer's EOS); backend.extra_args.model_args.attn_type=flex picks flex on GPUs
+ATTENTION = {"attn_type": "sdpa", "attn_mask_type": "causal"}
+
+
 def model_args_section(model: DictConfig, seq_length: int) -> dict:
     if model.family == "qwen3":
-        return _qwen3_model_args(model, seq_length)
+        return {**_qwen3_model_args(model, seq_length), **ATTENTION}
     if model.family == "deepseek" or model.mla.enabled or model.moe.num_experts:
-        return _deepseek_v3_model_args(model, seq_length)
+        return {**_deepseek_v3_model_args(model, seq_length), **ATTENTION}
     multiple_of, multiplier = llama_ffn_rounding(model.hidden_size, model.ffn_hidden_size)
     args = {
         "dim": model.hidden_size,
@@ -116,6 +122,7 @@ def model_args_section(model: DictConfig, seq_length: int) -> dict:
         "norm_eps": model.norm_eps,
         "rope_theta": model.rope_theta,
         "max_seq_len": seq_length,
+        **ATTENTION,
     }
     scaling = model.rope_scaling
     if str(scaling.type) == "llama3":
@@ -145,6 +152,8 @@ def _qwen3_model_args(model: DictConfig, seq_length: int) -> dict:
         "qk_norm": model.qk_norm,
         "max_seq_len": seq_length,
         "enable_weight_tying": model.tie_embeddings,
+        **({"moe_enabled": True, "moe_inter_dim": model.moe.ffn_hidden_size, "moe_args": moe_args_section(model.moe)}
+           if model.moe.num_experts else {}),
     }
 
 
@@ -160,17 +169,7 @@ def _deepseek_v3_model_args(model: DictConfig, seq_length: int) -> dict:
         "norm_eps": model.norm_eps,
         "vocab_size": model.vocab_size,
         "max_seq_len": seq_length,
-        "moe_args": {
-            "num_experts": moe.num_experts,
-            "num_shared_experts": moe.shared_experts,
-            "top_k": moe.top_k,
-            "score_func": str(moe.router_score_function),
-            "route_norm": moe.router_norm_topk_prob,
-            "route_scale": moe.router_topk_scaling_factor,
-            "load_balance_coeff": moe.router_bias_update_rate if moe.router_enable_expert_bias else None,
-        },
-        "n_expert_groups": moe.router_num_groups,
-        "n_limited_groups": moe.router_group_topk,
+        "moe_args": moe_args_section(moe),
         "q_lora_rank": mla.q_lora_rank or 0,  # torchtitan: 0 = full-rank queries
         "kv_lora_rank": mla.kv_lora_rank,
         "qk_nope_head_dim": mla.qk_nope_head_dim,
@@ -181,7 +180,27 @@ def _deepseek_v3_model_args(model: DictConfig, seq_length: int) -> dict:
         "original_seq_len": scaling.original_max_position_embeddings,
         "beta_fast": int(scaling.beta_fast),
         "beta_slow": int(scaling.beta_slow),
-        "mscale": scaling.mscale,
+        # the softmax scale's YaRN factor (torchtitan: 0.1 * mscale * ln(rope_factor) + 1; Hugging Face's
+        # DeepSeek configs: mscale_all_dim)
+        "mscale": scaling.mscale_all_dim or scaling.mscale,
+    }
+
+
+def moe_args_section(moe: DictConfig) -> dict:
+    """torchtitan's MoEArgs: DeepSeek's routing (the scores weight the experts' outputs, not their inputs)."""
+    return {
+        "num_experts": moe.num_experts,
+        "num_shared_experts": moe.shared_experts,
+        "top_k": moe.top_k,
+        "score_func": str(moe.router_score_function),
+        "route_norm": moe.router_norm_topk_prob and moe.top_k > 1,  # one expert's weight stays its score
+        "route_scale": moe.router_topk_scaling_factor,
+        "score_before_experts": False,
+        # aux-loss-free balancing: the expert bias and its update rate
+        "load_balance_coeff": (moe.router_bias_update_rate or None) if moe.router_enable_expert_bias else None,
+        # node-limited routing (0.2.0 named these n_expert_groups / n_limited_groups: key_moves.py)
+        "num_expert_groups": moe.router_num_groups if moe.router_num_groups > 1 else None,
+        "num_limited_groups": moe.router_group_topk if moe.router_num_groups > 1 else None,
     }
 
 

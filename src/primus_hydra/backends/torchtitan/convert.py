@@ -1,44 +1,42 @@
-"""Weights between backend=torch and torchtitan's llama3 / qwen3 (`module.checkpoint.load` both ways).
+"""Weights between backend=torch and torchtitan's llama3 / qwen3 / deepseek_v3 (`module.checkpoint.load` both ways).
 
-The names are the same (tok_embeddings, layers.<i>.attention.wq, feed_forward.w1, ..., norm, output); only llama3's
-query and key rows differ in order within each head (native_init.py: it rotates pairs (2i, 2i+1), the native model
-and qwen3 (i, i + d/2)). A torchtitan checkpoint is a torch.distributed.checkpoint folder whose model keys are
+The names are the same but for MoE layers, and the rotary rows of llama3 and deepseek_v3 are in pairwise order
+(native_init.py has both maps). A torchtitan checkpoint is a torch.distributed.checkpoint folder whose model keys are
 those names: read with torch alone (no torchtitan import), like a megatron one (torch/foreign_checkpoints.py).
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from primus_hydra.backends.torchtitan.native_init import (
     deinterleave_rotary_rows,
     interleave_rotary_rows,
-    pairwise_rotary,
+    native_name,
+    rotary_rows,
+    torchtitan_name,
 )
 
-_ROTARY = ("attention.wq.weight", "attention.wk.weight")
 _NOT_MODEL = ("optimizer", "lr_scheduler", "dataloader", "train_state")
 
 
-def _head_dim(model_cfg: Any) -> int:
-    return model_cfg.head_dim or model_cfg.hidden_size // model_cfg.num_attention_heads
-
-
-def _reorder(weights: dict[str, torch.Tensor], model_cfg: Any, reorder: Callable) -> dict[str, torch.Tensor]:
-    if not pairwise_rotary(model_cfg):  # qwen3: the native order
-        return weights
-    d = _head_dim(model_cfg)
-    return {name: reorder(tensor, d) if name.endswith(_ROTARY) else tensor for name, tensor in weights.items()}
-
-
 def native_to_torchtitan(weights: dict[str, torch.Tensor], model_cfg: Any) -> dict[str, torch.Tensor]:
-    return _reorder(weights, model_cfg, interleave_rotary_rows)
+    out = {}
+    for name, tensor in weights.items():
+        rotary = rotary_rows(name, model_cfg)
+        out[torchtitan_name(name)] = interleave_rotary_rows(tensor, rotary) if rotary else tensor
+    return out
 
 
 def torchtitan_to_native(weights: dict[str, torch.Tensor], model_cfg: Any) -> dict[str, torch.Tensor]:
-    return _reorder(weights, model_cfg, deinterleave_rotary_rows)
+    out = {}
+    for titan, tensor in weights.items():
+        name = native_name(titan)
+        rotary = rotary_rows(name, model_cfg)
+        out[name] = deinterleave_rotary_rows(tensor, rotary) if rotary else tensor
+    return out
 
 
 def read_torchtitan_weights(path: Path) -> dict[str, torch.Tensor]:

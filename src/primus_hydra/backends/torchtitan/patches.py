@@ -12,14 +12,10 @@ from __future__ import annotations
 import importlib
 import os
 import resource
+import types
 from typing import Optional
 
-from primus_hydra.backends.torchtitan.key_moves import (
-    DEBUG_SECTION_MOVES,
-    DEBUG_SECTION_SINCE,
-    move_keys,
-    reversed_moves,
-)
+from primus_hydra.backends.torchtitan.key_moves import MOVED_IN, MOVES_OF_0_2_1, move_keys, reversed_moves
 from primus_hydra.patches.registry import PatchContext, register_patch, runs_on_cpu
 from primus_hydra.patches.versions import cpu_patches_failure
 
@@ -129,6 +125,83 @@ def _replace_everywhere(name: str, original, replacement) -> None:
             setattr(module, name, replacement)
 
 
+class _TorchWithIntegerHistc(types.ModuleType):
+    """`torch` as torchtitan's MoE module sees it: the same, but histc counts integer tensors on the CPU too."""
+
+    def __init__(self) -> None:
+        super().__init__("torch")
+
+    def __getattr__(self, name: str):
+        import torch
+
+        return getattr(torch, name)
+
+    @staticmethod
+    def histc(input, bins: int = 100, min: float = 0, max: float = 0, *, out=None):  # noqa: A002 - torch's names
+        import torch
+
+        if input.device.type != "cpu" or input.is_floating_point():
+            return torch.histc(input, bins=bins, min=min, max=max, out=out)
+        return torch.histc(input.float(), bins=bins, min=min, max=max).to(input.dtype)  # exact below 2**24 tokens
+
+
+@register_patch("torchtitan.cpu.moe_histc", backend="torchtitan", phase="setup", priority=15,
+                backend_versions=CPU_PATCH_VERSIONS, condition=runs_on_cpu, tags=("cpu",))
+def moe_histc_cpu(ctx: PatchContext) -> None:
+    """torchtitan's MoE router counts tokens per expert with torch.histc on integer expert ids, which torch's CPU
+    kernel does not take ("histogram_cpu" not implemented for 'Long'): counted as floats there."""
+    moe = importlib.import_module("torchtitan.models.moe.moe")
+    if not isinstance(moe.torch, _TorchWithIntegerHistc):
+        moe.torch = _TorchWithIntegerHistc()
+
+
+def _sum_gradient_over(group):
+    """Identity forward; the gradient summed over `group` backward (Megatron's "copy to tensor-parallel region")."""
+    import torch
+    import torch.distributed as dist
+
+    class SumGradient(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx, grad):
+            grad = grad.contiguous()
+            dist.all_reduce(grad, group=group)
+            return grad
+
+    return SumGradient.apply
+
+
+@register_patch("torchtitan.moe.tp_router_gradients", backend="torchtitan", phase="setup", priority=16,
+                backend_versions=["0.2.*"])
+def tp_router_gradients(ctx: PatchContext) -> None:
+    """Tensor-parallel MoE with the scores weighting the experts' outputs (score_before_experts=false: DeepSeek's
+    routing, every torchtitan DeepSeek flavor): each tp rank holds a partial sum of the routed output, so the scores'
+    gradient, and through it the router's, was a partial sum treated as the whole (measured: the step-1 grad norm
+    off by 6e-5 and the curve by 5e-4 after 3 steps on 2 ranks). The scores' gradient is summed over tp."""
+    llama4 = importlib.import_module("torchtitan.models.llama4.infra.parallelize")
+    apply_moe_ep_tp = llama4.apply_moe_ep_tp
+
+    def apply_moe_ep_tp_summing_score_gradients(model, tp_mesh, ep_mesh, *args, **kwargs):
+        result = apply_moe_ep_tp(model, tp_mesh, ep_mesh, *args, **kwargs)
+        if tp_mesh is None or ep_mesh is not None:  # experts tensor-parallel over tp only
+            return result
+        sum_gradient = _sum_gradient_over(tp_mesh.get_group())
+
+        def full_score_gradients(router, inputs, output):
+            top_scores, *rest = output
+            return (sum_gradient(top_scores), *rest)
+
+        for block in model.layers.values():
+            if getattr(block, "moe_enabled", False) and not block.moe.score_before_experts:
+                block.moe.router.register_forward_hook(full_score_gradients)
+        return result
+
+    _replace_everywhere("apply_moe_ep_tp", apply_moe_ep_tp, apply_moe_ep_tp_summing_score_gradients)
+
+
 @register_patch("torchtitan.cpu.peak_flops", backend="torchtitan", phase="setup", priority=13,
                 backend_versions=CPU_PATCH_VERSIONS, condition=runs_on_cpu, tags=("cpu",))
 def peak_flops_cpu(ctx: PatchContext) -> None:
@@ -161,15 +234,16 @@ def pg_timeouts_cpu(ctx: PatchContext) -> None:
 
 
 @register_patch("torchtitan.args.keys_since_0_2_1", backend="torchtitan", phase="build_args", priority=5,
-                backend_versions=[f">={DEBUG_SECTION_SINCE}"])
+                backend_versions=[f">={MOVED_IN}"])
 def keys_since_0_2_1(ctx: PatchContext) -> None:
     """torchtitan >= 0.2.1: keys written with 0.2.0's names (training.seed, training.debug_moe_force_load_balance,
-    ...) move into the debug section, where this release reads them."""
-    move_keys(ctx.backend_args, DEBUG_SECTION_MOVES, ctx.backend_version)
+    model_args.n_expert_groups, ...) move to where this release reads them (debug, model_args.moe_args)."""
+    move_keys(ctx.backend_args, MOVES_OF_0_2_1, ctx.backend_version)
 
 
 @register_patch("torchtitan.args.keys_before_0_2_1", backend="torchtitan", phase="build_args", priority=5,
-                backend_versions=[f"<{DEBUG_SECTION_SINCE}"])
+                backend_versions=[f"<{MOVED_IN}"])
 def keys_before_0_2_1(ctx: PatchContext) -> None:
-    """torchtitan 0.2.0 has no debug section: its keys move back into training, under 0.2.0's names."""
-    move_keys(ctx.backend_args, reversed_moves(DEBUG_SECTION_MOVES), ctx.backend_version)
+    """torchtitan 0.2.0 has no debug section and routes DeepSeek's expert groups outside its MoE args: those keys
+    move back under 0.2.0's names."""
+    move_keys(ctx.backend_args, reversed_moves(MOVES_OF_0_2_1), ctx.backend_version)

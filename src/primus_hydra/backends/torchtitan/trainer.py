@@ -78,7 +78,7 @@ class TorchTitanTrainer(StepLoopTrainer):
 
         self.torchtitan_version = importlib.metadata.version("torchtitan")  # stamped into each checkpoint's meta
         job = self.job_config
-        job.model.name = register_train_spec(self.cfg, self.backend_args, job)
+        job.model.name = register_train_spec(self.cfg, self.backend_args, job, self.device)
         self.titan = Trainer(job)
         self.model_parts = self.titan.model_parts
         init_like_native(self.model_parts, self.cfg.model, self.cfg.module.seed)  # the llama family (the adapter's rule)
@@ -175,7 +175,7 @@ class TorchTitanTrainer(StepLoopTrainer):
         self.start_step = int(torch.load(path / TRAINER_STATE, map_location="cpu", weights_only=False)["step"])
 
 
-def register_train_spec(cfg: Any, backend_args: dict, job: Any) -> str:
+def register_train_spec(cfg: Any, backend_args: dict, job: Any, device: torch.device) -> str:
     """torchtitan's TrainSpec for job.model.name with the project's dataloader and the preset's model args over
     the flavor's, registered under this project's name (torchtitan's own extension point); returns that name."""
     from torchtitan.protocols import train_spec as specs
@@ -183,6 +183,11 @@ def register_train_spec(cfg: Any, backend_args: dict, job: Any) -> str:
     spec = specs.get_train_spec(job.model.name)
     flavor = base_flavor(spec, job.model.flavor, cfg.backend.flavor)
     model_args = _with_overrides(spec.model_args[flavor], backend_args.get(MODEL_ARGS) or {})
+    if device.type != "cuda" and getattr(model_args, "moe_args", None) is not None:
+        # grouped GEMMs and their index kernels are CUDA's (triton): the experts run as a loop, as torchtitan's
+        # deepseek_v3 itself decides below SM90 (its qwen3 does not)
+        model_args = dataclasses.replace(model_args, moe_args=dataclasses.replace(model_args.moe_args,
+                                                                                  use_grouped_mm=False))
     log.info("model %s: torchtitan %s flavor %s with the preset's model args", cfg.model.name, job.model.name, flavor)
 
     def dataloader(dp_world_size: int, dp_rank: int, tokenizer: Any, job_config: Any, **_: Any) -> Any:
