@@ -42,6 +42,11 @@ class TorchTitanJobFormat(Choice):
     config_function = "config_function"  # torchtitan 0.3.x: a Python config function (--module ... --config ...)
 
 
+class RecomputeMethod(Choice):
+    uniform = "uniform"
+    block = "block"
+
+
 class RecomputeGranularity(Choice):
     full = "full"
     selective = "selective"
@@ -124,6 +129,9 @@ class TaskConfig:
     name: str = MISSING
     dry_run: bool = False  # stop after build_args and write the backend's final arguments to the run dir
     runs: Optional[str] = None  # task=status: a run or sweep dir (null: every run under outputs/ and multirun/)
+    source: Optional[str] = None  # task=import: a Primus experiment file, or a folder of them
+    primus_root: Optional[str] = None  # task=import: the Primus checkout (null: the one that contains task.source)
+    out: Optional[str] = None  # task=import: the Hydra config dir written (experiment/, model/)
 
 
 @dataclass
@@ -161,6 +169,9 @@ class MegatronBackendConfig(BackendConfig):
     transformer_impl: TransformerImpl = TransformerImpl.transformer_engine
     use_distributed_optimizer: bool = True
     recompute_granularity: Optional[RecomputeGranularity] = None
+    # full recompute: Megatron's --recompute-method and --recompute-num-layers (null: uniform, 1 layer per unit)
+    recompute_method: Optional[RecomputeMethod] = None
+    recompute_num_layers: Optional[int] = None
     tokenizer_type: str = "HuggingFaceTokenizer"
     tokenizer_model: Optional[str] = None
 

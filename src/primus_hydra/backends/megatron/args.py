@@ -179,8 +179,9 @@ def parallel_args(cfg: DictConfig, layout: ParallelLayout) -> dict:
         args.update(use_torch_fsdp2=True, use_distributed_optimizer=False, gradient_accumulation_fusion=False)
     if backend.recompute_granularity:
         args["recompute_granularity"] = backend.recompute_granularity
-        if backend.recompute_granularity == "full":  # full recompute needs a method; one layer per unit
-            args.update(recompute_method="uniform", recompute_num_layers=1)
+        if backend.recompute_granularity == "full":  # full recompute needs a method; default: one layer per unit
+            args.update(recompute_method=backend.recompute_method or "uniform",
+                        recompute_num_layers=backend.recompute_num_layers or 1)
     return args
 
 

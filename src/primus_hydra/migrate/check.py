@@ -1,0 +1,144 @@
+"""The check that matters for an import: the backend arguments a dry run of the imported experiment exports carry
+exactly the values Primus's own loader resolves, for every model-shape, batch, sequence, iteration, lr-schedule,
+parallel, precision and data key (in the backend's native names). Values Primus leaves to the backend (null, -1)
+are compared with what the backend derives from them."""
+from __future__ import annotations
+
+from typing import Any
+
+from primus_hydra.migrate.mapping import GPUS_PER_NODE
+from primus_hydra.migrate.models import MEGATRON_ARCHITECTURE, TRAINING_CHOICES, megatron_architecture, normalized
+from primus_hydra.migrate.primus_yaml import plain
+
+MEGATRON_CHECKED = ("micro_batch_size", "global_batch_size", "seq_length", "train_iters", "lr", "min_lr",
+                    "lr_warmup_iters", "lr_decay_iters", "lr_decay_style", "weight_decay", "adam_beta1", "adam_beta2",
+                    "adam_eps", "clip_grad", "tensor_model_parallel_size", "pipeline_model_parallel_size",
+                    "context_parallel_size", "expert_model_parallel_size", "sequence_parallel", "bf16", "fp16",
+                    "mock_data", "max_position_embeddings")
+TORCHTITAN_CHECKED = ("training.steps", "training.local_batch_size", "training.seq_len", "training.global_batch_size",
+                      "training.max_norm", "training.mixed_precision_param", "optimizer.lr", "optimizer.eps",
+                      "optimizer.beta1", "optimizer.beta2", "optimizer.weight_decay", "lr_scheduler.warmup_steps",
+                      "lr_scheduler.decay_type", "lr_scheduler.min_lr_factor", "lr_scheduler.decay_ratio",
+                      "parallelism.tensor_parallel_degree", "parallelism.pipeline_parallel_degree",
+                      "parallelism.context_parallel_degree", "parallelism.expert_parallel_degree",
+                      "parallelism.data_parallel_shard_degree", "parallelism.data_parallel_replicate_degree",
+                      "model.name", "model.flavor")
+MAXTEXT_CHECKED = ("steps", "max_target_length", "per_device_batch_size", "ici_tensor_parallelism",
+                   "ici_pipeline_parallelism", "dtype", "dataset_type", "learning_rate", "remat_policy", "attention",
+                   "model_name", "adam_b1", "adam_b2")
+# Megatron-Bridge: Primus's flat names -> this project's ConfigContainer sections
+BRIDGE_CHECKED = {"train_iters": "train.train_iters", "micro_batch_size": "train.micro_batch_size",
+                  "global_batch_size": "train.global_batch_size", "seq_length": "model.seq_length",
+                  "min_lr": "optimizer.min_lr", "lr_warmup_iters": "scheduler.lr_warmup_iters",
+                  "tensor_model_parallel_size": "model.tensor_model_parallel_size",
+                  "pipeline_model_parallel_size": "model.pipeline_model_parallel_size",
+                  "context_parallel_size": "model.context_parallel_size"}
+
+
+def _get(tree: dict, path: str) -> Any:
+    node: Any = tree
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _same(a: Any, b: Any) -> bool:
+    a, b = normalized(a), normalized(b)
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) \
+            and not isinstance(b, bool):
+        return abs(a - b) <= 1e-12 * max(1.0, abs(a), abs(b))
+    return a == b
+
+
+def mismatches(framework: str, primus: dict, exported: dict) -> list[str]:
+    """`key: primus=<value> exported=<value>` for every checked key that differs."""
+    primus = plain(primus)
+    checker = {"megatron": _megatron, "torchtitan": _torchtitan, "maxtext": _maxtext,
+               "megatron_bridge": _bridge}[framework]
+    return [f"{key}: primus={want!r} exported={got!r}" for key, want, got in checker(primus, exported)
+            if not _same(want, got)]
+
+
+def _megatron(primus: dict, exported: dict):
+    if "norm_epsilon" not in exported:  # patch megatron.args.layernorm_epsilon (megatron-core >= 0.16) renames it
+        exported = {**exported, "norm_epsilon": exported.get("layernorm_epsilon")}
+    tp = normalized(primus.get("tensor_model_parallel_size")) or 1
+    derived = {"lr_decay_iters": primus.get("lr_decay_iters") or primus.get("train_iters"),
+               # Megatron turns sequence parallelism off without tensor parallelism
+               "sequence_parallel": bool(primus.get("sequence_parallel")) and tp > 1,
+               "fp16": bool(primus.get("fp16")), "bf16": bool(primus.get("bf16")),
+               "mock_data": bool(primus.get("mock_data"))}
+    for key in MEGATRON_CHECKED:
+        if key not in primus or (primus[key] is None and key not in derived):
+            continue
+        yield key, derived.get(key, primus.get(key)), exported.get(key)
+    want, got = megatron_architecture(primus), megatron_architecture(exported)
+    for key in MEGATRON_ARCHITECTURE + TRAINING_CHOICES:
+        if want[key] is not None:
+            yield key, want[key], got[key]
+
+
+def _torchtitan(primus: dict, exported: dict):
+    others = 1
+    for key in ("tensor_parallel_degree", "pipeline_parallel_degree", "context_parallel_degree"):
+        others *= int(_get(primus, f"parallelism.{key}") or 1)
+    replicate = int(_get(primus, "parallelism.data_parallel_replicate_degree") or 1)
+    shard = _get(primus, "parallelism.data_parallel_shard_degree")
+    shard = GPUS_PER_NODE // (others * replicate) if shard in (None, -1) else int(shard)
+    global_batch = _get(primus, "training.global_batch_size")
+    derived = {"parallelism.data_parallel_shard_degree": shard,
+               "training.global_batch_size": _get(primus, "training.local_batch_size") * replicate * shard
+               if global_batch in (None, -1) else global_batch}
+    for key in TORCHTITAN_CHECKED:
+        want = derived.get(key, _get(primus, key))
+        if want is None:
+            continue
+        yield key, want, _get(exported, key)
+    if _get(primus, "training.mock_data"):
+        yield "training.mock_data", "primus_hydra_mock", _get(exported, "training.dataset")
+
+
+def _maxtext(primus: dict, exported: dict):
+    for key in MAXTEXT_CHECKED:
+        if primus.get(key) is not None:
+            yield key, primus[key], exported.get(key)
+
+
+def _bridge(primus: dict, exported: dict):
+    for key, path in BRIDGE_CHECKED.items():
+        if primus.get(key) is not None:
+            yield key, primus[key], _get(exported, path)
+    lr = primus.get("finetune_lr", primus.get("lr"))
+    if lr is not None:
+        yield "lr", lr, _get(exported, "optimizer.lr")
+    if primus.get("recipe") and primus.get("flavor"):
+        yield "recipe", f"{primus['recipe']}.{primus['flavor']}", _get(exported, "recipe.name")
+
+
+def dry_run_mismatches(name: str, out, framework: str, primus: dict, run_dir) -> list[str]:
+    """Composes experiment=<name> from the config dir `out` (as `--config-dir out` does), dry-runs it into run_dir
+    and compares its exported arguments with Primus's; a run that fails is one entry saying why."""
+    from pathlib import Path
+
+    import yaml
+    from hydra import compose, initialize_config_dir
+
+    from primus_hydra.config.paths import find_conf_dir
+    from primus_hydra.config.schema import register_schemas
+    from primus_hydra.errors import PrimusError
+    from primus_hydra.tasks.train import TrainTask
+
+    register_schemas()
+    overrides = [f"experiment={name}", "task.dry_run=true", f"hydra.searchpath=[file://{Path(out).resolve()}]"]
+    try:
+        with initialize_config_dir(config_dir=find_conf_dir(), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=overrides)
+        path = TrainTask(cfg, run_dir=Path(run_dir)).run()
+    except PrimusError as error:
+        return [f"dry run failed: {str(error).splitlines()[0]}"]
+    except Exception as error:  # noqa: BLE001 - composition errors: reported as the check's result
+        return [f"dry run failed: {type(error).__name__}: {str(error).splitlines()[0]}"]
+    exported = yaml.safe_load(Path(path).read_text())
+    return mismatches(framework, primus, exported)

@@ -1,0 +1,473 @@
+"""A resolved Primus trainer module as this project's canonical keys.
+
+Each framework has a table of (Primus key path, canonical key, conversion); the model goes through models.py. What
+no table holds is kept: keys the experiment's own `overrides` set, and keys of the model preset, go to
+`backend.extra_args` verbatim (they reach the backend unchanged); keys read only by Primus itself (its launcher,
+logging and extension switches) are listed in the generated file's header with their values.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from primus_hydra.errors import PrimusError
+from primus_hydra.migrate.models import ModelChoice, megatron_model, stem, zoo_models
+from primus_hydra.migrate.primus_yaml import EnvValue, TrainerModule, plain
+
+FRAMEWORKS = {"megatron": "megatron", "torchtitan": "torchtitan", "maxtext": "maxtext",
+              "megatron_bridge": "megatron_bridge"}
+GPUS_PER_NODE = 8  # Primus's GPUS_PER_NODE default: the layout its experiments are written for
+# read by Primus's own runtime only (logging sinks, its launcher): listed in the header, not imported
+PRIMUS_ONLY = {"trainable", "sink_level", "file_sink_level", "stderr_sink_level", "model", "framework", "config",
+               "stage"}
+# Primus's own extensions of Megatron (its module presets primus_*.yaml, zero_bubble, torch_compile, module_base)
+PRIMUS_EXTENSION_PRESETS = ("module_base.yaml", "primus_megatron_module.yaml", "primus_turbo.yaml",
+                            "primus_pipeline.yaml", "zero_bubble.yaml", "torch_compile.yaml")
+# Primus's generic model defaults (every Megatron model preset extends them): like its module presets, what a
+# model preset keeps of them is not passed through; what it sets differently is
+GENERIC_MODEL_PRESETS = ("language_model.yaml",)
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _precision(params: dict) -> Optional[str]:
+    if plain(params.get("fp16")):
+        return None  # no canonical fp16: kept as an extra argument
+    return "bf16" if plain(params.get("bf16")) else "fp32"
+
+
+@dataclass
+class Imported:
+    backend: str
+    model: ModelChoice
+    canonical: dict = field(default_factory=dict)  # dotted canonical key -> value (EnvValue kept)
+    extra_args: dict = field(default_factory=dict)  # native key (torchtitan: section.key) -> value
+    primus_only: dict = field(default_factory=dict)  # key -> value, for the header
+    warnings: list[str] = field(default_factory=list)
+    consumed: set = field(default_factory=set)  # Primus key paths a canonical key took
+
+    def take(self, params: dict, path: str, canonical: str, convert: Callable = _same) -> None:
+        value = _get(params, path)
+        if value is _MISSING:
+            return
+        self.consumed.add(path)
+        converted = convert(plain(value))
+        if converted is _SKIP:
+            return
+        # an env default stays an env read: ${oc.env:VAR,default} (only where the value is used unconverted)
+        if isinstance(value, EnvValue) and converted == value.value:
+            converted = value
+        self.canonical[canonical] = converted
+
+
+_MISSING, _SKIP = object(), object()
+
+
+def _get(tree: dict, path: str) -> Any:
+    node: Any = tree
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+def _skip_none(value: Any) -> Any:
+    return _SKIP if value is None else value
+
+
+# -- megatron (flat Megatron-LM argument names) ----------------------------------------------------------------
+MEGATRON_KEYS = (
+    ("train_iters", "module.train_iters", _same), ("micro_batch_size", "module.micro_batch_size", _same),
+    ("global_batch_size", "module.global_batch_size", _same), ("seq_length", "module.seq_length", _same),
+    ("lr", "module.lr", float), ("min_lr", "module.min_lr", float),
+    ("lr_warmup_iters", "module.warmup_iters", _same), ("lr_decay_iters", "module.lr_decay_iters", _same),
+    ("weight_decay", "module.weight_decay", float), ("adam_beta1", "module.adam_beta1", float),
+    ("adam_beta2", "module.adam_beta2", float), ("adam_eps", "module.adam_eps", float),
+    ("clip_grad", "module.clip_grad", float), ("seed", "module.seed", _same),
+    ("exit_interval", "module.exit_interval", _same),
+    ("tensor_model_parallel_size", "module.parallel.tp", _same),
+    ("pipeline_model_parallel_size", "module.parallel.pp", _same),
+    ("context_parallel_size", "module.parallel.cp", _same),
+    ("expert_model_parallel_size", "module.parallel.ep", _same),
+    ("sequence_parallel", "module.parallel.sequence_parallel", bool),
+    ("use_torch_fsdp2", "module.parallel.fsdp", bool),
+    ("use_distributed_optimizer", "backend.use_distributed_optimizer", bool),
+    ("num_virtual_stages_per_pipeline_rank", "backend.virtual_stages_per_pipeline_rank", _same),
+    ("tokenizer_type", "backend.tokenizer_type", _same), ("tokenizer_model", "backend.tokenizer_model", _same),
+    ("log_interval", "module.log.interval", _same),
+    ("max_position_embeddings", "model.max_position_embeddings", _skip_none),
+)
+LR_DECAY_STYLES = ("cosine", "linear", "constant")
+
+
+def map_megatron(module: TrainerModule, imported: Imported) -> None:
+    params = module.params
+    for path, canonical, convert in MEGATRON_KEYS:
+        imported.take(params, path, canonical, convert)
+    style = plain(params.get("lr_decay_style", "cosine"))
+    imported.consumed.add("lr_decay_style")
+    if style in LR_DECAY_STYLES:
+        imported.canonical["module.lr_decay_style"] = style
+    else:
+        raise PrimusError(f"lr_decay_style={style}: this project's schedules are {', '.join(LR_DECAY_STYLES)}")
+    precision = _precision(params)
+    imported.consumed.update({"bf16"} | ({"fp16"} if precision else set()))
+    if precision:
+        imported.canonical["module.precision"] = precision
+    vpp = plain(params.get("virtual_pipeline_model_parallel_size"))
+    if vpp and "backend.virtual_stages_per_pipeline_rank" not in imported.canonical:
+        imported.canonical["backend.virtual_stages_per_pipeline_rank"] = vpp
+    imported.consumed.add("virtual_pipeline_model_parallel_size")
+    _megatron_data(params, imported)
+    _megatron_checkpoints(params, imported)
+    recompute = plain(params.get("recompute_granularity"))
+    imported.consumed.add("recompute_granularity")
+    if recompute:
+        imported.canonical["backend.recompute_granularity"] = recompute
+    imported.take(params, "recompute_method", "backend.recompute_method", _skip_none)
+    imported.take(params, "recompute_num_layers", "backend.recompute_num_layers", _skip_none)
+    impl = plain(params.get("transformer_impl"))
+    imported.consumed.add("transformer_impl")
+    if impl in ("transformer_engine", "local"):
+        imported.canonical["backend.transformer_impl"] = impl
+    if plain(params.get("use_torch_fsdp2")):  # what the translation sets with FSDP2 (Megatron refuses the others)
+        imported.consumed.update({"gradient_accumulation_fusion", "use_distributed_optimizer"})
+        imported.canonical.pop("backend.use_distributed_optimizer", None)
+    imported.canonical.update(fewest_nodes(imported.canonical))
+    pp, layers = int(plain(params.get("pipeline_model_parallel_size")) or 1), plain(params.get("num_layers"))
+    uneven = {key: plain(params[key]) for key in ("decoder_first_pipeline_num_layers",
+                                                  "decoder_last_pipeline_num_layers", "pipeline_model_parallel_layout")
+              if plain(params.get(key)) is not None}
+    if layers and layers % pp and pp > 1:
+        raise PrimusError(f"pipeline_model_parallel_size={pp} with num_layers={layers}: Primus splits the stages "
+                          f"unevenly ({', '.join(f'{k}={v}' for k, v in uneven.items()) or 'by Megatron'}); this "
+                          f"project's pipeline stages hold equal layers")
+
+
+def fewest_nodes(canonical: dict) -> dict:
+    """launch.nnodes: the fewest nodes of GPUS_PER_NODE GPUs on which the layout is whole (Primus reads NNODES)."""
+    def size(key: str) -> int:
+        return int(plain(canonical.get(f"module.parallel.{key}", 1)) or 1)
+
+    tp, pp, cp, ep = size("tp"), size("pp"), size("cp"), size("ep")
+    micro, batch = plain(canonical.get("module.micro_batch_size")), plain(canonical.get("module.global_batch_size"))
+    for nodes in range(1, 65):
+        world = GPUS_PER_NODE * nodes
+        if world % (tp * pp * cp) or (world // pp) % ep:
+            continue
+        dp = world // (tp * pp * cp)
+        if micro and batch and batch % (micro * dp):
+            continue
+        return {"launch.nnodes": nodes} if nodes > 1 else {}
+    return {}
+
+
+def _megatron_data(params: dict, imported: Imported) -> None:
+    imported.consumed.update({"mock_data", "train_data_path", "data_path"})
+    if plain(params.get("mock_data")):
+        imported.canonical["module.data.source"] = "mock"
+        return
+    path = params.get("data_path") or params.get("train_data_path")
+    if not plain(path):
+        imported.canonical["module.data.source"] = "mock"
+        imported.warnings.append("no data path and mock_data=false: Primus's Megatron would stop; imported with "
+                                 "module.data.source=mock (set module.data.path to your indexed data)")
+        return
+    imported.canonical["module.data.source"] = "indexed"
+    text = path.value if isinstance(path, EnvValue) else path
+    blend = " ".join(str(part) for part in text) if isinstance(text, list) else str(text).strip()
+    imported.canonical["module.data.path"] = EnvValue(blend, path.var, path.default) \
+        if isinstance(path, EnvValue) and blend == str(path.value) else blend
+
+
+def _megatron_checkpoints(params: dict, imported: Imported) -> None:
+    imported.consumed.update({"save", "save_interval", "load", "finetune", "disable_last_saving"})
+    save, interval = plain(params.get("save")), plain(params.get("save_interval"))
+    if save:
+        imported.canonical["module.checkpoint.dir"] = save
+        imported.canonical["module.checkpoint.interval"] = interval or 0
+        imported.canonical["module.checkpoint.save_final"] = not plain(params.get("disable_last_saving"))
+    else:  # Primus's Megatron saves nothing without `save`
+        imported.canonical["module.checkpoint.interval"] = 0
+        imported.canonical["module.checkpoint.save_final"] = False
+    load = plain(params.get("load"))
+    if load:
+        key = "module.checkpoint.load" if plain(params.get("finetune")) else "module.checkpoint.resume"
+        imported.canonical[key] = load
+
+
+# -- torchtitan (its JobConfig sections) -----------------------------------------------------------------------
+def map_torchtitan(module: TrainerModule, imported: Imported) -> None:
+    params = module.params
+    for path, canonical, convert in (
+            ("training.steps", "module.train_iters", _same),
+            ("training.local_batch_size", "module.micro_batch_size", _same),
+            ("training.seq_len", "module.seq_length", _same), ("training.max_norm", "module.clip_grad", float),
+            ("optimizer.lr", "module.lr", float), ("optimizer.eps", "module.adam_eps", float),
+            ("optimizer.beta1", "module.adam_beta1", float), ("optimizer.beta2", "module.adam_beta2", float),
+            ("optimizer.weight_decay", "module.weight_decay", float),
+            ("lr_scheduler.warmup_steps", "module.warmup_iters", _same),
+            ("lr_scheduler.total_steps", "module.lr_decay_iters", _same),
+            ("parallelism.tensor_parallel_degree", "module.parallel.tp", _same),
+            ("parallelism.pipeline_parallel_degree", "module.parallel.pp", _same),
+            ("parallelism.context_parallel_degree", "module.parallel.cp", _same),
+            ("parallelism.expert_parallel_degree", "module.parallel.ep", _same),
+            ("activation_checkpoint.mode", "backend.activation_checkpoint", _same),
+            ("compile.enable", "backend.compile", bool), ("debug.seed", "module.seed", _skip_none),
+            ("metrics.log_freq", "module.log.interval", _same),
+            ("model.hf_assets_path", "backend.tokenizer_path", _skip_none)):
+        imported.take(params, path, canonical, convert)
+    lr = float(plain(_get(params, "optimizer.lr")) or 8e-4)
+    factor = plain(_get(params, "lr_scheduler.min_lr_factor"))
+    imported.consumed.add("lr_scheduler.min_lr_factor")
+    if factor is not None:
+        imported.canonical["module.min_lr"] = lr * float(factor)
+    decay = plain(_get(params, "lr_scheduler.decay_type")) or "linear"
+    imported.consumed.add("lr_scheduler.decay_type")
+    if decay not in ("cosine", "linear"):
+        raise PrimusError(f"lr_scheduler.decay_type={decay}: this project's schedules are cosine and linear")
+    imported.canonical["module.lr_decay_style"] = decay
+    mixed = plain(_get(params, "training.mixed_precision_param"))
+    imported.consumed.add("training.mixed_precision_param")
+    imported.canonical["module.precision"] = "bf16" if mixed == "bfloat16" else "fp32"
+    _torchtitan_layout(params, imported)
+    imported.consumed.update({"training.mock_data", "training.dataset", "training.dataset_path"})
+    if plain(_get(params, "training.mock_data")):
+        imported.canonical["module.data.source"] = "mock"
+    else:
+        dataset = plain(_get(params, "training.dataset"))
+        imported.canonical["module.data.source"] = "text"
+        path = plain(_get(params, "training.dataset_path"))
+        if path:
+            imported.canonical["module.data.path"] = path
+        imported.warnings.append(f"training.dataset={dataset}: this project feeds torchtitan its own data sources, "
+                                 f"not torchtitan's Hugging Face datasets; imported as module.data.source=text "
+                                 f"({'its dataset_path' if path else 'set module.data.path to your corpus'})")
+    if plain(_get(params, "checkpoint.enable")):
+        imported.take(params, "checkpoint.interval", "module.checkpoint.interval")
+        imported.take(params, "checkpoint.folder", "module.checkpoint.dir")
+    else:
+        imported.canonical["module.checkpoint.interval"] = 0
+        imported.canonical["module.checkpoint.save_final"] = False
+    imported.consumed.update({"checkpoint.enable", "checkpoint.interval", "checkpoint.folder"})
+
+
+def _torchtitan_layout(params: dict, imported: Imported) -> None:
+    """Degrees of -1 (torchtitan: the rest of the world) and global_batch_size -1 (local x data parallel)."""
+    shard = plain(_get(params, "parallelism.data_parallel_shard_degree"))
+    replicate = plain(_get(params, "parallelism.data_parallel_replicate_degree")) or 1
+    imported.consumed.update({"parallelism.data_parallel_shard_degree", "parallelism.data_parallel_replicate_degree",
+                              "training.global_batch_size"})
+    if shard not in (None, 1) and replicate > 1:
+        raise PrimusError(f"parallelism.data_parallel_replicate_degree={replicate} with data_parallel_shard_degree="
+                          f"{shard}: HSDP has no canonical equivalent (module.parallel.fsdp shards over all of dp)")
+    imported.canonical["module.parallel.fsdp"] = shard not in (None, 1)
+    world = GPUS_PER_NODE
+    model_parallel = 1
+    for key in ("tensor_parallel_degree", "pipeline_parallel_degree", "context_parallel_degree"):
+        model_parallel *= int(plain(_get(params, f"parallelism.{key}")) or 1)
+    dp = world // model_parallel
+    if shard not in (None, -1, 1) and shard != dp or replicate not in (1, dp):
+        explicit = shard if shard not in (None, -1, 1) else replicate
+        imported.canonical["module.parallel.dp"] = explicit
+        dp = explicit
+    local = int(plain(_get(params, "training.local_batch_size")) or 8)
+    global_batch = plain(_get(params, "training.global_batch_size"))
+    imported.canonical["module.global_batch_size"] = local * dp if global_batch in (None, -1) else global_batch
+
+
+def torchtitan_model(module: TrainerModule, imported: Imported) -> ModelChoice:
+    from primus_hydra.backends.torchtitan.args import build_torchtitan_job_config  # noqa: F401 - names only
+
+    name = plain(_get(module.params, "model.name"))
+    flavor = plain(_get(module.params, "model.flavor"))
+    imported.consumed.update({"model.name", "model.flavor"})
+    candidates = [zoo for zoo in zoo_models() if _torchtitan_names(zoo) == (name, flavor)]
+    if not candidates:
+        raise PrimusError(f"model.name={name} model.flavor={flavor}: no zoo preset is torchtitan's {name} {flavor} "
+                          f"(this project's zoo: conf/model/)")
+    preset = stem(module.model).replace("_", "")
+    best = sorted(candidates, key=lambda zoo: (stem(zoo).replace("_", "") != preset, zoo))[0]
+    return ModelChoice(best)
+
+
+def _torchtitan_names(zoo: str) -> tuple[str, str]:
+    from primus_hydra.backends.external import size_tag
+    from primus_hydra.backends.torchtitan.args import KNOWN_FLAVORS, TORCHTITAN_MODEL_NAMES
+
+    model = zoo_models()[zoo]
+    return (TORCHTITAN_MODEL_NAMES.get(model.family, model.family),
+            KNOWN_FLAVORS.get(zoo) or size_tag(zoo) or zoo)
+
+
+# -- maxtext (flat MaxText names) --------------------------------------------------------------------------------
+MAXTEXT_MODELS = {"llama2-7b": "llama2_7b", "llama2-13b": "llama2_13b", "llama2-70b": "llama2_70b",
+                  "llama3-8b": "llama3_8b", "llama3-70b": "llama3_70b", "llama3.1-8b": "llama3.1_8b",
+                  "llama3.1-70b": "llama3.1_70b", "llama3.1-405b": "llama3.1_405b", "mixtral-8x7b": "mixtral_8x7b",
+                  "mixtral-8x22b": "mixtral_8x22b", "deepseek2-16b": "deepseek_v2_lite", "deepseek3-671b": "deepseek_v3",
+                  "qwen3-8b": "qwen3_8b"}
+
+
+def map_maxtext(module: TrainerModule, imported: Imported) -> None:
+    params = module.params
+    for path, canonical, convert in (
+            ("steps", "module.train_iters", _same), ("max_target_length", "module.seq_length", _same),
+            ("learning_rate", "module.lr", float), ("adam_b1", "module.adam_beta1", float),
+            ("adam_b2", "module.adam_beta2", float), ("adam_eps", "module.adam_eps", float),
+            ("adam_weight_decay", "module.weight_decay", float),
+            ("gradient_clipping_threshold", "module.clip_grad", float), ("log_period", "module.log.interval", _same),
+            ("remat_policy", "backend.remat_policy", _same), ("attention", "backend.attention", _same),
+            ("model_name", "backend.model_name", _same)):
+        imported.take(params, path, canonical, convert)
+    imported.consumed.update({"dtype", "dataset_type", "per_device_batch_size", "enable_checkpointing"})
+    imported.canonical["module.precision"] = "bf16" if plain(params.get("dtype")) == "bfloat16" else "fp32"
+    imported.canonical["module.data.source"] = "mock" if plain(params.get("dataset_type")) == "synthetic" else "text"
+    if not plain(params.get("enable_checkpointing")):
+        imported.canonical["module.checkpoint.interval"] = 0
+        imported.canonical["module.checkpoint.save_final"] = False
+    per_device = plain(params.get("per_device_batch_size")) or 1
+    accumulation = int(plain(params.get("gradient_accumulation_steps")) or 1)
+    imported.consumed.add("gradient_accumulation_steps")
+    tp = int(plain(params.get("ici_tensor_parallelism")) or 1)
+    pp = int(plain(params.get("ici_pipeline_parallelism")) or 1)
+    imported.canonical["module.parallel.tp"], imported.canonical["module.parallel.pp"] = tp, pp
+    fsdp = int(plain(params.get("ici_fsdp_parallelism")) or 1)
+    imported.canonical["module.parallel.fsdp"] = fsdp not in (1,)
+    ep = plain(params.get("ici_expert_parallelism"))
+    imported.canonical["module.parallel.ep"] = GPUS_PER_NODE // (tp * pp) if ep == -1 else int(ep or 1)
+    imported.consumed.update({"ici_tensor_parallelism", "ici_pipeline_parallelism", "ici_fsdp_parallelism",
+                              "ici_expert_parallelism", "ici_data_parallelism", "dcn_data_parallelism"})
+    # MaxText's batch is per device, model-parallel devices included
+    micro = per_device * GPUS_PER_NODE / (GPUS_PER_NODE // (tp * pp))
+    imported.canonical["module.micro_batch_size"] = int(micro) if float(micro).is_integer() else micro
+    imported.canonical["module.global_batch_size"] = int(per_device * GPUS_PER_NODE * accumulation)
+    imported.canonical["module.lr_decay_style"] = "cosine"
+
+
+def maxtext_model(module: TrainerModule, imported: Imported) -> ModelChoice:
+    name = plain(module.params.get("model_name"))
+    if name not in MAXTEXT_MODELS:
+        raise PrimusError(f"model_name={name}: no zoo preset is MaxText's {name} (known: "
+                          f"{', '.join(sorted(MAXTEXT_MODELS))})")
+    return ModelChoice(MAXTEXT_MODELS[name])
+
+
+# -- megatron_bridge (flat Megatron names, a recipe for the model) ---------------------------------------------
+def map_megatron_bridge(module: TrainerModule, imported: Imported) -> None:
+    params = module.params
+    for path, canonical, convert in MEGATRON_KEYS:
+        if not canonical.startswith(("backend.", "model.")):
+            imported.take(params, path, canonical, convert)
+    lr = params.get("finetune_lr", params.get("lr"))
+    if lr is not None:
+        imported.canonical["module.lr"] = float(plain(lr))
+    imported.consumed.update({"finetune_lr", "mock", "recipe", "flavor", "skip_save"})
+    imported.canonical["module.data.source"] = "mock" if plain(params.get("mock")) else "indexed"
+    if not plain(params.get("mock")):
+        path = plain(params.get("data_paths") or params.get("train_data_path"))
+        if path:
+            imported.canonical["module.data.path"] = " ".join(map(str, path)) if isinstance(path, list) else str(path)
+    if plain(params.get("skip_save")):
+        imported.canonical["module.checkpoint.interval"] = 0
+        imported.canonical["module.checkpoint.save_final"] = False
+    recipe, flavor = plain(params.get("recipe")), plain(params.get("flavor"))
+    if recipe and flavor:
+        imported.canonical["backend.recipe"] = f"{recipe}.{flavor}"
+    imported.take(params, "hf_path", "backend.hf_model_id")
+    imported.take(params, "peft", "backend.peft", _skip_none)
+    if str(plain(params.get("stage", "pretrain"))) == "sft":
+        imported.canonical["module.stage"] = "sft"
+
+
+def bridge_model(module: TrainerModule, imported: Imported) -> ModelChoice:
+    wanted = stem(module.model).replace("_", "").replace(".", "")
+    for zoo in zoo_models():
+        if stem(zoo).replace("_", "").replace(".", "") == wanted:
+            return ModelChoice(zoo)
+    raise PrimusError(f"model {plain(module.model)}: a Megatron-Bridge recipe pointer without architecture numbers, "
+                      f"and no zoo preset has its name (conf/model/)")
+
+
+MAPPERS = {"megatron": map_megatron, "torchtitan": map_torchtitan, "maxtext": map_maxtext,
+           "megatron_bridge": map_megatron_bridge}
+
+
+def import_module(module: TrainerModule, primus_root, environ: dict) -> Imported:
+    if module.framework not in FRAMEWORKS:
+        raise PrimusError(f"framework={module.framework}: not importable (this project's backends: "
+                          f"{', '.join(FRAMEWORKS)})")
+    backend = FRAMEWORKS[module.framework]
+    if backend == "megatron":
+        choice = megatron_model(plain(module.preset_params), plain(module.params), str(plain(module.model)))
+        if choice.unrepresentable:
+            raise PrimusError(f"model {plain(module.model)}: an architecture this project's models cannot hold "
+                              f"({', '.join(choice.unrepresentable)})")
+    else:
+        choice = None
+    imported = Imported(backend, choice)
+    MAPPERS[backend](module, imported)
+    if choice is None:
+        pick = {"torchtitan": torchtitan_model, "maxtext": maxtext_model, "megatron_bridge": bridge_model}[backend]
+        imported.model = pick(module, imported)
+    _pass_through(module, imported, primus_root, environ)
+    return imported
+
+
+def _pass_through(module: TrainerModule, imported: Imported, primus_root, environ: dict) -> None:
+    """What no table took: the experiment's overrides and what the model preset sets beyond Primus's generic model
+    defaults reach the backend verbatim (null: the backend's default, so nothing to pass); Primus-only keys go to
+    the header."""
+    from primus_hydra.migrate.models import MEGATRON_ARCHITECTURE, TRAINING_CHOICES
+
+    extension = _preset_keys(primus_root, module.framework, environ, PRIMUS_EXTENSION_PRESETS)
+    architecture = set(MEGATRON_ARCHITECTURE) | set(TRAINING_CHOICES) | {"group_query_attention"} \
+        if imported.backend == "megatron" else set()
+    sources = [_flat(module.overrides, imported.backend == "torchtitan")]
+    if imported.backend == "megatron":
+        generic = _preset_keys(primus_root, "megatron", environ, GENERIC_MODEL_PRESETS, kind="models")
+        sources.append({key: value for key, value in module.model_preset.items()
+                        if key not in generic or plain(generic[key]) != plain(value)})
+    for source in sources:
+        for path, value in source.items():
+            if path in imported.consumed or path in architecture or path in imported.extra_args:
+                continue
+            top = path.split(".")[0]
+            if top in PRIMUS_ONLY or path in extension:
+                imported.primus_only[path] = plain(value)
+            elif plain(value) is not None:
+                imported.extra_args[path] = value
+
+
+def _flat(tree: dict, nested: bool, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if nested and isinstance(value, dict) and value:
+            out.update(_flat(value, nested, f"{path}."))
+        else:
+            out[path] = value
+    return out
+
+
+_PRESET_CACHE: dict = {}
+
+
+def _preset_keys(primus_root, framework: str, environ: dict, names: tuple, kind: str = "modules") -> dict:
+    """The keys (and values) of these Primus presets, with what they extend."""
+    from pathlib import Path
+
+    from primus_hydra.migrate.primus_yaml import read_yaml
+
+    key = (str(primus_root), framework, names, kind)
+    if key not in _PRESET_CACHE:
+        found: dict = {}
+        folder = Path(primus_root) / "primus" / "configs" / kind
+        for name in names:
+            for path in (folder / name, folder / framework / name):
+                if path.is_file():
+                    found.update(read_yaml(path, environ))
+        _PRESET_CACHE[key] = found
+    return _PRESET_CACHE[key]

@@ -1,0 +1,135 @@
+"""task=import: Primus experiment files (one, or every one under a folder) as experiments of a Hydra config dir.
+
+    python -m primus_hydra task=import task.source=<file or folder> [task.primus_root=<Primus checkout>]
+        [task.out=./primus_conf]
+
+Reading follows Primus's own loader (migrate/primus_yaml.py); each key's canonical home is in migrate/mapping.py.
+Nothing runs and nothing but task.out is written; a file of the user's there is never overwritten.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from omegaconf import DictConfig
+
+from primus_hydra.errors import PrimusError
+from primus_hydra.tables import aligned_table
+
+
+class ImportFailedError(PrimusError):
+    exit_code = 1
+
+
+@dataclass
+class ImportResult:
+    source: Path
+    experiment: Optional[Path] = None  # the file written (None: not imported)
+    name: str = ""  # experiment=<name>
+    backend: str = "-"
+    model: str = "-"
+    passed_through: int = 0
+    warnings: tuple = ()
+    failure: str = ""
+
+
+class ImportTask:
+    def __init__(self, cfg: DictConfig):
+        self.cfg = cfg
+
+    def run(self) -> list[ImportResult]:
+        task = self.cfg.task
+        if not task.get("source"):
+            raise PrimusError("task.source is not set: give a Primus experiment file or a folder of them "
+                              "(task.source=examples/megatron/configs/MI300X)")
+        source = Path(str(task.source)).expanduser()
+        if not source.exists():
+            raise PrimusError(f"task.source={source}: no such file or folder")
+        root = find_primus_root(source, task.get("primus_root"))
+        out = Path(str(task.get("out") or "primus_conf")).expanduser()
+        folder_mode = source.is_dir()
+        files = sorted(p for p in source.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file()) \
+            if folder_mode else [source]
+        if folder_mode and not files:
+            raise PrimusError(f"task.source={source}: no YAML files under it")
+        results = import_files(files, source if folder_mode else source.parent, root, out, dict(os.environ))
+        failed = [result for result in results if result.failure]
+        if folder_mode:
+            print(summary_table(results, source))
+        else:
+            report_one(results[0], out)
+        if failed:
+            raise ImportFailedError(f"{len(failed)} of {len(results)} file(s) not imported"
+                                    + ("" if folder_mode else f": {failed[0].failure}"))
+        if folder_mode:
+            print(f"imported {len(results)} experiment(s) into {out}; run one: python -m primus_hydra "
+                  f"--config-dir {out} experiment=<name>")
+        return results
+
+
+def find_primus_root(source: Path, given: Optional[str]) -> Path:
+    if given:
+        root = Path(str(given)).expanduser()
+        if not (root / "primus" / "configs").is_dir():
+            raise PrimusError(f"task.primus_root={root}: not a Primus checkout (it has no primus/configs)")
+        return root
+    for folder in [source.resolve(), *source.resolve().parents]:
+        if (folder / "primus" / "configs").is_dir():
+            return folder
+    raise PrimusError(f"task.primus_root is not set and no Primus checkout contains {source}; set "
+                      f"task.primus_root=<the Primus checkout whose presets the experiments name>")
+
+
+def import_files(files: list[Path], base: Path, root: Path, out: Path, environ: dict) -> list[ImportResult]:
+    from primus_hydra.migrate.mapping import import_module
+    from primus_hydra.migrate.primus_yaml import load_experiment, plain
+    from primus_hydra.migrate.writer import RESOLVED_DIR, experiment_text, model_file, resolved_text, write_if_ours
+
+    cache: dict = {}
+    results = []
+    for path in files:
+        result = ImportResult(path)
+        try:
+            experiment = load_experiment(path, root, environ, cache)
+            if len(experiment.modules) != 1:
+                raise PrimusError(f"{path}: {len(experiment.modules)} trainer modules; an experiment here trains one")
+            module = experiment.modules[0]
+            imported = import_module(module, root, environ)
+            imported.warnings[:0] = experiment.warnings
+            name = path.relative_to(base).with_suffix("").as_posix()
+            if imported.model.name:
+                model_name, text = model_file(imported, f"{module.framework}/{plain(module.model)}")
+                write_if_ours(out / "model" / f"{model_name}.yaml", text)
+            target = out / "experiment" / f"{name}.yaml"
+            write_if_ours(target, experiment_text(experiment, module, imported, name, out))
+            write_if_ours(out / RESOLVED_DIR / f"{name}.yaml", resolved_text(experiment, module))
+            result.experiment, result.name, result.backend = target, name, imported.backend
+            result.model, result.passed_through = imported.model.preset, len(imported.extra_args)
+            result.warnings = tuple(imported.warnings)
+        except PrimusError as error:
+            result.failure = str(error).replace(f"{path}: ", "", 1)
+        results.append(result)
+    return results
+
+
+def report_one(result: ImportResult, out: Path) -> None:
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if result.failure:
+        return
+    print(f"wrote {result.experiment} (backend={result.backend}, model={result.model}, "
+          f"{result.passed_through} key(s) passed through)")
+    print(f"run it: python -m primus_hydra --config-dir {out} experiment={result.name}")
+
+
+def summary_table(results: list[ImportResult], base: Path) -> str:
+    rows = []
+    for result in results:
+        status = f"skipped: {result.failure}" if result.failure else \
+            ("ok" + (f", {len(result.warnings)} warning(s)" if result.warnings else ""))
+        rows.append((result.source.relative_to(base).as_posix(), result.backend, result.model,
+                     str(result.passed_through) if not result.failure else "-", status))
+    return aligned_table(("file", "backend", "model", "passed through", "status"), rows, rule=True)
