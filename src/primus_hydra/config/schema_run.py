@@ -66,9 +66,10 @@ class AttentionKernel(Choice):  # the choices listed in MaxText's base.yml
     cudnn_flash_te = "cudnn_flash_te"
 
 
-class RematPolicy(Choice):  # the choices listed in MaxText's base.yml
+class RematPolicy(Choice):  # the choices listed in MaxText's base.yml (minimal_flash: newer MaxText, Primus's default)
     minimal_with_context = "minimal_with_context"
     minimal = "minimal"
+    minimal_flash = "minimal_flash"
     save_dot_with_context_except_mlp = "save_dot_with_context_except_mlp"
     save_dot_except_mlpwi = "save_dot_except_mlpwi"
     save_dot_except_mlp = "save_dot_except_mlp"

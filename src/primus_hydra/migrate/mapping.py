@@ -99,8 +99,11 @@ MEGATRON_KEYS = (
     ("tokenizer_type", "backend.tokenizer_type", _same), ("tokenizer_model", "backend.tokenizer_model", _same),
     ("log_interval", "module.log.interval", _same),
     ("max_position_embeddings", "model.max_position_embeddings", _skip_none),
+    ("vocab_size", "model.vocab_size", _skip_none), ("num_workers", "module.data.num_workers", _skip_none),
 )
 LR_DECAY_STYLES = ("cosine", "linear", "constant")
+_NO_DATA_PATH = ("mock_data=false without a data path (Primus's trainer reads a dataset it names itself, e.g. "
+                 "sft_dataset_name): imported with module.data.source=mock; set module.data.* to your data")
 
 
 def map_megatron(module: TrainerModule, imported: Imported) -> None:
@@ -173,8 +176,7 @@ def _megatron_data(params: dict, imported: Imported) -> None:
     path = params.get("data_path") or params.get("train_data_path")
     if not plain(path):
         imported.canonical["module.data.source"] = "mock"
-        imported.warnings.append("no data path and mock_data=false: Primus's Megatron would stop; imported with "
-                                 "module.data.source=mock (set module.data.path to your indexed data)")
+        imported.warnings.append(_NO_DATA_PATH)
         return
     imported.canonical["module.data.source"] = "indexed"
     text = path.value if isinstance(path, EnvValue) else path
@@ -289,9 +291,16 @@ def torchtitan_model(module: TrainerModule, imported: Imported) -> ModelChoice:
     if not candidates:
         raise PrimusError(f"model.name={name} model.flavor={flavor}: no zoo preset is torchtitan's {name} {flavor} "
                           f"(this project's zoo: conf/model/)")
-    preset = stem(module.model).replace("_", "")
-    best = sorted(candidates, key=lambda zoo: (stem(zoo).replace("_", "") != preset, zoo))[0]
+    best = sorted(candidates, key=lambda zoo: (-_common_prefix(stem(zoo), stem(module.model)), zoo))[0]
     return ModelChoice(best)
+
+
+def _common_prefix(a: str, b: str) -> int:
+    a, b = a.replace("_", ""), b.replace("_", "")
+    size = 0
+    while size < min(len(a), len(b)) and a[size] == b[size]:
+        size += 1
+    return size
 
 
 def _torchtitan_names(zoo: str) -> tuple[str, str]:
@@ -308,6 +317,7 @@ MAXTEXT_MODELS = {"llama2-7b": "llama2_7b", "llama2-13b": "llama2_13b", "llama2-
                   "llama3-8b": "llama3_8b", "llama3-70b": "llama3_70b", "llama3.1-8b": "llama3.1_8b",
                   "llama3.1-70b": "llama3.1_70b", "llama3.1-405b": "llama3.1_405b", "mixtral-8x7b": "mixtral_8x7b",
                   "mixtral-8x22b": "mixtral_8x22b", "deepseek2-16b": "deepseek_v2_lite", "deepseek3-671b": "deepseek_v3",
+                  "llama3.3-70b": "llama3.1_70b",  # Llama 3.3 70B has Llama 3.1 70B's architecture
                   "qwen3-8b": "qwen3_8b"}
 
 
@@ -345,6 +355,11 @@ def map_maxtext(module: TrainerModule, imported: Imported) -> None:
     imported.canonical["module.micro_batch_size"] = int(micro) if float(micro).is_integer() else micro
     imported.canonical["module.global_batch_size"] = int(per_device * GPUS_PER_NODE * accumulation)
     imported.canonical["module.lr_decay_style"] = "cosine"
+    scan = plain(params.get("scan_layers"))
+    imported.consumed.add("scan_layers")
+    if scan is not None and bool(scan) != (pp == 1):  # the translation scans layers without pipelining only
+        imported.warnings.append(f"scan_layers={scan} with ici_pipeline_parallelism={pp}: this project's MaxText "
+                                 f"translation sets scan_layers={pp == 1} (it scans pipeline iterations instead)")
 
 
 def maxtext_model(module: TrainerModule, imported: Imported) -> ModelChoice:
@@ -365,11 +380,14 @@ def map_megatron_bridge(module: TrainerModule, imported: Imported) -> None:
     if lr is not None:
         imported.canonical["module.lr"] = float(plain(lr))
     imported.consumed.update({"finetune_lr", "mock", "recipe", "flavor", "skip_save"})
-    imported.canonical["module.data.source"] = "mock" if plain(params.get("mock")) else "indexed"
+    imported.canonical["module.data.source"] = "mock"
     if not plain(params.get("mock")):
         path = plain(params.get("data_paths") or params.get("train_data_path"))
         if path:
+            imported.canonical["module.data.source"] = "indexed"
             imported.canonical["module.data.path"] = " ".join(map(str, path)) if isinstance(path, list) else str(path)
+        else:
+            imported.warnings.append(_NO_DATA_PATH)
     if plain(params.get("skip_save")):
         imported.canonical["module.checkpoint.interval"] = 0
         imported.canonical["module.checkpoint.save_final"] = False
@@ -377,7 +395,7 @@ def map_megatron_bridge(module: TrainerModule, imported: Imported) -> None:
     if recipe and flavor:
         imported.canonical["backend.recipe"] = f"{recipe}.{flavor}"
     imported.take(params, "hf_path", "backend.hf_model_id")
-    imported.take(params, "peft", "backend.peft", _skip_none)
+    imported.take(params, "peft", "backend.peft", lambda v: _SKIP if v in (None, "none") else v)
     if str(plain(params.get("stage", "pretrain"))) == "sft":
         imported.canonical["module.stage"] = "sft"
 

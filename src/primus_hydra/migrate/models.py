@@ -71,7 +71,7 @@ MODEL_FIELDS: dict[str, tuple[str, Callable[[Any, dict], Any]]] = {
     "moe_router_topk": ("moe.top_k", lambda v, a: v),
     "moe_ffn_hidden_size": ("moe.ffn_hidden_size", lambda v, a: v),
     "moe_shared_expert_intermediate_size": ("moe.shared_expert_ffn_hidden_size", lambda v, a: v),
-    "moe_layer_freq": ("moe.first_dense_layers", lambda v, a: _first_dense(v)),
+    "moe_layer_freq": ("moe.first_dense_layers", lambda v, a: v),  # megatron_architecture made it a count
     "moe_router_score_function": ("moe.router_score_function", lambda v, a: v),
     "moe_router_pre_softmax": ("moe.router_norm_topk_prob", lambda v, a: not v),
     "moe_router_topk_scaling_factor": ("moe.router_topk_scaling_factor", lambda v, a: float(v)),
@@ -151,7 +151,8 @@ def megatron_architecture(args: dict) -> dict:
         for key in ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
             arch[key] = None
         arch["multi_latent_attention"] = False
-    arch["moe_layer_freq"] = _first_dense(arch["moe_layer_freq"]) if arch["num_experts"] else None
+    freq = arch["moe_layer_freq"]
+    arch["moe_layer_freq"] = _first_dense(1 if freq is None else freq) if arch["num_experts"] else None
     return arch
 
 
