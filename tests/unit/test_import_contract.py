@@ -19,7 +19,7 @@ LAYERS = [
     {"config"},
     {"patches"},
     {"backends"},
-    {"orchestrator"},
+    {"orchestrator", "migrate"},
     {"runtime"},
     {"launch"},
     {"tasks"},

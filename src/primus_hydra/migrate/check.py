@@ -116,29 +116,3 @@ def _bridge(primus: dict, exported: dict):
     if primus.get("recipe") and primus.get("flavor"):
         yield "recipe", f"{primus['recipe']}.{primus['flavor']}", _get(exported, "recipe.name")
 
-
-def dry_run_mismatches(name: str, out, framework: str, primus: dict, run_dir) -> list[str]:
-    """Composes experiment=<name> from the config dir `out` (as `--config-dir out` does), dry-runs it into run_dir
-    and compares its exported arguments with Primus's; a run that fails is one entry saying why."""
-    from pathlib import Path
-
-    import yaml
-    from hydra import compose, initialize_config_dir
-
-    from primus_hydra.config.paths import find_conf_dir
-    from primus_hydra.config.schema import register_schemas
-    from primus_hydra.errors import PrimusError
-    from primus_hydra.tasks.train import TrainTask
-
-    register_schemas()
-    overrides = [f"experiment={name}", "task.dry_run=true", f"hydra.searchpath=[file://{Path(out).resolve()}]"]
-    try:
-        with initialize_config_dir(config_dir=find_conf_dir(), version_base="1.3"):
-            cfg = compose(config_name="config", overrides=overrides)
-        path = TrainTask(cfg, run_dir=Path(run_dir)).run()
-    except PrimusError as error:
-        return [f"dry run failed: {str(error).splitlines()[0]}"]
-    except Exception as error:  # noqa: BLE001 - composition errors: reported as the check's result
-        return [f"dry run failed: {type(error).__name__}: {str(error).splitlines()[0]}"]
-    exported = yaml.safe_load(Path(path).read_text())
-    return mismatches(framework, primus, exported)

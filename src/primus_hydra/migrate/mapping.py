@@ -282,8 +282,6 @@ def _torchtitan_layout(params: dict, imported: Imported) -> None:
 
 
 def torchtitan_model(module: TrainerModule, imported: Imported) -> ModelChoice:
-    from primus_hydra.backends.torchtitan.args import build_torchtitan_job_config  # noqa: F401 - names only
-
     name = plain(_get(module.params, "model.name"))
     flavor = plain(_get(module.params, "model.flavor"))
     imported.consumed.update({"model.name", "model.flavor"})
@@ -414,9 +412,6 @@ MAPPERS = {"megatron": map_megatron, "torchtitan": map_torchtitan, "maxtext": ma
 
 
 def import_module(module: TrainerModule, primus_root, environ: dict) -> Imported:
-    if module.framework not in FRAMEWORKS:
-        raise PrimusError(f"framework={module.framework}: not importable (this project's backends: "
-                          f"{', '.join(FRAMEWORKS)})")
     backend = FRAMEWORKS[module.framework]
     if backend == "megatron":
         choice = megatron_model(plain(module.preset_params), plain(module.params), str(plain(module.model)))

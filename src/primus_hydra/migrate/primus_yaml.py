@@ -38,6 +38,13 @@ class EnvValue:
     default: Optional[str]
 
 
+class EnvString(str):
+    """A string Primus built with `${VAR:default}` inside it (e.g. `${PRIMUS_MODEL:llama3_8B}.yaml`)."""
+
+    var: str = ""
+    default: Optional[str] = None
+
+
 @dataclass
 class TrainerModule:
     name: str  # pre_trainer | post_trainer | sft_trainer ...
@@ -64,6 +71,8 @@ def plain(value: Any) -> Any:
     """The resolved value, EnvValue wrappers removed (recursively)."""
     if isinstance(value, EnvValue):
         return value.value
+    if isinstance(value, EnvString):
+        return str(value)
     if isinstance(value, dict):
         return {key: plain(item) for key, item in value.items()}
     if isinstance(value, list):
@@ -101,6 +110,10 @@ def substitute(text: str, environ: dict, where: str) -> Any:
     whole = ENV_REFERENCE.fullmatch(text)
     if whole and whole.group(1) not in environ:  # the default, from `${VAR:default}` alone: keep reading VAR
         return EnvValue(value, whole.group(1), whole.group(2))
+    first = ENV_REFERENCE.search(text)
+    if isinstance(value, str) and first.group(1) not in environ:
+        value = EnvString(value)
+        value.var, value.default = first.group(1), first.group(2)
     return value
 
 
@@ -154,8 +167,10 @@ def read_yaml(path: Path, environ: dict, cache: Optional[dict] = None) -> dict:
     return tree
 
 
-def load_experiment(path: Path, primus_root: Path, environ: dict, cache: Optional[dict] = None) -> PrimusExperiment:
-    """The experiment as PrimusParser resolves it (PrimusError, one line naming the file, when it is not one)."""
+def load_experiment(path: Path, primus_root: Path, environ: dict, cache: Optional[dict] = None,
+                    frameworks: Optional[dict] = None) -> PrimusExperiment:
+    """The experiment as PrimusParser resolves it (PrimusError, one line naming the file, when it is not one);
+    `frameworks`: the ones to accept (another is one line before its presets are looked for)."""
     tree = read_yaml(path, environ, cache)
     if "modules" not in tree:
         raise PrimusError(f"{path}: not a Primus experiment (it has no `modules:`)")
@@ -174,6 +189,9 @@ def load_experiment(path: Path, primus_root: Path, environ: dict, cache: Optiona
             raise PrimusError(f"{path}: modules.{name} is not a trainer module (Primus runs only *trainer* modules)")
         if not isinstance(module, dict) or "framework" not in module:
             raise PrimusError(f"{path}: modules.{name} has no framework")
+        if frameworks is not None and plain(module["framework"]) not in frameworks:
+            raise PrimusError(f"{path}: framework={plain(module['framework'])}: not importable (this project's "
+                              f"backends: {', '.join(frameworks)})")
         modules.append(_trainer_module(path, name, module, primus_root, environ, cache, warnings))
     return PrimusExperiment(path, {key: tree[key] for key in META_KEYS}, modules, dict(tree.get("env") or {}),
                             warnings)

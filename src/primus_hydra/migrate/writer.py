@@ -12,7 +12,7 @@ import yaml
 from primus_hydra.errors import PrimusError
 from primus_hydra.migrate.mapping import GPUS_PER_NODE, Imported
 from primus_hydra.migrate.models import generated_model_text
-from primus_hydra.migrate.primus_yaml import EnvValue, PrimusExperiment, TrainerModule, plain
+from primus_hydra.migrate.primus_yaml import EnvString, EnvValue, PrimusExperiment, TrainerModule, plain
 
 MARK = "# @package _global_"
 IMPORTED_MARK = "# Imported by primus-hydra task=import"
@@ -42,6 +42,8 @@ def env_interpolation(value: EnvValue) -> str:
 def _yaml_ready(value: Any) -> Any:
     if isinstance(value, EnvValue):
         return env_interpolation(value)
+    if isinstance(value, EnvString):  # built with an env default inside: the text Primus would use
+        return str(value)
     if isinstance(value, dict):
         return {key: _yaml_ready(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
@@ -87,7 +89,7 @@ def _header(experiment: PrimusExperiment, module: TrainerModule, imported: Impor
              f"# Primus: modules.{module.name}, framework={module.framework}, config={module.config}, "
              f"model={plain(module.model)}",
              f"# Run: python -m primus_hydra --config-dir {out} experiment={stem}"]
-    if isinstance(module.model, EnvValue):
+    if isinstance(module.model, (EnvValue, EnvString)):
         lines.append(f"# Primus picks the model preset from ${module.model.var} (default {module.model.default}); "
                      f"this file was imported with the default")
     lines.append(f"# launch.nproc_per_node: {GPUS_PER_NODE}, Primus's GPUS_PER_NODE default (the layout the experiment "

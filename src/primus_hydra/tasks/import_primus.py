@@ -84,7 +84,7 @@ def find_primus_root(source: Path, given: Optional[str]) -> Path:
 
 
 def import_files(files: list[Path], base: Path, root: Path, out: Path, environ: dict) -> list[ImportResult]:
-    from primus_hydra.migrate.mapping import import_module
+    from primus_hydra.migrate.mapping import FRAMEWORKS, import_module
     from primus_hydra.migrate.primus_yaml import load_experiment, plain
     from primus_hydra.migrate.writer import RESOLVED_DIR, experiment_text, model_file, resolved_text, write_if_ours
 
@@ -93,7 +93,7 @@ def import_files(files: list[Path], base: Path, root: Path, out: Path, environ: 
     for path in files:
         result = ImportResult(path)
         try:
-            experiment = load_experiment(path, root, environ, cache)
+            experiment = load_experiment(path, root, environ, cache, FRAMEWORKS)
             if len(experiment.modules) != 1:
                 raise PrimusError(f"{path}: {len(experiment.modules)} trainer modules; an experiment here trains one")
             module = experiment.modules[0]
@@ -133,3 +133,30 @@ def summary_table(results: list[ImportResult], base: Path) -> str:
         rows.append((result.source.relative_to(base).as_posix(), result.backend, result.model,
                      str(result.passed_through) if not result.failure else "-", status))
     return aligned_table(("file", "backend", "model", "passed through", "status"), rows, rule=True)
+
+
+def dry_run_mismatches(name: str, out, framework: str, primus: dict, run_dir) -> list[str]:
+    """Composes experiment=<name> from the config dir `out` (as `--config-dir out` does), dry-runs it into run_dir
+    and compares its exported arguments with Primus's; a run that fails is one entry saying why."""
+    from pathlib import Path
+
+    import yaml
+    from hydra import compose, initialize_config_dir
+
+    from primus_hydra.config.paths import find_conf_dir
+    from primus_hydra.config.schema import register_schemas
+    from primus_hydra.migrate.check import mismatches
+    from primus_hydra.tasks.train import TrainTask
+
+    register_schemas()
+    overrides = [f"experiment={name}", "task.dry_run=true", f"hydra.searchpath=[file://{Path(out).resolve()}]"]
+    try:
+        with initialize_config_dir(config_dir=find_conf_dir(), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=overrides)
+        path = TrainTask(cfg, run_dir=Path(run_dir)).run()
+    except PrimusError as error:
+        return [f"dry run failed: {str(error).splitlines()[0]}"]
+    except Exception as error:  # noqa: BLE001 - composition errors: reported as the check's result
+        return [f"dry run failed: {type(error).__name__}: {str(error).splitlines()[0]}"]
+    exported = yaml.safe_load(Path(path).read_text())
+    return mismatches(framework, primus, exported)

@@ -1,0 +1,82 @@
+"""Benchmark: task=import on a folder of Primus experiments vs Primus's own loader on the same files, in one run.
+
+Baseline: Primus's PrimusParser.parse (primus/core/launcher/parser.py of the checkout, imported from it), one
+experiment after another in one process, the median per file. Ours: import_files (task=import's code: read with
+Primus's semantics, map, match the model, write experiment/, model/ and primus_resolved/), the whole folder in one
+process, total time / files. Goal: ours per file <= Primus's median per file. Rounds alternate; the best of each side.
+Primus's parser creates output folders while parsing: the baseline runs in a temporary folder.
+Usage: .venv/bin/python scripts/bench/bench_import.py --primus-root PATH [--rounds 3]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+FRAMEWORKS = ("megatron", "torchtitan", "maxtext", "megatron_bridge")
+BASELINE = """
+import argparse, contextlib, io, json, os, sys, time
+sys.path.insert(0, sys.argv[1])
+from primus.core.launcher.parser import PrimusParser
+times = []
+for path in sys.argv[2:]:
+    started = time.perf_counter()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            PrimusParser().parse(argparse.Namespace(config=path))
+    except Exception:
+        continue
+    times.append(time.perf_counter() - started)
+print(json.dumps(times))
+"""
+OURS = """
+import json, os, sys, time
+from pathlib import Path
+from primus_hydra.tasks.import_primus import import_files
+root, out, files = Path(sys.argv[1]), Path(sys.argv[2]), [Path(p) for p in sys.argv[3:]]
+started = time.perf_counter()
+results = import_files(files, root / "examples", root, out, dict(os.environ))
+print(json.dumps({"seconds": time.perf_counter() - started, "imported": sum(not r.failure for r in results)}))
+"""
+
+
+def run(code: str, *args: str, cwd: str) -> str:
+    result = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=cwd)
+    if result.returncode:
+        raise SystemExit(f"benchmark step failed:\n{result.stderr[-3000:]}")
+    return result.stdout.splitlines()[-1]
+
+
+def experiment_files(root: Path) -> list[str]:
+    return [str(path) for framework in FRAMEWORKS
+            for path in sorted((root / "examples" / framework).rglob("*.yaml"))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--primus-root", type=Path, required=True)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    files = experiment_files(args.primus_root.resolve())
+    baseline, ours = [], []
+    for _ in range(args.rounds):
+        with tempfile.TemporaryDirectory() as cwd:
+            times = json.loads(run(BASELINE, str(args.primus_root.resolve()), *files, cwd=cwd))
+            baseline.append((statistics.median(times), len(times)))
+            ran = json.loads(run(OURS, str(args.primus_root.resolve()), str(Path(cwd) / "out"), *files, cwd=cwd))
+            ours.append((ran["seconds"] / len(files), ran["imported"]))
+    primus_ms = min(b[0] for b in baseline) * 1000
+    ours_ms = min(o[0] for o in ours) * 1000
+    print(json.dumps({"files": len(files), "primus_parsed": baseline[0][1], "imported": ours[0][1],
+                      "primus_median_ms_per_file": round(primus_ms, 2), "import_ms_per_file": round(ours_ms, 2),
+                      "ratio": round(ours_ms / primus_ms, 3), "goal": "<= 1.0"}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
