@@ -13,9 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from primus_hydra.tasks.import_primus import dry_run_mismatches
 from primus_hydra.migrate.primus_yaml import load_experiment
-from primus_hydra.tasks.import_primus import import_files
+from primus_hydra.tasks.import_primus import dry_run_mismatches, import_files
 
 
 def main() -> None:

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 FRAMEWORKS = ("megatron", "torchtitan", "maxtext", "megatron_bridge")

@@ -193,6 +193,8 @@ EXPERIMENTS = {
               use_turbo_attention: true      # a Primus extension: listed in the header
         """,
     "examples/megatron/odd_llama-pretrain.yaml": META + """\
+        env:
+          NCCL_DEBUG: WARN
         modules:
           pre_trainer:
             framework: megatron

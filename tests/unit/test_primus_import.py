@@ -12,9 +12,8 @@ import yaml
 from helpers.cli import primus
 from helpers.primus_tree import EXPERIMENTS, META, write_primus_tree
 from primus_hydra.errors import PrimusError
-from primus_hydra.tasks.import_primus import dry_run_mismatches
 from primus_hydra.migrate.primus_yaml import EnvValue, load_experiment, plain, read_yaml
-from primus_hydra.tasks.import_primus import import_files
+from primus_hydra.tasks.import_primus import dry_run_mismatches, import_files
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +89,7 @@ def test_a_model_the_zoo_lacks_is_generated_from_the_closest_preset(imported):
         "num_layers": 2, "hidden_size": 320, "ffn_hidden_size": 864, "num_attention_heads": 5}
     experiment = yaml.safe_load(result.experiment.read_text())
     assert experiment["model"]["norm_eps"] == 1e-6  # set by the experiment's overrides, not the preset
+    assert experiment["platform"]["env"] == {"NCCL_DEBUG": "WARN"}  # Primus's top-level env: block
 
 
 @pytest.mark.parametrize("name, backend, model", [
@@ -191,3 +191,17 @@ def test_the_imported_experiment_runs_from_the_command_line(tree, imported, tmp_
     assert (job["training"]["local_batch_size"], job["training"]["seq_len"], job["lr_scheduler"]["decay_ratio"]) == (
         4, 8192, 0.8)
     assert job["parallelism"]["tensor_parallel_degree"] == 2 and job["model"]["flavor"] == "8B"
+
+
+@pytest.mark.parametrize("args, expected", [
+    ([], "error: task.source is not set: give a Primus experiment file or a folder of them"),
+    (["task.source=/nonexistent/x.yaml"], "error: task.source=/nonexistent/x.yaml: no such file or folder"),
+    (["task.source={tmp}/lone.yaml"], "error: task.primus_root is not set and no Primus checkout contains"),
+    (["task.source={tmp}/lone.yaml", "task.primus_root={tmp}"], "error: task.primus_root={tmp}: not a Primus checkout"),
+])
+def test_what_task_import_needs_is_one_line(tmp_path, args, expected):
+    (tmp_path / "lone.yaml").write_text("a: 1\n")
+    result = primus("task=import", *(arg.format(tmp=tmp_path) for arg in args), cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert result.stderr.startswith(expected.format(tmp=tmp_path))
