@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from primus_hydra.migrate.primus_yaml import load_experiment
-from primus_hydra.tasks.import_primus import dry_run_mismatches, import_files
+from primus_hydra.tasks.import_primus import dry_run_mismatches, gpus_per_node, import_files
 
 
 def main() -> None:
@@ -33,9 +33,11 @@ def main() -> None:
             counts[f"{framework}: not imported"] += 1
             print(f"not imported  {result.source.relative_to(folder)}: {result.failure}")
             continue
-        module = load_experiment(result.source, root, dict(os.environ)).modules[0]
+        experiment = load_experiment(result.source, root, dict(os.environ))
+        module = experiment.modules[0]
         with tempfile.TemporaryDirectory() as run_dir:
-            problems = dry_run_mismatches(result.name, out, module.framework, module.params, run_dir)
+            problems = dry_run_mismatches(result.name, out, module.framework, module.params, run_dir,
+                                          gpus_per_node(experiment))
         counts[f"{framework}: {'mismatch' if problems else 'ok'}"] += 1
         if problems:
             print(f"mismatch      {result.source.relative_to(folder)}: {'; '.join(problems[:4])}")

@@ -195,6 +195,7 @@ EXPERIMENTS = {
     "examples/megatron/odd_llama-pretrain.yaml": META + """\
         env:
           NCCL_DEBUG: WARN
+          GPUS_PER_NODE: 4
         modules:
           pre_trainer:
             framework: megatron

@@ -13,7 +13,7 @@ from helpers.cli import primus
 from helpers.primus_tree import EXPERIMENTS, META, write_primus_tree
 from primus_hydra.errors import PrimusError
 from primus_hydra.migrate.primus_yaml import EnvValue, load_experiment, plain, read_yaml
-from primus_hydra.tasks.import_primus import dry_run_mismatches, import_files
+from primus_hydra.tasks.import_primus import dry_run_mismatches, gpus_per_node, import_files
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +89,8 @@ def test_a_model_the_zoo_lacks_is_generated_from_the_closest_preset(imported):
         "num_layers": 2, "hidden_size": 320, "ffn_hidden_size": 864, "num_attention_heads": 5}
     experiment = yaml.safe_load(result.experiment.read_text())
     assert experiment["model"]["norm_eps"] == 1e-6  # set by the experiment's overrides, not the preset
-    assert experiment["platform"]["env"] == {"NCCL_DEBUG": "WARN"}  # Primus's top-level env: block
+    assert experiment["platform"]["env"] == {"NCCL_DEBUG": "WARN", "GPUS_PER_NODE": "4"}  # Primus's env: block
+    assert experiment["launch"] == {"nproc_per_node": 4}  # the file says otherwise than Primus's default of 8
 
 
 @pytest.mark.parametrize("name, backend, model", [
@@ -103,8 +104,9 @@ def test_every_imported_experiment_dry_runs_with_primus_values(tree, imported, t
     out, results = imported
     result = results[name]
     assert (result.backend, result.model, result.failure) == (backend, model, "")
-    module = module_of(tree, name)
-    assert dry_run_mismatches(name, out, module.framework, module.params, tmp_path) == []
+    experiment = load_experiment(tree / "examples" / f"{name}.yaml", tree, {})
+    module = experiment.modules[0]
+    assert dry_run_mismatches(name, out, module.framework, module.params, tmp_path, gpus_per_node(experiment)) == []
 
 
 def test_the_check_sees_a_value_that_differs(tree, imported, tmp_path):

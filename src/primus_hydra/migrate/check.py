@@ -52,16 +52,16 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
-def mismatches(framework: str, primus: dict, exported: dict) -> list[str]:
+def mismatches(framework: str, primus: dict, exported: dict, gpus_per_node: int = GPUS_PER_NODE) -> list[str]:
     """`key: primus=<value> exported=<value>` for every checked key that differs."""
     primus = plain(primus)
     checker = {"megatron": _megatron, "torchtitan": _torchtitan, "maxtext": _maxtext,
                "megatron_bridge": _bridge}[framework]
-    return [f"{key}: primus={want!r} exported={got!r}" for key, want, got in checker(primus, exported)
+    return [f"{key}: primus={want!r} exported={got!r}" for key, want, got in checker(primus, exported, gpus_per_node)
             if not _same(want, got)]
 
 
-def _megatron(primus: dict, exported: dict):
+def _megatron(primus: dict, exported: dict, gpus_per_node: int):
     if "norm_epsilon" not in exported:  # patch megatron.args.layernorm_epsilon (megatron-core >= 0.16) renames it
         exported = {**exported, "norm_epsilon": exported.get("layernorm_epsilon")}
     tp = normalized(primus.get("tensor_model_parallel_size")) or 1
@@ -80,13 +80,13 @@ def _megatron(primus: dict, exported: dict):
             yield key, want[key], got[key]
 
 
-def _torchtitan(primus: dict, exported: dict):
+def _torchtitan(primus: dict, exported: dict, gpus_per_node: int):
     others = 1
     for key in ("tensor_parallel_degree", "pipeline_parallel_degree", "context_parallel_degree"):
         others *= int(_get(primus, f"parallelism.{key}") or 1)
     replicate = int(_get(primus, "parallelism.data_parallel_replicate_degree") or 1)
     shard = _get(primus, "parallelism.data_parallel_shard_degree")
-    shard = GPUS_PER_NODE // (others * replicate) if shard in (None, -1) else int(shard)
+    shard = gpus_per_node // (others * replicate) if shard in (None, -1) else int(shard)
     global_batch = _get(primus, "training.global_batch_size")
     derived = {"parallelism.data_parallel_shard_degree": shard,
                "training.global_batch_size": _get(primus, "training.local_batch_size") * replicate * shard
@@ -100,13 +100,13 @@ def _torchtitan(primus: dict, exported: dict):
         yield "training.mock_data", "primus_hydra_mock", _get(exported, "training.dataset")
 
 
-def _maxtext(primus: dict, exported: dict):
+def _maxtext(primus: dict, exported: dict, gpus_per_node: int):
     for key in MAXTEXT_CHECKED:
         if primus.get(key) is not None:
             yield key, primus[key], exported.get(key)
 
 
-def _bridge(primus: dict, exported: dict):
+def _bridge(primus: dict, exported: dict, gpus_per_node: int):
     for key, path in BRIDGE_CHECKED.items():
         if primus.get(key) is not None:
             yield key, primus[key], _get(exported, path)

@@ -47,6 +47,7 @@ class Imported:
     primus_only: dict = field(default_factory=dict)  # key -> value, for the header
     warnings: list[str] = field(default_factory=list)
     consumed: set = field(default_factory=set)  # Primus key paths a canonical key took
+    gpus_per_node: int = GPUS_PER_NODE  # the experiment's env GPUS_PER_NODE, else Primus's default
 
     def take(self, params: dict, path: str, canonical: str, convert: Callable = _same) -> None:
         value = _get(params, path)
@@ -139,7 +140,7 @@ def map_megatron(module: TrainerModule, imported: Imported) -> None:
     if plain(params.get("use_torch_fsdp2")):  # what the translation sets with FSDP2 (Megatron refuses the others)
         imported.consumed.update({"gradient_accumulation_fusion", "use_distributed_optimizer"})
         imported.canonical.pop("backend.use_distributed_optimizer", None)
-    imported.canonical.update(fewest_nodes(imported.canonical))
+    imported.canonical.update(fewest_nodes(imported.canonical, imported.gpus_per_node))
     pp, layers = int(plain(params.get("pipeline_model_parallel_size")) or 1), plain(params.get("num_layers"))
     uneven = {key: plain(params[key]) for key in ("decoder_first_pipeline_num_layers",
                                                   "decoder_last_pipeline_num_layers", "pipeline_model_parallel_layout")
@@ -150,15 +151,15 @@ def map_megatron(module: TrainerModule, imported: Imported) -> None:
                           f"project's pipeline stages hold equal layers")
 
 
-def fewest_nodes(canonical: dict) -> dict:
-    """launch.nnodes: the fewest nodes of GPUS_PER_NODE GPUs on which the layout is whole (Primus reads NNODES)."""
+def fewest_nodes(canonical: dict, gpus_per_node: int) -> dict:
+    """launch.nnodes: the fewest nodes of gpus_per_node GPUs on which the layout is whole (Primus reads NNODES)."""
     def size(key: str) -> int:
         return int(plain(canonical.get(f"module.parallel.{key}", 1)) or 1)
 
     tp, pp, cp, ep = size("tp"), size("pp"), size("cp"), size("ep")
     micro, batch = plain(canonical.get("module.micro_batch_size")), plain(canonical.get("module.global_batch_size"))
     for nodes in range(1, 65):
-        world = GPUS_PER_NODE * nodes
+        world = gpus_per_node * nodes
         if world % (tp * pp * cp) or (world // pp) % ep:
             continue
         dp = world // (tp * pp * cp)
@@ -267,7 +268,7 @@ def _torchtitan_layout(params: dict, imported: Imported) -> None:
         raise PrimusError(f"parallelism.data_parallel_replicate_degree={replicate} with data_parallel_shard_degree="
                           f"{shard}: HSDP has no canonical equivalent (module.parallel.fsdp shards over all of dp)")
     imported.canonical["module.parallel.fsdp"] = shard not in (None, 1)
-    world = GPUS_PER_NODE
+    world = imported.gpus_per_node
     model_parallel = 1
     for key in ("tensor_parallel_degree", "pipeline_parallel_degree", "context_parallel_degree"):
         model_parallel *= int(plain(_get(params, f"parallelism.{key}")) or 1)
@@ -345,13 +346,14 @@ def map_maxtext(module: TrainerModule, imported: Imported) -> None:
     fsdp = int(plain(params.get("ici_fsdp_parallelism")) or 1)
     imported.canonical["module.parallel.fsdp"] = fsdp not in (1,)
     ep = plain(params.get("ici_expert_parallelism"))
-    imported.canonical["module.parallel.ep"] = GPUS_PER_NODE // (tp * pp) if ep == -1 else int(ep or 1)
+    gpus = imported.gpus_per_node
+    imported.canonical["module.parallel.ep"] = gpus // (tp * pp) if ep == -1 else int(ep or 1)
     imported.consumed.update({"ici_tensor_parallelism", "ici_pipeline_parallelism", "ici_fsdp_parallelism",
                               "ici_expert_parallelism", "ici_data_parallelism", "dcn_data_parallelism"})
     # MaxText's batch is per device, model-parallel devices included
-    micro = per_device * GPUS_PER_NODE / (GPUS_PER_NODE // (tp * pp))
+    micro = per_device * gpus / (gpus // (tp * pp))
     imported.canonical["module.micro_batch_size"] = int(micro) if float(micro).is_integer() else micro
-    imported.canonical["module.global_batch_size"] = int(per_device * GPUS_PER_NODE * accumulation)
+    imported.canonical["module.global_batch_size"] = int(per_device * gpus * accumulation)
     imported.canonical["module.lr_decay_style"] = "cosine"
     scan = plain(params.get("scan_layers"))
     imported.consumed.add("scan_layers")
@@ -411,7 +413,7 @@ MAPPERS = {"megatron": map_megatron, "torchtitan": map_torchtitan, "maxtext": ma
            "megatron_bridge": map_megatron_bridge}
 
 
-def import_module(module: TrainerModule, primus_root, environ: dict) -> Imported:
+def import_module(module: TrainerModule, primus_root, environ: dict, gpus_per_node: int = GPUS_PER_NODE) -> Imported:
     backend = FRAMEWORKS[module.framework]
     if backend == "megatron":
         choice = megatron_model(plain(module.preset_params), plain(module.params), str(plain(module.model)))
@@ -420,7 +422,7 @@ def import_module(module: TrainerModule, primus_root, environ: dict) -> Imported
                               f"({', '.join(choice.unrepresentable)})")
     else:
         choice = None
-    imported = Imported(backend, choice)
+    imported = Imported(backend, choice, gpus_per_node=gpus_per_node)
     MAPPERS[backend](module, imported)
     if choice is None:
         pick = {"torchtitan": torchtitan_model, "maxtext": maxtext_model, "megatron_bridge": bridge_model}[backend]

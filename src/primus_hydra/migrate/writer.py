@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from primus_hydra.errors import PrimusError
-from primus_hydra.migrate.mapping import GPUS_PER_NODE, Imported
+from primus_hydra.migrate.mapping import Imported
 from primus_hydra.migrate.models import generated_model_text
 from primus_hydra.migrate.primus_yaml import EnvString, EnvValue, PrimusExperiment, TrainerModule, plain
 
@@ -71,7 +71,7 @@ def experiment_text(experiment: PrimusExperiment, module: TrainerModule, importe
     canonical = dict(imported.canonical)
     canonical.update({f"model.{key}": value for key, value in choice.experiment.items()})
     tree = _nested(canonical)
-    body["launch"] = {"nproc_per_node": GPUS_PER_NODE, **tree.get("launch", {})}
+    body["launch"] = {"nproc_per_node": imported.gpus_per_node, **tree.get("launch", {})}
     for section in ("model", "module", "backend"):
         if section in tree:
             body[section] = tree[section]
@@ -92,8 +92,10 @@ def _header(experiment: PrimusExperiment, module: TrainerModule, imported: Impor
     if isinstance(module.model, (EnvValue, EnvString)):
         lines.append(f"# Primus picks the model preset from ${module.model.var} (default {module.model.default}); "
                      f"this file was imported with the default")
-    lines.append(f"# launch.nproc_per_node: {GPUS_PER_NODE}, Primus's GPUS_PER_NODE default (the layout the experiment "
-                 f"was written for)")
+    where = "the experiment's env GPUS_PER_NODE" if "GPUS_PER_NODE" in experiment.env else \
+        "Primus's GPUS_PER_NODE default"
+    lines.append(f"# launch.nproc_per_node: {imported.gpus_per_node}, {where} (the layout the experiment was written "
+                 f"for)")
     launcher = {key: plain(value) for key, value in experiment.meta.items()}
     lines.append("# Read only by Primus's own launcher: " + ", ".join(f"{key}={value}" for key, value in launcher.items())
                  + " (this project's run dir is hydra.run.dir)")

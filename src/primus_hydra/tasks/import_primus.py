@@ -97,7 +97,7 @@ def import_files(files: list[Path], base: Path, root: Path, out: Path, environ: 
             if len(experiment.modules) != 1:
                 raise PrimusError(f"{path}: {len(experiment.modules)} trainer modules; an experiment here trains one")
             module = experiment.modules[0]
-            imported = import_module(module, root, environ)
+            imported = import_module(module, root, environ, gpus_per_node(experiment))
             imported.warnings[:0] = experiment.warnings
             name = path.relative_to(base).with_suffix("").as_posix()
             if imported.model.name:
@@ -113,6 +113,18 @@ def import_files(files: list[Path], base: Path, root: Path, out: Path, environ: 
             result.failure = str(error).replace(f"{path}: ", "", 1)
         results.append(result)
     return results
+
+
+def gpus_per_node(experiment) -> int:
+    """The experiment's env GPUS_PER_NODE (Primus's launcher reads it), else Primus's default of 8."""
+    from primus_hydra.migrate.mapping import GPUS_PER_NODE
+    from primus_hydra.migrate.primus_yaml import plain
+
+    value = plain(experiment.env.get("GPUS_PER_NODE", GPUS_PER_NODE))
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise PrimusError(f"{experiment.path}: env GPUS_PER_NODE={value!r} is not a number of GPUs") from None
 
 
 def report_one(result: ImportResult, out: Path) -> None:
@@ -135,7 +147,7 @@ def summary_table(results: list[ImportResult], base: Path) -> str:
     return aligned_table(("file", "backend", "model", "passed through", "status"), rows, rule=True)
 
 
-def dry_run_mismatches(name: str, out, framework: str, primus: dict, run_dir) -> list[str]:
+def dry_run_mismatches(name: str, out, framework: str, primus: dict, run_dir, gpus: int = 8) -> list[str]:
     """Composes experiment=<name> from the config dir `out` (as `--config-dir out` does), dry-runs it into run_dir
     and compares its exported arguments with Primus's; a run that fails is one entry saying why."""
     from pathlib import Path
@@ -159,4 +171,4 @@ def dry_run_mismatches(name: str, out, framework: str, primus: dict, run_dir) ->
     except Exception as error:  # noqa: BLE001 - composition errors: reported as the check's result
         return [f"dry run failed: {type(error).__name__}: {str(error).splitlines()[0]}"]
     exported = yaml.safe_load(Path(path).read_text())
-    return mismatches(framework, primus, exported)
+    return mismatches(framework, primus, exported, gpus)
