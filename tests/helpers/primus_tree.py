@@ -165,6 +165,10 @@ FILES = {
         model_name: llama2-7b
         tokenizer_path: meta-llama/Llama-2-7b-hf
         """,
+    "primus/configs/models/megatron_bridge/odd_llama.yaml": """\
+        recipe: llama.llama3
+        flavor: odd_llama_pretrain_config
+        """,
     "primus/configs/models/megatron_bridge/llama3_8b.yaml": """\
         recipe: llama.llama3
         flavor: llama3_8b_pretrain_config
@@ -231,6 +235,15 @@ EXPERIMENTS = {
             config: pretrain_trainer.yaml
             model: llama3_8b.yaml
             overrides: {train_iters: 30, global_batch_size: 32}
+        """,
+    # a recipe pointer whose numbers only Primus's Megatron preset of the same name has
+    "examples/megatron_bridge/odd_llama-pretrain.yaml": META + """\
+        modules:
+          pre_trainer:
+            framework: megatron_bridge
+            config: pretrain_trainer.yaml
+            model: odd_llama.yaml
+            overrides: {train_iters: 10, seq_length: 8192}
         """,
 }
 

@@ -99,6 +99,7 @@ def test_a_model_the_zoo_lacks_is_generated_from_the_closest_preset(imported):
     ("torchtitan/llama3.1_8B-pretrain", "torchtitan", "llama3.1_8b"),
     ("maxtext/llama2_7B-pretrain", "maxtext", "llama2_7b"),
     ("megatron_bridge/llama3_8b-pretrain", "megatron_bridge", "llama3_8b"),
+    ("megatron_bridge/odd_llama-pretrain", "megatron_bridge", "odd_llama_primus"),  # numbers: the Megatron preset's
 ])
 def test_every_imported_experiment_dry_runs_with_primus_values(tree, imported, tmp_path, name, backend, model):
     out, results = imported

@@ -400,13 +400,33 @@ def map_megatron_bridge(module: TrainerModule, imported: Imported) -> None:
         imported.canonical["module.stage"] = "sft"
 
 
-def bridge_model(module: TrainerModule, imported: Imported) -> ModelChoice:
+def bridge_model(module: TrainerModule, imported: Imported, primus_root, environ: dict) -> ModelChoice:
+    """The zoo preset of the model preset's name; else the numbers of Primus's Megatron preset of that name (a
+    Bridge model preset is a recipe pointer without numbers; the recipe decides the model it trains)."""
+    from pathlib import Path
+
+    from primus_hydra.migrate.primus_yaml import read_yaml
+
     wanted = stem(module.model).replace("_", "").replace(".", "")
     for zoo in zoo_models():
         if stem(zoo).replace("_", "").replace(".", "") == wanted:
             return ModelChoice(zoo)
-    raise PrimusError(f"model {plain(module.model)}: a Megatron-Bridge recipe pointer without architecture numbers, "
-                      f"and no zoo preset has its name (conf/model/)")
+    folder = Path(primus_root) / "primus" / "configs" / "models" / "megatron"
+    twins = [path for path in folder.glob("*.yaml") if stem(path.name).replace("_", "").replace(".", "") == wanted]
+    if not twins:
+        raise PrimusError(f"model {plain(module.model)}: a Megatron-Bridge recipe pointer without architecture "
+                          f"numbers; no zoo preset and no Primus Megatron preset has its name")
+    numbers = plain(read_yaml(twins[0], environ))
+    choice = megatron_model(numbers, numbers, twins[0].stem)
+    if choice.unrepresentable:
+        raise PrimusError(f"model {plain(module.model)}: its Primus Megatron preset {twins[0].name} is an "
+                          f"architecture this project's models cannot hold ({', '.join(choice.unrepresentable)})")
+    imported.warnings.append(f"model {plain(module.model)} is a Bridge recipe pointer: the model's numbers come from "
+                             f"Primus's Megatron preset {twins[0].name} (the recipe decides the model Bridge trains)")
+    seq = plain(imported.canonical.get("module.seq_length"))
+    if seq and seq > zoo_models()[choice.zoo].max_position_embeddings:  # the recipe's length, not the preset's
+        choice.experiment["max_position_embeddings"] = seq
+    return choice
 
 
 MAPPERS = {"megatron": map_megatron, "torchtitan": map_torchtitan, "maxtext": map_maxtext,
@@ -424,9 +444,10 @@ def import_module(module: TrainerModule, primus_root, environ: dict, gpus_per_no
         choice = None
     imported = Imported(backend, choice, gpus_per_node=gpus_per_node)
     MAPPERS[backend](module, imported)
-    if choice is None:
-        pick = {"torchtitan": torchtitan_model, "maxtext": maxtext_model, "megatron_bridge": bridge_model}[backend]
-        imported.model = pick(module, imported)
+    if backend == "megatron_bridge":
+        imported.model = bridge_model(module, imported, primus_root, environ)
+    elif choice is None:
+        imported.model = {"torchtitan": torchtitan_model, "maxtext": maxtext_model}[backend](module, imported)
     _pass_through(module, imported, primus_root, environ)
     return imported
 

@@ -86,9 +86,10 @@ def find_primus_root(source: Path, given: Optional[str]) -> Path:
 def import_files(files: list[Path], base: Path, root: Path, out: Path, environ: dict) -> list[ImportResult]:
     from primus_hydra.migrate.mapping import FRAMEWORKS, import_module
     from primus_hydra.migrate.primus_yaml import load_experiment, plain
-    from primus_hydra.migrate.writer import RESOLVED_DIR, experiment_text, model_file, resolved_text, write_if_ours
+    from primus_hydra.migrate.writer import RESOLVED_DIR, experiment_text, resolved_text, write_if_ours
 
     cache: dict = {}
+    written: dict[str, str] = {}  # model files written by this import: name -> text
     results = []
     for path in files:
         result = ImportResult(path)
@@ -101,8 +102,7 @@ def import_files(files: list[Path], base: Path, root: Path, out: Path, environ: 
             imported.warnings[:0] = experiment.warnings
             name = path.relative_to(base).with_suffix("").as_posix()
             if imported.model.name:
-                model_name, text = model_file(imported, f"{module.framework}/{plain(module.model)}")
-                write_if_ours(out / "model" / f"{model_name}.yaml", text)
+                write_model_file(imported, f"{module.framework}/{plain(module.model)}", out, written)
             target = out / "experiment" / f"{name}.yaml"
             write_if_ours(target, experiment_text(experiment, module, imported, name, out))
             write_if_ours(out / RESOLVED_DIR / f"{name}.yaml", resolved_text(experiment, module))
@@ -113,6 +113,23 @@ def import_files(files: list[Path], base: Path, root: Path, out: Path, environ: 
             result.failure = str(error).replace(f"{path}: ", "", 1)
         results.append(result)
     return results
+
+
+def write_model_file(imported, source: str, out: Path, written: dict) -> None:
+    """<out>/model/<name>.yaml; two different generated models of one name in one import get distinct names
+    (the second one's name ends in a digest of its numbers), so that neither experiment's model changes."""
+    import hashlib
+
+    from primus_hydra.migrate.writer import model_file, write_if_ours
+
+    name, text = model_file(imported, source)
+    body = text.split("\n", 2)[-1]  # without the header, which names the source
+    if name in written and written[name] != body:
+        imported.model.name = f"{name}_{hashlib.sha1(body.encode()).hexdigest()[:6]}"
+        name, text = model_file(imported, source)
+        body = text.split("\n", 2)[-1]
+    written[name] = body
+    write_if_ours(out / "model" / f"{name}.yaml", text)
 
 
 def gpus_per_node(experiment) -> int:
