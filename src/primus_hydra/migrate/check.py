@@ -8,6 +8,7 @@ from typing import Any
 
 from primus_hydra.migrate.mapping import GPUS_PER_NODE
 from primus_hydra.migrate.models import MEGATRON_ARCHITECTURE, TRAINING_CHOICES, megatron_architecture, normalized
+from primus_hydra.migrate.primus_yaml import dotted_get as _get
 from primus_hydra.migrate.primus_yaml import plain
 
 MEGATRON_CHECKED = ("micro_batch_size", "global_batch_size", "seq_length", "train_iters", "lr", "min_lr",
@@ -34,14 +35,6 @@ BRIDGE_CHECKED = {"train_iters": "train.train_iters", "micro_batch_size": "train
                   "pipeline_model_parallel_size": "model.pipeline_model_parallel_size",
                   "context_parallel_size": "model.context_parallel_size"}
 
-
-def _get(tree: dict, path: str) -> Any:
-    node: Any = tree
-    for part in path.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from primus_hydra.backends.extra_args_owners import flatten
 from primus_hydra.errors import PrimusError
 from primus_hydra.migrate.models import ModelChoice, megatron_model, stem, zoo_models
-from primus_hydra.migrate.primus_yaml import EnvValue, TrainerModule, plain
+from primus_hydra.migrate.primus_yaml import EnvValue, TrainerModule, dotted_get, plain
 
 FRAMEWORKS = {"megatron": "megatron", "torchtitan": "torchtitan", "maxtext": "maxtext",
               "megatron_bridge": "megatron_bridge"}
@@ -66,13 +67,9 @@ class Imported:
 _MISSING, _SKIP = object(), object()
 
 
+
 def _get(tree: dict, path: str) -> Any:
-    node: Any = tree
-    for part in path.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return _MISSING
-        node = node[part]
-    return node
+    return dotted_get(tree, path, _MISSING)
 
 
 def _skip_none(value: Any) -> Any:
@@ -461,7 +458,7 @@ def _pass_through(module: TrainerModule, imported: Imported, primus_root, enviro
     extension = _preset_keys(primus_root, module.framework, environ, PRIMUS_EXTENSION_PRESETS)
     architecture = set(MEGATRON_ARCHITECTURE) | set(TRAINING_CHOICES) | {"group_query_attention"} \
         if imported.backend == "megatron" else set()
-    sources = [_flat(module.overrides, imported.backend == "torchtitan")]
+    sources = [flatten(module.overrides) if imported.backend == "torchtitan" else dict(module.overrides)]
     if imported.backend == "megatron":
         generic = _preset_keys(primus_root, "megatron", environ, GENERIC_MODEL_PRESETS, kind="models")
         sources.append({key: value for key, value in module.model_preset.items()
@@ -476,16 +473,6 @@ def _pass_through(module: TrainerModule, imported: Imported, primus_root, enviro
             elif plain(value) is not None:
                 imported.extra_args[path] = value
 
-
-def _flat(tree: dict, nested: bool, prefix: str = "") -> dict:
-    out = {}
-    for key, value in tree.items():
-        path = f"{prefix}{key}"
-        if nested and isinstance(value, dict) and value:
-            out.update(_flat(value, nested, f"{path}."))
-        else:
-            out[path] = value
-    return out
 
 
 _PRESET_CACHE: dict = {}

@@ -80,6 +80,16 @@ def plain(value: Any) -> Any:
     return value
 
 
+def dotted_get(tree: Any, path: str, default: Any = None) -> Any:
+    """tree["a"]["b"] for path "a.b"; `default` where a part is missing."""
+    node = tree
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
 def _typed(text: str) -> Any:
     lowered = text.lower()
     if lowered in ("true", "false"):
