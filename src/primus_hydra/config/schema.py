@@ -11,6 +11,7 @@ from typing import Any
 from omegaconf import MISSING
 
 from primus_hydra.config import resolvers  # noqa: F401  (registers ${primus.times:...})
+from primus_hydra.config.schema_hardware import HardwareConfig
 from primus_hydra.config.schema_model import ModelConfig
 from primus_hydra.config.schema_module import ModuleConfig
 from primus_hydra.config.schema_run import (
@@ -35,6 +36,7 @@ class PrimusConfig:
     model: ModelConfig = MISSING
     backend: Any = MISSING  # typed by the selected option's schema (schema/backend/<name>)
     task: TaskConfig = MISSING
+    hardware: HardwareConfig = MISSING  # task=projection's device (conf/hardware/)
     launch: LaunchConfig = field(default_factory=LaunchConfig)
     patches: PatchesConfig = field(default_factory=PatchesConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
@@ -58,3 +60,4 @@ def register_schemas() -> None:
     store.store(name="primus_schema", node=PrimusConfig, provider="primus_hydra")
     for name, schema in BACKEND_SCHEMAS.items():
         store.store(group="schema/backend", name=name, node=schema, package="backend", provider="primus_hydra")
+    store.store(name="hardware", group="schema", node=HardwareConfig, package="hardware", provider="primus_hydra")

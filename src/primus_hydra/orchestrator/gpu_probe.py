@@ -235,3 +235,28 @@ def detect_gpus(environ: Mapping[str, str]) -> GpuDetection:
                  f"{listing[0]} lists {len(listing[1])} GPU(s): {', '.join(map(str, listing[1])) or 'none'}")
     return GpuDetection(gpus, vendor if gpus else None, mask_variable if gpus else None, tuple(absent), source,
                         free_source, error)
+
+
+def detect_gpu_model(environ: Mapping[str, str]) -> Optional[str]:
+    """The product name of this machine's first GPU as its vendor tool reports it (`NVIDIA H100 80GB HBM3`,
+    `AMD Instinct MI300X`), or None when no tool answers. `PRIMUS_AUTO_GPU_MODEL` stands in for the tools."""
+    forced = environ.get("PRIMUS_AUTO_GPU_MODEL", "").strip()
+    if forced:
+        return forced
+    output = _run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], environ)
+    names = [line.strip() for line in (output or "").splitlines() if line.strip()]
+    if names:
+        return names[0]
+    data = _run_json(["amd-smi", "static", "--asic", "--json"], environ)
+    entries = data.get("gpu_data", [data]) if isinstance(data, dict) else data if isinstance(data, list) else []
+    for entry in entries:
+        asic = entry.get("asic") if isinstance(entry, dict) else None
+        if isinstance(asic, dict) and asic.get("market_name"):
+            return str(asic["market_name"])
+    data = _run_json(["rocm-smi", "--showproductname", "--json"], environ)
+    for card, fields in data.items() if isinstance(data, dict) else []:
+        if card.startswith("card") and isinstance(fields, dict):
+            name = fields.get("Card Series") or fields.get("Card series") or fields.get("Card Model")
+            if name:
+                return str(name)
+    return None
