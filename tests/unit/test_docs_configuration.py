@@ -16,7 +16,7 @@ from primus_hydra.config.schema import BACKEND_SCHEMAS, PrimusConfig
 from primus_hydra.config.schema_run import BackendConfig
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
-SECTIONS = ("platform", "module", "model", "launch", "patches", "sweep", "task", "backend")
+SECTIONS = ("platform", "module", "model", "launch", "patches", "sweep", "task", "backend", "hardware")
 
 
 def schema_leaves() -> dict[str, dataclasses.Field]:

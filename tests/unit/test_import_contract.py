@@ -19,6 +19,7 @@ LAYERS = [
     {"config"},
     {"patches"},
     {"backends"},
+    {"projection"},
     {"orchestrator", "migrate"},
     {"runtime"},
     {"launch"},

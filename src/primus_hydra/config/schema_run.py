@@ -133,6 +133,10 @@ class TaskConfig:
     source: Optional[str] = None  # task=import: a Primus experiment file, or a folder of them
     primus_root: Optional[str] = None  # task=import: the Primus checkout (null: the one that contains task.source)
     out: Optional[str] = None  # task=import: the Hydra config dir written (experiment/, model/)
+    search: bool = False  # task=projection: rank every layout of the world size by projected tokens/s
+    top: int = 10  # task=projection: how many ranked layouts task.search prints
+    calibrate: bool = False  # task=projection: run a few real steps of the job and print measured next to projected
+    calibrate_steps: int = 6  # task=projection: steps of the calibration run (the first two warm up)
 
 
 @dataclass
@@ -156,6 +160,9 @@ class BackendConfig:
 class TorchBackendConfig(BackendConfig):
     num_threads: Optional[int] = None  # torch intra-op threads; null: leave torch's default
     deterministic: bool = True  # torch.use_deterministic_algorithms on CPU
+    # each rank's peak memory in metrics.jsonl (peak_memory_gib): CUDA's allocator statistics every step; on the
+    # CPU the torch profiler's allocation events over set-up and the first two steps (which it slows)
+    measure_memory: bool = False
 
 
 @dataclass

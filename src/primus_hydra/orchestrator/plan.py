@@ -115,8 +115,7 @@ def plan_inputs(cfg: DictConfig, num_gpus: int) -> PlanInputs:
     nnodes = int(cfg.launch.nnodes)
     try:
         world = configured_world_size(cfg, nproc_for(cfg.launch.nproc_per_node, cfg.platform.device, num_gpus))
-        estimate = estimate_rank_gib(cfg.model, cfg.module, world,
-                                     distributed_optimizer=bool(cfg.backend.get("use_distributed_optimizer", False)))
+        estimate = estimate_rank_gib(cfg, world)
     except Exception:  # an incomplete or exotic model: the generic fallback sizes it
         estimate = None
     return PlanInputs(

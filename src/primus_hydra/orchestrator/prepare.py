@@ -56,7 +56,7 @@ def without_hydra_node(cfg: DictConfig) -> DictConfig:
 
 def prepare(cfg: DictConfig, *, run_dir: Optional[Path] = None, world_size: Optional[int] = None,
             plan: Optional[ResourcePlan] = None, sweep_points: int = 1, on_this_machine: bool = True,
-            launched: bool = False, trains: bool = True) -> PreparedJob:
+            launched: bool = False, trains: bool = True, runs_on_gpu: Optional[bool] = None) -> PreparedJob:
     """The job `cfg` describes, checked and planned; ConfigValidationError (every failed check, one line each).
 
     run_dir: where it will write (None when unknown). world_size: fixed by who starts the ranks (a torchrun/srun
@@ -65,6 +65,7 @@ def prepare(cfg: DictConfig, *, run_dir: Optional[Path] = None, world_size: Opti
     no check of this machine's GPUs, paths or libraries. launched: this process is already a rank of its job,
     started by a launcher that owns the machine: no plan either.
     trains: the job will train (not a dry run, not a plan): its library and the files it reads must be there.
+    runs_on_gpu: where the job's backend will run when no plan says it (task=projection: its hardware entry).
     """
     job = without_hydra_node(cfg)
     warnings = validate_config(job)
@@ -88,6 +89,7 @@ def prepare(cfg: DictConfig, *, run_dir: Optional[Path] = None, world_size: Opti
     if plan is not None and not launched and not job.task.get("dry_run", False):
         failures += fit_failures(job, plan)
     adapter = load_adapter(job, layout, run_dir)
+    adapter.runs_on_gpu = runs_on_gpu
     if plan is not None:
         adapter.runs_on_gpu = job.platform.device == "cuda" or (job.platform.device == "auto" and plan.resources.num_gpus > 0)
     failures += adapter.validate()

@@ -124,6 +124,7 @@ class TorchAdapter(BackendAdapter):
             model=OmegaConf.to_object(cfg.model), module=module, layout=self.layout, device=cfg.platform.device,
             peak_tflops_per_device=cfg.platform.peak_tflops_per_device, timeout_s=cfg.launch.timeout_s,
             deterministic=cfg.backend.deterministic, num_threads=cfg.backend.num_threads,
+            measure_memory=cfg.backend.measure_memory,
         )
 
     def load_trainer_class(self, stage: str) -> type[BaseTrainer]:

@@ -3,14 +3,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import platform
 import time
 from pathlib import Path
 from typing import Optional
 
 import torch
 
+from primus_hydra.backends.cpu_peak_cache import cached_peak, store_peak
 from primus_hydra.errors import PrimusError
 
 log = logging.getLogger("primus_hydra.train")
@@ -19,36 +18,14 @@ METRICS_FILE = "metrics.jsonl"
 LOSS_PLOT_FILE = "loss_curve.png"
 
 
-PEAK_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "primus_hydra" / "cpu_matmul_peak.json"
-
-
 def cpu_matmul_peak_tflops(dtype: torch.dtype) -> float:
     """The measured matmul peak of this CPU at this thread count, cached per machine (measuring costs start-up time)."""
-    key = f"{platform.node()}|{_cpu_model()}|threads={torch.get_num_threads()}|{dtype}"
-    try:
-        cache = json.loads(PEAK_CACHE.read_text())
-    except (OSError, ValueError):
-        cache = {}
-    if key not in cache:
-        cache[key] = measure_matmul_peak_tflops(torch.device("cpu"), dtype)
-        try:
-            PEAK_CACHE.parent.mkdir(parents=True, exist_ok=True)
-            tmp = PEAK_CACHE.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps(cache, indent=1))
-            tmp.replace(PEAK_CACHE)
-        except OSError:
-            pass  # a read-only home: measure again next time
-    return float(cache[key])
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "cpu"
+    threads = torch.get_num_threads()
+    cached = cached_peak(threads, str(dtype))
+    if cached is None:
+        cached = measure_matmul_peak_tflops(torch.device("cpu"), dtype)
+        store_peak(threads, str(dtype), cached)
+    return cached
 
 
 def measure_matmul_peak_tflops(device: torch.device, dtype: torch.dtype, seconds: float = 0.25) -> float:
@@ -65,6 +42,24 @@ def measure_matmul_peak_tflops(device: torch.device, dtype: torch.dtype, seconds
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return 2 * size**3 * count / (time.perf_counter() - start) / 1e12
+
+
+def measure_op_dispatch_us(chain: int = 20, rounds: int = 200) -> float:
+    """Host time of one eager op with autograd, forward or backward: a chain of multiplies on a tiny tensor, so
+    that dispatch and bookkeeping, not arithmetic, is what is timed (task=projection's host-overhead unit)."""
+    x = torch.ones(16, requires_grad=True)
+
+    def run(count: int) -> float:
+        start = time.perf_counter()
+        for _ in range(count):
+            y = x
+            for _ in range(chain):
+                y = y * 1.0001
+            y.sum().backward()
+        return (time.perf_counter() - start) / (count * (2 * chain + 2)) * 1e6
+
+    run(rounds // 10)
+    return min(run(rounds) for _ in range(3))
 
 
 class MetricsLogger:

@@ -28,6 +28,7 @@ from primus_hydra.backends.torch.metrics import MetricsLogger, cpu_matmul_peak_t
 from primus_hydra.backends.torch.model import build_model_on_meta, materialize
 from primus_hydra.backends.torch.optim import build_optimizer, learning_rate
 from primus_hydra.backends.torch.parallelize import shard, wrap_data_parallel
+from primus_hydra.backends.torch.peak_memory import PeakMemory
 from primus_hydra.backends.torch.step_loop import StepLoopTrainer
 from primus_hydra.config.model_math import count_parameters, training_flops_per_token
 from primus_hydra.errors import CheckpointError, PrimusError, TrainingDivergedError
@@ -72,6 +73,8 @@ class TorchTrainer(StepLoopTrainer):
         self.parallel = init_parallel_state(args.layout, self.device, self.dist, args.timeout_s)
         self.autocast_dtype = torch.bfloat16 if module.precision == "bf16" else None
         self.catch_stop_signals()
+        self.peak_memory = PeakMemory(self.device, args.measure_memory)
+        self.peak_memory.start()  # before the model is built: on the CPU it counts allocations from here
         peak = args.peak_tflops_per_device
         if peak is None and self.device.type == "cpu":
             peak = cpu_matmul_peak_tflops(self.autocast_dtype or torch.float32)
@@ -131,6 +134,7 @@ class TorchTrainer(StepLoopTrainer):
                            decay_iters=args.lr_decay_iters, style=str(module.lr_decay_style))
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+        self.peak_memory.before_step()
         started = time.perf_counter()
         self.train_module.train()
         self.optimizer.zero_grad(set_to_none=True)
@@ -154,6 +158,10 @@ class TorchTrainer(StepLoopTrainer):
             "tokens_per_s": batch_tokens / elapsed, "tflops": tflops,
             "mfu": tflops / self.peak_tflops if self.peak_tflops else None, "step_time_s": elapsed,
         }
+        peaks = self.peak_memory.after_step()
+        if peaks is not None:
+            record["peak_memory_gib"] = max(peaks)
+            record["peak_memory_gib_per_rank"] = peaks
         if args.model.moe.num_experts:
             record["moe_aux_loss"] = mean_over_data_parallel(aux_sum, self.parallel).item()
         return record

@@ -1,0 +1,116 @@
+"""Where a model's parameters live: per pipeline stage and per rank of a layout.
+
+Built on config/model_math.py's exact counts, split the way Megatron-Core (and the native backend) place them:
+- tensor parallelism splits attention and dense/shared-expert FFN matrices over tp; norms, the router and the
+  expert bias are replicated on every tp rank; MLA's down projections (q_a, kv_a) are replicated too;
+- routed experts are split over ep x etp (Megatron's expert_tensor_parallel_size, here = tp when ep = 1, else 1);
+- the embedding (vocabulary padded to a multiple of pad_multiple x tp, Megatron's make_vocab_size_divisible_by)
+  lives on the first stage, the final norm and output layer on the last; with tied embeddings and pp > 1 the last
+  stage holds its own copy of the embedding for the output layer (Megatron's shared word embeddings).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+from primus_hydra.config import model_math
+
+
+@dataclass(frozen=True)
+class RankParameters:
+    """The parameters one rank holds (already divided by its shards, before FSDP / distributed-optimizer sharding)."""
+
+    dense: float  # split over tp or replicated: sharded by the data-parallel group (dp x cp)
+    expert: float  # routed experts: sharded by the expert data-parallel group
+    layers: int  # transformer layers on this rank's stage(s)
+
+    @property
+    def total(self) -> float:
+        return self.dense + self.expert
+
+
+def stage_layers(num_layers: int, pp: int, first: Optional[int] = None, last: Optional[int] = None) -> list[int]:
+    """Layers per pipeline stage: `first`/`last` fix the outer stages (Megatron's decoder_first/last_pipeline_num_layers),
+    the rest split evenly over the middle stages."""
+    if pp == 1:
+        return [num_layers]
+    outer = [first, last]
+    middle_stages = pp - sum(x is not None for x in outer)
+    rest = num_layers - sum(x or 0 for x in outer)
+    if middle_stages == 0:
+        return [first, last] if pp == 2 else []
+    if rest < 0 or rest % middle_stages:
+        raise ValueError(f"{num_layers} layers do not split over {pp} stages with first={first}, last={last}")
+    stages = [rest // middle_stages] * pp
+    if first is not None:
+        stages[0] = first
+    if last is not None:
+        stages[-1] = last
+    return stages
+
+
+def padded_vocab(vocab_size: int, tp: int, pad_multiple: int) -> int:
+    multiple = pad_multiple * tp
+    return vocab_size if pad_multiple <= 1 else int(math.ceil(vocab_size / multiple) * multiple)
+
+
+def attention_parameters(model: Any) -> tuple[int, int]:
+    """(weights split over tp, weights every tp rank holds) of one attention block, its input norm included."""
+    h, heads = model.hidden_size, model.num_attention_heads
+    if model.mla.enabled:
+        mla = model.mla
+        q_width = heads * (mla.qk_nope_head_dim + mla.qk_rope_head_dim)
+        split = mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim) + heads * mla.v_head_dim * h
+        replicated = h * (mla.kv_lora_rank + mla.qk_rope_head_dim) + mla.kv_lora_rank + h
+        if mla.q_lora_rank:
+            split += mla.q_lora_rank * q_width
+            replicated += h * mla.q_lora_rank + mla.q_lora_rank
+        else:
+            split += h * q_width
+        return split, replicated
+    hd = model_math.attention_head_dim(model)
+    q_width, kv_width = heads * hd, model.num_kv_heads * hd
+    split = 2 * h * q_width + 2 * h * kv_width + (q_width + 2 * kv_width if model.qkv_bias else 0)
+    return split, h + (2 * hd if model.qk_norm else 0)
+
+
+def ffn_parameters(model: Any, layer: int) -> tuple[int, int, int]:
+    """(weights split over tp, replicated weights, routed-expert weights of all experts) of layer `layer`'s FFN
+    block, its input norm included."""
+    h, moe = model.hidden_size, model.moe
+    if moe.num_experts == 0 or layer < moe.first_dense_layers:
+        return model_math.SWIGLU_MATRICES * h * model.ffn_hidden_size, h, 0
+    shared = model_math.SWIGLU_MATRICES * h * model_math.shared_expert_ffn_hidden_size(model)
+    replicated = h + h * moe.num_experts + (moe.num_experts if moe.router_enable_expert_bias else 0)
+    return shared, replicated, moe.num_experts * model_math.SWIGLU_MATRICES * h * moe.ffn_hidden_size
+
+
+def rank_parameters(model: Any, *, tp: int, ep: int, layer_ids: Sequence[int], first_stage: bool, last_stage: bool,
+                    pp: int, pad_multiple: int) -> RankParameters:
+    """What one rank of a stage holding `layer_ids` keeps."""
+    etp = tp if ep == 1 else 1
+    split = replicated = experts = 0.0
+    attn_split, attn_replicated = attention_parameters(model)
+    for layer in layer_ids:
+        ffn_split, ffn_replicated, ffn_experts = ffn_parameters(model, layer)
+        split += attn_split + ffn_split
+        replicated += attn_replicated + ffn_replicated
+        experts += ffn_experts
+    vocab = padded_vocab(model.vocab_size, tp, pad_multiple)
+    embedding = vocab * model.hidden_size
+    if first_stage:
+        split += embedding
+    if last_stage:
+        replicated += model.hidden_size  # final norm
+        if not model.tie_embeddings or pp > 1:
+            split += embedding
+    return RankParameters(dense=split / tp + replicated, expert=experts / (ep * etp), layers=len(layer_ids))
+
+
+def stage_layer_ids(stages: Sequence[int]) -> list[list[int]]:
+    ids, start = [], 0
+    for count in stages:
+        ids.append(list(range(start, start + count)))
+        start += count
+    return ids

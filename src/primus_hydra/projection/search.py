@@ -1,0 +1,158 @@
+"""task.search=true: every layout of the world size, projected, ranked by tokens/s among those that fit.
+
+Candidates: tp over the divisors of nproc_per_node that split the heads; cp (for sequences of 8k tokens and more)
+that halves-divides the sequence; pp over the divisors of the layer count, with virtual stages (megatron) where
+the interleaved schedule applies; ep over the divisors of the expert count; the data-parallel rest; micro batches
+that divide the global batch; the backend's ways of sharding state (megatron: distributed optimizer or FSDP;
+torch and torchtitan: DDP or FSDP2); and the least recompute that fits (recompute only ever slows a step).
+The cheap rules prune; the ranked layouts are then checked, best first, with the real run's validation
+(orchestrator/prepare.py) until enough pass: the search never proposes a layout a run would refuse.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Optional
+
+from primus_hydra.projection.hardware import Hardware
+from primus_hydra.projection.layout import MEGATRON_LIKE, Layout
+from primus_hydra.projection.project import Projection, project, workload_of
+
+RECOMPUTE_ORDER = ("none", "selective", "full")
+LONG_SEQUENCE = 8192  # cp is searched from this sequence length on
+
+
+def divisors(n: int, limit: Optional[int] = None) -> list[int]:
+    return [d for d in range(1, (limit or n) + 1) if n % d == 0]
+
+
+def recompute_choices(backend: str) -> tuple[str, ...]:
+    if backend in MEGATRON_LIKE or backend == "torchtitan":
+        return RECOMPUTE_ORDER
+    return ("none",)
+
+
+def _state_choices(backend: str, dp: int, pp: int, ep: int) -> list[dict]:
+    if backend in MEGATRON_LIKE:
+        choices = [{"fsdp": False, "distributed_optimizer": True}]
+        if dp > 1:
+            choices.append({"fsdp": False, "distributed_optimizer": False})
+        if dp > 1 and pp == 1 and ep == 1:
+            choices.append({"fsdp": True, "distributed_optimizer": False})
+        return choices
+    return [{"fsdp": False, "distributed_optimizer": False}] + ([{"fsdp": True, "distributed_optimizer": False}] if dp > 1 else [])
+
+
+def candidate_layouts(cfg: Any, base: Layout, world: int, *, require_batch_split: bool = True) -> Iterator[Layout]:
+    """Layouts without their recompute choice (set to none); require_batch_split=False lets the global batch not
+    divide (the fit-anywhere search)."""
+    work = workload_of(cfg)
+    model, gbs, seq = work.model, work.global_batch_size, work.seq_length
+    backend = base.backend
+    heads, kv = model.num_attention_heads, model.num_kv_heads
+    for tp in divisors(base.nproc_per_node):
+        if heads % tp or (not model.mla.enabled and kv % tp):
+            continue
+        for cp in [c for c in (1, 2, 4, 8) if c == 1 or (seq >= LONG_SEQUENCE * c // 2 and seq % (2 * c) == 0)]:
+            if world % (tp * cp):
+                continue
+            for pp in divisors(model.num_layers, min(model.num_layers, world // (tp * cp))):
+                if world % (tp * cp * pp):
+                    continue
+                dp = world // (tp * cp * pp)
+                experts = model.moe.num_experts
+                for ep in (divisors(experts) if experts else [1]):
+                    if (world // pp) % ep:
+                        continue
+                    for mb in (1, 2, 4, 8, 16):
+                        if require_batch_split and gbs % (mb * dp):
+                            continue
+                        grad_accum = max(1, gbs // (mb * dp))
+                        for vpp in _virtual_stages(backend, model.num_layers, pp, grad_accum):
+                            for state in _state_choices(backend, dp, pp, ep):
+                                yield base.with_(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, micro_batch=mb,
+                                                 grad_accum=grad_accum, vpp=vpp, recompute="none",
+                                                 sequence_parallel=backend in MEGATRON_LIKE and tp > 1,
+                                                 first_stage_layers=None, last_stage_layers=None, **state)
+
+
+def _virtual_stages(backend: str, layers: int, pp: int, grad_accum: int) -> list[int]:
+    if backend not in MEGATRON_LIKE or pp < 2 or grad_accum < pp:
+        return [1]
+    return [v for v in (1, 2, 4, 8) if layers % (pp * v) == 0]
+
+
+@dataclass(frozen=True)
+class Ranked:
+    projection: Projection
+    overrides: list[str]
+
+
+def least_recompute_that_fits(cfg: Any, layout: Layout, hardware: Hardware) -> Optional[Projection]:
+    last = None
+    for recompute in recompute_choices(layout.backend):
+        last = project(cfg, layout.with_(recompute=recompute), hardware)
+        if last.fits:
+            return last
+    return None
+
+
+def overrides_for(layout: Layout) -> list[str]:
+    """The command-line overrides that give this layout."""
+    out = [f"module.parallel.tp={layout.tp}", f"module.parallel.pp={layout.pp}", f"module.parallel.cp={layout.cp}",
+           f"module.parallel.ep={layout.ep}", "module.parallel.dp=auto", f"module.micro_batch_size={layout.micro_batch}",
+           f"module.parallel.sequence_parallel={str(layout.sequence_parallel).lower()}"]
+    if layout.backend in MEGATRON_LIKE:
+        out += [f"module.parallel.fsdp={str(layout.fsdp).lower()}",
+                f"backend.use_distributed_optimizer={str(layout.distributed_optimizer).lower()}",
+                f"backend.virtual_stages_per_pipeline_rank={layout.vpp if layout.vpp > 1 else 'null'}",
+                f"backend.recompute_granularity={'null' if layout.recompute == 'none' else layout.recompute}"]
+    elif layout.backend == "torchtitan":
+        out += [f"module.parallel.fsdp={str(layout.fsdp).lower()}", f"backend.activation_checkpoint={layout.recompute}"]
+    else:
+        out += [f"module.parallel.fsdp={str(layout.fsdp).lower()}"]
+    return out
+
+
+def search(cfg: Any, base: Layout, hardware: Hardware, *, top: int,
+           rejects: Callable[[list[str]], list[str]]) -> tuple[list[Ranked], int, int]:
+    """The `top` fastest layouts that fit and pass `rejects` (the real run's validation of an override list), with
+    how many layouts were projected and how many fit."""
+    cfg = workload_of(cfg)
+    fitting: list[Projection] = []
+    projected = 0
+    for layout in candidate_layouts(cfg, base, base.world):
+        projected += 1
+        best = least_recompute_that_fits(cfg, layout, hardware)
+        if best is not None:
+            fitting.append(best)
+    fitting.sort(key=lambda projection: -projection.tokens_per_s)
+    ranked: list[Ranked] = []
+    for projection in fitting:
+        overrides = overrides_for(projection.layout)
+        if not rejects(overrides):
+            ranked.append(Ranked(projection, overrides))
+            if len(ranked) == top:
+                break
+    return ranked, projected, len(fitting)
+
+
+def smallest_batch_split(cfg: Any, base: Layout) -> Optional[int]:
+    """The fewest data-parallel ranks any layout of the world size has (at micro batch 1): the smallest global batch
+    a layout can split; None when no layout exists at all."""
+    cfg = workload_of(cfg)
+    sizes = [layout.dp for layout in candidate_layouts(cfg, base, base.world, require_batch_split=False)]
+    return min(sizes) if sizes else None
+
+
+def smallest_fitting_world(cfg: Any, base: Layout, hardware: Hardware, max_nodes: int = 1 << 14) -> Optional[int]:
+    """The fewest ranks (whole nodes of nproc_per_node) on which some layout fits in memory, any batch split."""
+    cfg = workload_of(cfg)
+    nodes = max(1, base.world // base.nproc_per_node)
+    while nodes <= max_nodes:
+        nodes *= 2
+        world = nodes * base.nproc_per_node
+        scaled = base.with_(world=world)
+        for layout in candidate_layouts(cfg, scaled, world, require_batch_split=False):
+            if least_recompute_that_fits(cfg, layout.with_(world=world), hardware) is not None:
+                return world
+    return None

@@ -1,0 +1,203 @@
+"""task=projection: will this config fit, how fast will it run, and which layout is best (projection/).
+
+JSON on stdout (one document; one line per point under -m), a readable report on stderr, nothing written, no
+torch import. task.search=true ranks the layouts of the world size; task.calibrate=true runs a few real steps of
+the job on this machine and prints the measurement next to the projection.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from primus_hydra.config.choices import auto_int
+from primus_hydra.errors import ConfigValidationError
+
+
+class ProjectionTask:
+    runs_sweep_points_in_process = True  # see task=plan
+
+    def __init__(self, cfg: DictConfig, job=None, point: Optional[dict] = None):
+        self.cfg, self.job, self.point = cfg, job, point
+
+    @classmethod
+    def prepare_job(cls, cfg: DictConfig, run_dir: Optional[Path], *, plan=None, sweep_points: Optional[int] = None):
+        """The real run's validation for the cluster the projection is for: its world size, its device kind."""
+        from primus_hydra.orchestrator.prepare import PreparedJob, prepare, without_hydra_node
+
+        world, gpu = projected_world_size(cfg), _targets_gpu(cfg)
+        try:
+            return prepare(cfg, world_size=world, on_this_machine=False, trains=False, runs_on_gpu=gpu)
+        except ConfigValidationError as error:
+            if not cfg.task.search:
+                raise
+            refused = error.failures
+        # the search replaces the layout: the rest of the config must pass, the configured layout need not
+        neutral = without_hydra_node(cfg)
+        for key, value in LAYOUT_NEUTRAL.items():
+            if OmegaConf.select(neutral, key, default="<absent>") != "<absent>":
+                OmegaConf.update(neutral, key, value if key != "module.global_batch_size" else world, merge=False)
+        job = prepare(neutral, world_size=world, on_this_machine=False, trains=False, runs_on_gpu=gpu)
+        note = f"the configured layout is refused ({refused[0]}); task.search looks for one that a run accepts"
+        return PreparedJob(without_hydra_node(cfg), None, None, job.warnings + [note])
+
+    def run(self) -> dict:
+        from primus_hydra.orchestrator.prepare import HANDOFF, show_warnings
+        from primus_hydra.projection.layout import layout_from_config
+        from primus_hydra.projection.project import project
+        from primus_hydra.projection.report import describe
+        from primus_hydra.tasks.plan import _sweep_point
+
+        job = self.job or HANDOFF.take(Path("."))
+        if job is None:  # a sweep point of another launcher than primus_local
+            job = self.prepare_job(self.cfg, None)
+            show_warnings(job)
+        cfg = job.cfg
+        world = projected_world_size(cfg)
+        layout = layout_from_config(cfg, world, world_nproc(cfg, world))
+        hardware = target_hardware(cfg, layout, fresh_measurement=bool(cfg.task.calibrate))
+        data, projection = {"configured": None}, None
+        if job.layout is not None:  # the configured layout (a search may start from one a run refuses)
+            projection = project(cfg, layout, hardware)
+            data = projection.to_dict()
+            print(describe(projection, str(cfg.model.name)), file=sys.stderr)
+        if cfg.task.search:
+            data["search"] = run_search(cfg, layout, hardware)
+        if cfg.task.calibrate:
+            from primus_hydra.tasks.calibrate import calibrate
+
+            if projection is None:
+                raise ConfigValidationError(["task.calibrate=true runs the configured layout, which a run refuses "
+                                             "(see the warning above)"])
+
+            data["calibration"] = calibrate(cfg, projection)
+        point = self.point or _sweep_point()
+        if point is None:
+            print(json.dumps(data, indent=2))
+        else:
+            print(json.dumps({"point": point, **data}))
+        sys.stdout.flush()
+        return data
+
+
+# a layout every world size accepts: what the rest of a config is checked with when task.search replaces its layout
+LAYOUT_NEUTRAL = {"module.parallel.tp": 1, "module.parallel.pp": 1, "module.parallel.cp": 1, "module.parallel.ep": 1,
+                  "module.parallel.dp": "auto", "module.parallel.fsdp": False, "module.parallel.sequence_parallel": False,
+                  "module.micro_batch_size": 1, "module.global_batch_size": None,
+                  "backend.virtual_stages_per_pipeline_rank": None}
+
+
+def projected_world_size(cfg: DictConfig) -> int:
+    """launch.nnodes x launch.nproc_per_node; `auto` is the GPUs this node shows (or 1 without any)."""
+    nproc = auto_int(cfg.launch.nproc_per_node)
+    if nproc is None:
+        from primus_hydra.orchestrator.gpu_probe import detect_gpus
+
+        nproc = max(1, len(detect_gpus(os.environ).gpus))
+    return int(cfg.launch.nnodes) * nproc
+
+
+def world_nproc(cfg: DictConfig, world: int) -> int:
+    return max(1, world // int(cfg.launch.nnodes))
+
+
+def hardware_entry(cfg: DictConfig):
+    """The config's hardware entry; `auto`: the entry of the GPU model this node's vendor tool reports (cpu without)."""
+    from primus_hydra.projection.hardware import entry_for_gpu_model, load_entry
+
+    if str(cfg.hardware.name) != "auto":
+        return cfg.hardware
+    from primus_hydra.orchestrator.gpu_probe import detect_gpu_model
+
+    return load_entry(entry_for_gpu_model(detect_gpu_model(os.environ)))
+
+
+def _targets_gpu(cfg: DictConfig) -> bool:
+    return str(hardware_entry(cfg).vendor) != "cpu"
+
+
+def target_hardware(cfg: DictConfig, layout, *, fresh_measurement: bool = False):
+    """The hardware entry's numbers; on the cpu entry, the matmul peak at the threads this machine gives a rank."""
+    from primus_hydra.projection.hardware import resolve_hardware
+
+    entry = hardware_entry(cfg)
+    threads, host_gib = 1, 0.0
+    if str(entry.vendor) == "cpu":
+        from primus_hydra.orchestrator.plan import build_resource_plan
+
+        plan = build_resource_plan(cfg)
+        threads = int(cfg.backend.get("num_threads") or plan.threads_per_worker)
+        host_gib = plan.resources.ram_available_gib or 0.0
+    return resolve_hardware(entry, precision=layout.precision, threads_per_rank=threads, host_memory_gib=host_gib,
+                            ranks_per_node=layout.nproc_per_node, platform_peak=cfg.platform.peak_tflops_per_device,
+                            fresh_measurement=fresh_measurement)
+
+
+def run_search(cfg: DictConfig, layout, hardware) -> dict:
+    from primus_hydra.projection.report import search_table
+    from primus_hydra.projection.search import search, smallest_batch_split, smallest_fitting_world
+
+    ranked, projected, fitting = search(cfg, layout, hardware, top=int(cfg.task.top),
+                                        rejects=lambda overrides: rejected_by_validation(cfg, overrides))
+    if projected == 0:
+        split = smallest_batch_split(cfg, layout)
+        hint = (f"the smallest global batch a layout of {layout.world} ranks splits is {split} (a multiple of its "
+                f"data-parallel size)" if split else f"no tp/pp/cp split of {cfg.model.name} fits {layout.world} ranks")
+        raise ConfigValidationError([f"module.global_batch_size={cfg.module.global_batch_size}: no layout of "
+                                     f"{layout.world} ranks splits it; {hint}"])
+    if not ranked:
+        smallest = smallest_fitting_world(cfg, layout, hardware)
+        where = (f"the smallest world size where a layout fits is {smallest} ({smallest // layout.nproc_per_node} "
+                 f"nodes of {layout.nproc_per_node})" if smallest else "no world size up to 16384 nodes fits")
+        raise ConfigValidationError([
+            f"model {cfg.model.name} fits no layout of {layout.world} x {hardware.name} "
+            f"({hardware.usable_memory_gib:.1f} GiB usable each; {projected} layouts projected); {where}"])
+    print(f"search: {projected} layouts projected, {fitting} fit {hardware.name}'s "
+          f"{hardware.usable_memory_gib:.1f} GiB; the {len(ranked)} fastest that a run accepts:", file=sys.stderr)
+    print(search_table(ranked), file=sys.stderr)
+    print(f"best: python -m primus_hydra {' '.join(run_command(ranked[0].overrides))}", file=sys.stderr)
+    return {"projected": projected, "fitting": fitting, "best_overrides": ranked[0].overrides,
+            "top": [{"overrides": entry.overrides, **entry.projection.to_dict()} for entry in ranked]}
+
+
+def run_command(layout_overrides: list[str]) -> list[str]:
+    """The command line that trains with a searched layout: this command's own overrides, task=train instead of
+    task=projection, the layout's keys replaced."""
+    from hydra.core.hydra_config import HydraConfig
+
+    given = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    replaced = {override.split("=", 1)[0] for override in layout_overrides}
+    kept = [override for override in given if override.split("=", 1)[0].lstrip("+~") not in replaced
+            and not override.startswith(("task=", "task.", "hardware="))]
+    return ["task=train", *kept, *layout_overrides]
+
+
+def rejected_by_validation(cfg: DictConfig, overrides: list[str]) -> list[str]:
+    """What the real run's checks say about `cfg` with these overrides ([] when it passes)."""
+    import copy
+
+    from omegaconf import OmegaConf, open_dict, read_write
+
+    from primus_hydra.orchestrator.prepare import prepare
+
+    candidate = copy.deepcopy(cfg)
+    with read_write(candidate), open_dict(candidate):
+        for override in overrides:
+            key, value = override.split("=", 1)
+            OmegaConf.update(candidate, key, None if value == "null" else yaml_value(value), merge=False)
+    try:
+        prepare(candidate, world_size=projected_world_size(cfg), on_this_machine=False, trains=False,
+                runs_on_gpu=_targets_gpu(cfg))
+    except ConfigValidationError as error:
+        return list(error.failures) if hasattr(error, "failures") else [str(error)]
+    return []
+
+
+def yaml_value(text: str):
+    import yaml
+
+    return yaml.safe_load(text)

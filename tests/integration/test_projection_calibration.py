@@ -1,0 +1,44 @@
+"""The projection against measurements on this CPU (backend=torch, the cpu hardware entry calibrated by a fresh
+matmul-peak and op-dispatch measurement): each rank's projected peak memory within 15 % of the torch profiler's
+measured peak, projected tokens/s within 25 % of the measured median, for dense and MoE models, several micro
+batches and the dp, FSDP and tp layouts. The machine is shared: a throughput miss is measured once more."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers.cli import primus
+
+CASES = {
+    "llama_tiny mb2": ["module.micro_batch_size=2", "module.global_batch_size=2"],
+    "llama_tiny mb8": [],
+    "llama_tiny dp2 mb8": ["launch.nproc_per_node=2", "module.global_batch_size=16"],
+    "llama_tiny fsdp2 mb8": ["launch.nproc_per_node=2", "module.parallel.fsdp=true", "module.global_batch_size=16"],
+    "llama_tiny tp2 mb8": ["launch.nproc_per_node=2", "module.parallel.tp=2"],
+    "moe_tiny mb8": ["model=moe_tiny"],
+    "moe_tiny dp2 mb4": ["model=moe_tiny", "launch.nproc_per_node=2", "module.micro_batch_size=4",
+                         "module.global_batch_size=8"],
+}
+MEMORY_TOLERANCE, THROUGHPUT_TOLERANCE = 0.15, 0.25
+
+
+def calibrate(tmp_path, overrides: list[str]) -> dict:
+    result = primus("task=projection", "hardware=cpu", "task.calibrate=true", "task.calibrate_steps=6", *overrides,
+                    cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_projection_matches_the_measured_run(tmp_path, case):
+    data = calibrate(tmp_path, CASES[case])
+    memory, tokens = data["calibration"]["peak_memory_gib"], data["calibration"]["tokens_per_s"]
+    ranks = data["layout"]["world_size"]
+    assert len(memory["measured_per_rank"]) == ranks
+    for measured in memory["measured_per_rank"]:  # every rank of these layouts holds the same share
+        assert abs(memory["projected"] / measured - 1) <= MEMORY_TOLERANCE, memory
+    if abs(tokens["error"]) > THROUGHPUT_TOLERANCE:
+        tokens = calibrate(tmp_path, CASES[case])["calibration"]["tokens_per_s"]
+    assert abs(tokens["error"]) <= THROUGHPUT_TOLERANCE, tokens
+    assert list(tmp_path.iterdir()) == []  # the calibration run's folder is gone
