@@ -8,6 +8,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from primus_hydra.config import model_math
+from primus_hydra.config.layout import stage_layers
 from primus_hydra.config.schema_model import ModelConfig
 from primus_hydra.projection import activations
 from primus_hydra.projection.layout import Layout
@@ -17,7 +18,6 @@ from primus_hydra.projection.parameters import (
     padded_vocab,
     rank_parameters,
     stage_layer_ids,
-    stage_layers,
 )
 from primus_hydra.projection.step_time import collective_seconds
 
@@ -105,6 +105,23 @@ def test_uneven_pipeline_stages():
     assert stage_layer_ids([2, 3]) == [[0, 1], [2, 3, 4]]
     with pytest.raises(ValueError):
         stage_layers(30, 4, first=7)
+    with pytest.raises(ValueError):
+        stage_layers(30, 1, first=7)
+
+
+def test_uneven_stages_put_the_embedding_and_output_on_the_outer_stages():
+    model = preset("deepseek_v3")  # 61 layers, 3 dense; first stage 13 (with the embedding), last 16 (output)
+    stages = stage_layer_ids(stage_layers(61, 4, first=13, last=16))
+    uneven = layout(pp=4, dp=2, ep=8, first_stage_layers=13, last_stage_layers=16, distributed_optimizer=True)
+    memory = [stage_memory(model, uneven, 4096, index, ids, 0.0) for index, ids in enumerate(stages)]
+    assert [m.parameters.layers for m in memory] == [13, 16, 16, 16]
+    table = 129280 * 7168  # the vocabulary (a multiple of 128) times h
+    first_layers = sum(rank_parameters(model, tp=1, ep=8, layer_ids=[i], first_stage=False, last_stage=False, pp=4,
+                                       pad_multiple=128).total for i in stages[0])
+    assert memory[0].parameters.total == first_layers + table
+    last_layers = sum(rank_parameters(model, tp=1, ep=8, layer_ids=[i], first_stage=False, last_stage=False, pp=4,
+                                      pad_multiple=128).total for i in stages[3])
+    assert memory[3].parameters.total == last_layers + table + 7168  # output layer and final norm
 
 
 # -- bytes per parameter --------------------------------------------------------------------------------------

@@ -35,6 +35,26 @@ def gradient_accumulation(module: Any, dp: int) -> int:
     return max(1, module.global_batch_size // (module.micro_batch_size * max(1, dp)))
 
 
+def stage_layers(num_layers: int, pp: int, first: Optional[int] = None, last: Optional[int] = None) -> list[int]:
+    """Layers per pipeline stage: `first`/`last` fix the outer stages (Megatron's decoder_first/last_pipeline_num_layers),
+    the other stages split the rest evenly; ValueError when they cannot."""
+    if pp == 1:
+        if first is not None or last is not None:
+            raise ValueError("uneven stages need module.parallel.pp >= 2")
+        return [num_layers]
+    fixed = [(0, first), (pp - 1, last)]
+    middle = pp - sum(count is not None for _, count in fixed)
+    rest = num_layers - sum(count or 0 for _, count in fixed)
+    if any(count is not None and count < 1 for _, count in fixed) or rest < middle or (middle and rest % middle) \
+            or (not middle and rest):
+        raise ValueError(f"{num_layers} layers do not split over {pp} stages with first={first}, last={last}")
+    stages = [rest // middle if middle else 0] * pp
+    for index, count in fixed:
+        if count is not None:
+            stages[index] = count
+    return stages
+
+
 def configured_world_size(cfg: Any, nproc_per_node: Optional[int] = None) -> Optional[int]:
     """launch.nnodes x launch.nproc_per_node (or x `nproc_per_node`, the resolved `auto`), or None while it is
     `auto` and unresolved."""

@@ -172,6 +172,10 @@ class MegatronBackendConfig(BackendConfig):
     trainer: Optional[str] = "auto"
     # interleaved pipeline: model chunks per pipeline rank (Megatron's --num-virtual-stages-per-pipeline-rank)
     virtual_stages_per_pipeline_rank: Optional[int] = None
+    # uneven pipeline stages: layers of the first / last stage (Megatron's --decoder-first/last-pipeline-num-layers);
+    # the other stages split the rest evenly. null: every stage gets model.num_layers / pp
+    decoder_first_pipeline_num_layers: Optional[int] = None
+    decoder_last_pipeline_num_layers: Optional[int] = None
     # backend.trainer=core's batches: auto | megatron (megatron.core.datasets) | native (backend=torch's, for parity)
     dataset: MegatronDataset = MegatronDataset.auto
     transformer_impl: TransformerImpl = TransformerImpl.transformer_engine

@@ -13,6 +13,7 @@ from typing import Callable, List
 from omegaconf import DictConfig, OmegaConf
 
 from primus_hydra.config.choices import auto_int_failure
+from primus_hydra.config.layout import stage_layers
 from primus_hydra.config.validate_numbers import number_failures
 from primus_hydra.errors import ConfigValidationError
 
@@ -179,8 +180,22 @@ def _mixture_of_experts(cfg: DictConfig, failures: list[str], warnings: list[str
 
 def _pipeline_layers(cfg: DictConfig, failures: list[str], warnings: list[str]) -> None:
     layers, pp = cfg.model.num_layers, cfg.module.parallel.pp
-    if pp >= 1 and layers >= 1 and layers % pp:
-        failures.append(f"module.parallel.pp={pp} does not divide model.num_layers={layers} (each stage needs equal layers)")
+    first = cfg.backend.get("decoder_first_pipeline_num_layers")
+    last = cfg.backend.get("decoder_last_pipeline_num_layers")
+    if first is None and last is None:
+        if pp >= 1 and layers >= 1 and layers % pp:
+            failures.append(f"module.parallel.pp={pp} does not divide model.num_layers={layers} (each stage needs equal "
+                            f"layers; backend=megatron can set backend.decoder_first/last_pipeline_num_layers)")
+        return
+    try:
+        stage_layers(layers, pp, first, last)
+    except ValueError:
+        failures.append(f"backend.decoder_first_pipeline_num_layers={first}, decoder_last_pipeline_num_layers={last}: "
+                        f"with module.parallel.pp={pp} the other stages must split the rest of model.num_layers={layers} "
+                        f"evenly, each outer stage holding >= 1 layer (and pp >= 2)")
+    if cfg.backend.get("virtual_stages_per_pipeline_rank"):
+        failures.append("backend.decoder_first/last_pipeline_num_layers: not with backend.virtual_stages_per_pipeline_rank "
+                        "(uneven stages take the 1F1B schedule)")
 
 
 def _sequence(cfg: DictConfig, failures: list[str], warnings: list[str]) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from primus_hydra.config.layout import stage_layers
 from primus_hydra.projection import activations
 from primus_hydra.projection.layout import MEGATRON_LIKE, VOCAB_PAD, Layout
 from primus_hydra.projection.parameters import (
@@ -24,7 +25,6 @@ from primus_hydra.projection.parameters import (
     padded_vocab,
     rank_parameters,
     stage_layer_ids,
-    stage_layers,
 )
 
 GIB = 1024.0 ** 3

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 from primus_hydra.config import model_math
 
@@ -28,26 +28,6 @@ class RankParameters:
     @property
     def total(self) -> float:
         return self.dense + self.expert
-
-
-def stage_layers(num_layers: int, pp: int, first: Optional[int] = None, last: Optional[int] = None) -> list[int]:
-    """Layers per pipeline stage: `first`/`last` fix the outer stages (Megatron's decoder_first/last_pipeline_num_layers),
-    the rest split evenly over the middle stages."""
-    if pp == 1:
-        return [num_layers]
-    outer = [first, last]
-    middle_stages = pp - sum(x is not None for x in outer)
-    rest = num_layers - sum(x or 0 for x in outer)
-    if middle_stages == 0:
-        return [first, last] if pp == 2 else []
-    if rest < 0 or rest % middle_stages:
-        raise ValueError(f"{num_layers} layers do not split over {pp} stages with first={first}, last={last}")
-    stages = [rest // middle_stages] * pp
-    if first is not None:
-        stages[0] = first
-    if last is not None:
-        stages[-1] = last
-    return stages
 
 
 def padded_vocab(vocab_size: int, tp: int, pad_multiple: int) -> int:

@@ -2,7 +2,7 @@
 
 Candidates: tp over the divisors of nproc_per_node that split the heads; cp (for sequences of 8k tokens and more)
 that halves-divides the sequence; pp over the divisors of the layer count, with virtual stages (megatron) where
-the interleaved schedule applies; ep over the divisors of the expert count; the data-parallel rest; micro batches
+the interleaved schedule applies, and (megatron) powers of two with a lighter first stage where they do not divide; ep over the divisors of the expert count; the data-parallel rest; micro batches
 that divide the global batch; the backend's ways of sharding state (megatron: distributed optimizer or FSDP;
 torch and torchtitan: DDP or FSDP2); and the least recompute that fits (recompute only ever slows a step).
 The cheap rules prune; the ranked layouts are then checked, best first, with the real run's validation
@@ -55,7 +55,7 @@ def candidate_layouts(cfg: Any, base: Layout, world: int, *, require_batch_split
         for cp in [c for c in (1, 2, 4, 8) if c == 1 or (seq >= LONG_SEQUENCE * c // 2 and seq % (2 * c) == 0)]:
             if world % (tp * cp):
                 continue
-            for pp in divisors(model.num_layers, min(model.num_layers, world // (tp * cp))):
+            for pp, first in _pipeline_splits(backend, model.num_layers, world // (tp * cp)):
                 if world % (tp * cp * pp):
                     continue
                 dp = world // (tp * cp * pp)
@@ -67,12 +67,27 @@ def candidate_layouts(cfg: Any, base: Layout, world: int, *, require_batch_split
                         if require_batch_split and gbs % (mb * dp):
                             continue
                         grad_accum = max(1, gbs // (mb * dp))
-                        for vpp in _virtual_stages(backend, model.num_layers, pp, grad_accum):
+                        for vpp in _virtual_stages(backend, model.num_layers, pp, grad_accum) if first is None else [1]:
                             for state in _state_choices(backend, dp, pp, ep):
                                 yield base.with_(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, micro_batch=mb,
                                                  grad_accum=grad_accum, vpp=vpp, recompute="none",
                                                  sequence_parallel=backend in MEGATRON_LIKE and tp > 1,
-                                                 first_stage_layers=None, last_stage_layers=None, **state)
+                                                 first_stage_layers=first, last_stage_layers=None, **state)
+
+
+def _pipeline_splits(backend: str, layers: int, most: int) -> list[tuple[int, Optional[int]]]:
+    """(pp, layers of the first stage or None for even stages): the divisors of the layer count, and for megatron the
+    powers of two that do not divide it, with a lighter first stage (it also holds the embedding)."""
+    splits: list[tuple[int, Optional[int]]] = [(pp, None) for pp in divisors(layers, min(layers, most))]
+    if backend in MEGATRON_LIKE:
+        pp = 2
+        while pp <= min(layers, most):
+            per_stage = -(-layers // pp)
+            first = layers - (pp - 1) * per_stage
+            if layers % pp and first >= 1:
+                splits.append((pp, first))
+            pp *= 2
+    return splits
 
 
 def _virtual_stages(backend: str, layers: int, pp: int, grad_accum: int) -> list[int]:
@@ -105,6 +120,7 @@ def overrides_for(layout: Layout) -> list[str]:
         out += [f"module.parallel.fsdp={str(layout.fsdp).lower()}",
                 f"backend.use_distributed_optimizer={str(layout.distributed_optimizer).lower()}",
                 f"backend.virtual_stages_per_pipeline_rank={layout.vpp if layout.vpp > 1 else 'null'}",
+                f"backend.decoder_first_pipeline_num_layers={layout.first_stage_layers or 'null'}",
                 f"backend.recompute_granularity={'null' if layout.recompute == 'none' else layout.recompute}"]
     elif layout.backend == "torchtitan":
         out += [f"module.parallel.fsdp={str(layout.fsdp).lower()}", f"backend.activation_checkpoint={layout.recompute}"]

@@ -174,6 +174,9 @@ def parallel_args(cfg: DictConfig, layout: ParallelLayout) -> dict:
         "transformer_impl": backend.transformer_impl,
         "num_virtual_stages_per_pipeline_rank": backend.virtual_stages_per_pipeline_rank,
     }
+    for key in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers"):
+        if backend.get(key) is not None:
+            args[key] = backend[key]
     if p.fsdp:
         # Megatron rejects torch FSDP2 together with its distributed optimizer and gradient-accumulation fusion
         args.update(use_torch_fsdp2=True, use_distributed_optimizer=False, gradient_accumulation_fusion=False)

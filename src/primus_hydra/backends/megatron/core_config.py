@@ -13,7 +13,9 @@ import re
 from typing import Any, Iterator
 
 # argument destinations whose TransformerConfig field has another name
-FIELD_RENAMES = {"num_experts": "num_moe_experts", "norm_epsilon": "layernorm_epsilon"}
+FIELD_RENAMES = {"num_experts": "num_moe_experts", "norm_epsilon": "layernorm_epsilon",
+                 "decoder_first_pipeline_num_layers": "num_layers_in_first_pipeline_stage",
+                 "decoder_last_pipeline_num_layers": "num_layers_in_last_pipeline_stage"}
 # fields where None is a setting, not "unset": q_lora_rank=None is a full-rank q projection (the default is 512)
 NONE_IS_A_VALUE = ("q_lora_rank",)
 # fused kernels that need Transformer Engine / Apex / CUDA; off for the local layer spec

@@ -94,7 +94,9 @@ class MegatronCoreTrainer(StepLoopTrainer):
         # one model chunk per virtual pipeline stage of this rank (one without virtual stages)
         self.chunks = [self._build_chunk(stage) for stage in range(virtual_stages(args))]
         self.model = self.chunks[0]
-        log.info("model %s: %s parameters (megatron-core GPTModel)", self.cfg.model.name, f"{count_parameters(self.cfg.model):,}")
+        held = sum(param.numel() for chunk in self.chunks for param in chunk.parameters())
+        log.info("model %s: %s parameters (megatron-core GPTModel); this rank holds %s", self.cfg.model.name,
+                 f"{count_parameters(self.cfg.model):,}", f"{held:,}")
         config = self.model.config
         ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True,
                                                    use_distributed_optimizer=bool(args.get("use_distributed_optimizer")))
