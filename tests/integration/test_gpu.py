@@ -37,3 +37,26 @@ def test_asking_for_a_gpu_without_one_is_one_clear_error():
 
     with pytest.raises(PrimusError, match=r"platform.device=cuda but torch sees no GPU"):
         resolve_device("cuda", local_rank=0)
+
+
+@needs_gpu
+@pytest.mark.parametrize("micro_batch", [1, 2, 4])
+def test_projection_matches_a_measured_gpu_run(tmp_path, micro_batch):
+    """task=projection task.calibrate=true on the GPU: backend=torch, llama3 8B reduced to 4 layers, bf16; the
+    projected peak (max_memory_allocated) and tokens/s next to the measured ones. The errors are printed (they
+    calibrate the hardware entry); the bounds only catch a broken model."""
+    import json
+
+    from helpers.cli import primus
+
+    result = primus("task=projection", "task.calibrate=true", "task.calibrate_steps=8", "platform.device=cuda",
+                    "model=llama3_8b", "model.num_layers=4", "module.precision=bf16", "module.seq_length=2048",
+                    f"module.micro_batch_size={micro_batch}", f"module.global_batch_size={micro_batch}",
+                    "module.data.source=mock", cwd=tmp_path, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    calibration = json.loads(result.stdout)["calibration"]
+    memory, tokens = calibration["peak_memory_gib"], calibration["tokens_per_s"]
+    print(f"llama3 8B / 4 layers, micro batch {micro_batch}: peak GiB projected {memory['projected']:.2f} measured "
+          f"{memory['measured']:.2f} ({100 * memory['error']:+.1f} %); tokens/s projected {tokens['projected']:,.0f} "
+          f"measured {tokens['measured']:,.0f} ({100 * tokens['error']:+.1f} %)")
+    assert abs(memory["error"]) < 0.5 and abs(tokens["error"]) < 1.0

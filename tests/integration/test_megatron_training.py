@@ -34,11 +34,11 @@ LAYOUTS = {
     "tp2": ("llama_tiny", ["launch.nproc_per_node=2", "module.parallel.tp=2"]),
     "tp2_sequence_parallel": ("llama_tiny", ["launch.nproc_per_node=2", "module.parallel.tp=2",
                                              "module.parallel.sequence_parallel=true"]),
-    "pp2_1f1b": ("llama_tiny", ["launch.nproc_per_node=2", "module.parallel.pp=2"]),
     "pp2_interleaved": ("llama_tiny", ["launch.nproc_per_node=2", "module.parallel.pp=2",
                                        "backend.virtual_stages_per_pipeline_rank=2"]),
-    "pp2_uneven": ("llama_tiny", ["launch.nproc_per_node=2", "module.parallel.pp=2",
-                                  "backend.decoder_first_pipeline_num_layers=1"]),  # 1 layer + 3 layers
+    # 1F1B over uneven stages (1 layer + 3); the interleaved case above splits evenly
+    "pp2_1f1b_uneven": ("llama_tiny", ["launch.nproc_per_node=2", "module.parallel.pp=2",
+                                       "backend.decoder_first_pipeline_num_layers=1"]),
     "ep2": ("moe_tiny", ["launch.nproc_per_node=2", "module.parallel.ep=2", SAME_BATCHES]),
 }
 
@@ -77,7 +77,7 @@ def test_every_megatron_layout_follows_the_one_process_curve(tmp_path, megatron_
     same_batches = [arg for arg in args if arg == SAME_BATCHES]  # the curve the parity test trained already
     assert_same_curve(train(run_dir, "backend=megatron", *MODELS[model], *args), megatron_curve(model, *same_batches))
     assert sorted(p.name for p in (run_dir / "logs").glob("rank_*.log")) == ["rank_0.log", "rank_1.log"]
-    if layout == "pp2_uneven":  # stage 0: the embedding and 1 layer; stage 1: 3 layers, the final norm and output
+    if layout == "pp2_1f1b_uneven":  # stage 0: the embedding and 1 layer; stage 1: 3 layers, the final norm and output
         layer = 2 * 256 * 256 + 2 * 256 * 128 + 3 * 256 * 688 + 2 * 256
         for rank, held in ((0, 256 * 256 + layer), (1, 3 * layer + 256 + 256 * 256)):
             assert f"this rank holds {held:,}" in (run_dir / "logs" / f"rank_{rank}.log").read_text()

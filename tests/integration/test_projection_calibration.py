@@ -12,7 +12,6 @@ from helpers.cli import primus
 
 CASES = {
     "llama_tiny mb2": ["module.micro_batch_size=2", "module.global_batch_size=2"],
-    "llama_tiny mb8": [],
     "llama_tiny dp2 mb8": ["launch.nproc_per_node=2", "module.global_batch_size=16"],
     "llama_tiny fsdp2 mb8": ["launch.nproc_per_node=2", "module.parallel.fsdp=true", "module.global_batch_size=16"],
     "llama_tiny tp2 mb8": ["launch.nproc_per_node=2", "module.parallel.tp=2"],

@@ -32,7 +32,11 @@ def test_default_config_is_valid(compose_config):
         (["model=moe_tiny", "module.parallel.ep=3", "launch.nproc_per_node=3"], "module.parallel.ep=3 does not divide model.moe.num_experts=8"),
         (["module.parallel.ep=2", "launch.nproc_per_node=2"], "module.parallel.ep=2 needs a MoE model, but model.moe.num_experts=0 (llama_tiny is dense)"),
         (["model=moe_tiny", "model.moe.top_k=9"], "model.moe.top_k=9: must be between 1 and model.moe.num_experts=8"),
-        (["module.parallel.pp=3", "launch.nproc_per_node=3"], "module.parallel.pp=3 does not divide model.num_layers=4 (each stage needs equal layers)"),
+        (["module.parallel.pp=3", "launch.nproc_per_node=3"], "module.parallel.pp=3 does not divide model.num_layers=4 (each stage needs equal layers; backend=megatron "
+         "can set backend.decoder_first/last_pipeline_num_layers)"),
+        (["backend=megatron", "module.parallel.pp=2", "launch.nproc_per_node=2", "backend.decoder_first_pipeline_num_layers=4"],
+         "backend.decoder_first_pipeline_num_layers=4, decoder_last_pipeline_num_layers=None: with module.parallel.pp=2 "
+         "the other stages must split the rest of model.num_layers=4 evenly, each outer stage holding >= 1 layer (and pp >= 2)"),
         (["module.seq_length=2048"], "module.seq_length=2048 exceeds model.max_position_embeddings=1024"),
         (["module.lr=1e-5", "module.min_lr=1e-4"], "module.lr=1e-05 is below module.min_lr=0.0001; lr must be >= min_lr"),
         (["module.micro_batch_size=0"], "module.micro_batch_size=0: must be >= 1"),

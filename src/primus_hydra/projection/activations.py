@@ -29,7 +29,8 @@ class Widths:
     h: int
     q: int  # query width (heads x qk head dim)
     k: int  # key width
-    v: int  # value / attention-output width
+    v: int  # value width (GQA: the kv heads')
+    out: int  # attention-output width: heads x value head dim
     heads: int
     q_lora: int  # MLA latent widths (0 without MLA)
     kv_lora: int
@@ -39,10 +40,11 @@ def widths(model: Any) -> Widths:
     heads = model.num_attention_heads
     if model.mla.enabled:
         qk = model_math.query_key_head_dim(model)
-        return Widths(model.hidden_size, heads * qk, heads * qk, heads * model.mla.v_head_dim, heads,
+        v = heads * model.mla.v_head_dim
+        return Widths(model.hidden_size, heads * qk, heads * qk, v, v, heads,
                       model.mla.q_lora_rank or 0, model.mla.kv_lora_rank + model.mla.qk_rope_head_dim)
     hd = model_math.attention_head_dim(model)
-    return Widths(model.hidden_size, heads * hd, model.num_kv_heads * hd, model.num_kv_heads * hd, heads, 0, 0)
+    return Widths(model.hidden_size, heads * hd, model.num_kv_heads * hd, model.num_kv_heads * hd, heads * hd, heads, 0, 0)
 
 
 def _is_moe_layer(model: Any, layer: int) -> bool:
@@ -58,8 +60,8 @@ def megatron_layer(model: Any, layer: int, *, tokens: float, seq: int, tp: int, 
         return tokens * w.h * act_bytes / rep_div
     replicated = 4 * w.h  # two norm inputs, the QKV input, the FC1 (or router) input
     replicated += 2 * (w.q_lora + w.kv_lora)  # MLA: the latents and their normalised copies (replicated down projections)
-    split = w.q + 2 * w.k if not model.mla.enabled else w.q + w.k + w.v  # q, k, v as attention reads them
-    split += w.v  # attention output (flash: the same tensor the output projection reads)
+    split = w.q + w.k + w.v  # q, k, v as attention reads them
+    split += w.out  # attention output (flash: the same tensor the output projection reads)
     scores = 0.0
     if not flash and recompute != "selective":
         scores = w.heads * seq  # the softmax output, which the product with v keeps (Korthikanti's 2 a s^2 b)
@@ -80,9 +82,9 @@ def native_layer(model: Any, layer: int, *, tokens: float, tp: int, act_bytes: i
     w = widths(model)
     elements = 6 * w.h  # residual input, two RMSNorm (normalised, output) pairs, second residual
     if model.mla.enabled:
-        elements += 3 * (w.q_lora + w.kv_lora) + (2 * w.q + 3 * w.v) / tp
+        elements += 3 * (w.q_lora + w.kv_lora) + (2 * w.q + w.v + 2 * w.out) / tp
     else:
-        elements += (3 * w.q + 2 * w.k) / tp
+        elements += (w.q + w.k + w.v + 2 * w.out) / tp  # q, k after rotary, v, the output and its flat copy
     if _is_moe_layer(model, layer):
         moe = model.moe
         elements += 3 * moe.num_experts  # router logits, scores and their selection

@@ -121,7 +121,8 @@ OP_DISPATCH = "op_dispatch_us"  # the cache's key for measure_op_dispatch_us
 def measured_cpu(precision: str, threads: int, *, fresh: bool = False) -> tuple[float, float]:
     """(matmul peak TFLOP/s, one op's dispatch in us) of this CPU at `threads`: the native trainer's cached
     measurements (backends/cpu_peak_cache.py), measured in a child process (and cached) when missing or when `fresh`
-    asks for it, so that this process never imports torch."""
+    asks for it, so that this process never imports torch. The best of four 0.25 s windows: a moment's load from
+    elsewhere lowers one window, not the peak."""
     from primus_hydra.backends.cpu_peak_cache import cached_peak
 
     dtype = "torch.bfloat16" if precision == "bf16" else "torch.float32"
@@ -132,7 +133,7 @@ def measured_cpu(precision: str, threads: int, *, fresh: bool = False) -> tuple[
     code = ("import sys, torch; threads = int(sys.argv[1]); torch.set_num_threads(threads); "
             "from primus_hydra.backends.cpu_peak_cache import store_peak; "
             "from primus_hydra.backends.torch.metrics import measure_matmul_peak_tflops, measure_op_dispatch_us; "
-            "peak = measure_matmul_peak_tflops(torch.device('cpu'), getattr(torch, sys.argv[2][6:]), seconds=1.0); "
+            "peak = max(measure_matmul_peak_tflops(torch.device('cpu'), getattr(torch, sys.argv[2][6:])) for _ in range(4)); "
             "dispatch = measure_op_dispatch_us(); "
             f"store_peak(threads, sys.argv[2], peak); store_peak(threads, '{OP_DISPATCH}', dispatch); print(peak, dispatch)")
     print(f"measuring this CPU's {precision} matmul peak and op dispatch at {threads} thread(s) per rank...",

@@ -91,7 +91,8 @@ def compare(records: list[dict], projection) -> dict:
     measured_tokens = statistics.median(timed)
     peaks = [record["peak_memory_gib_per_rank"] for record in records if record.get("peak_memory_gib_per_rank")]
     per_rank = [max(values) for values in zip(*peaks)] if peaks else None
-    projected_gib = projection.stage.total / 2 ** 30
+    # what the allocator sees (CUDA's max_memory_allocated, the CPU profiler's events): not the runtime's context
+    projected_gib = projection.stage.total / 2 ** 30 - projection.hardware.runtime_overhead_gib
     result = {
         "steps": len(records), "timed_steps": len(timed),
         "tokens_per_s": {"projected": round(projection.tokens_per_s, 1), "measured": round(measured_tokens, 1),
