@@ -1,7 +1,8 @@
 """The projection against measurements on this CPU (backend=torch, the cpu hardware entry calibrated by a fresh
 matmul-peak and op-dispatch measurement): each rank's projected peak memory within 15 % of the torch profiler's
-measured peak, projected tokens/s within 25 % of the measured median, for dense and MoE models, several micro
-batches and the dp, FSDP and tp layouts. The machine is shared: a throughput miss is measured once more."""
+measured peak, projected tokens/s within 25 % of the measured median, for dense and MoE models, micro batches 2, 4
+and 8, and the dp (MoE), FSDP2 and tp layouts (scripts/calibration/projection_cpu.py runs 16 cases, docs/projection.md).
+The machine is shared: a throughput miss is measured once more."""
 from __future__ import annotations
 
 import json
@@ -12,10 +13,8 @@ from helpers.cli import primus
 
 CASES = {
     "llama_tiny mb2": ["module.micro_batch_size=2", "module.global_batch_size=2"],
-    "llama_tiny dp2 mb8": ["launch.nproc_per_node=2", "module.global_batch_size=16"],
     "llama_tiny fsdp2 mb8": ["launch.nproc_per_node=2", "module.parallel.fsdp=true", "module.global_batch_size=16"],
     "llama_tiny tp2 mb8": ["launch.nproc_per_node=2", "module.parallel.tp=2"],
-    "moe_tiny mb8": ["model=moe_tiny"],
     "moe_tiny dp2 mb4": ["model=moe_tiny", "launch.nproc_per_node=2", "module.micro_batch_size=4",
                          "module.global_batch_size=8"],
 }
@@ -23,7 +22,7 @@ MEMORY_TOLERANCE, THROUGHPUT_TOLERANCE = 0.15, 0.25
 
 
 def calibrate(tmp_path, overrides: list[str]) -> dict:
-    result = primus("task=projection", "hardware=cpu", "task.calibrate=true", "task.calibrate_steps=6", *overrides,
+    result = primus("task=projection", "hardware=cpu", "task.calibrate=true", "task.calibrate_steps=5", *overrides,
                     cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout)
