@@ -235,3 +235,13 @@ def test_a_users_own_srun_shares_one_run_dir_and_meets_on_the_first_node(tmp_pat
     (run_dir,) = (tmp_path / "outputs").glob("*/slurm-*.0")
     assert_same_curve(losses(run_dir), local_curve(4))
     assert sorted(p.name for p in (run_dir / "logs").glob("rank_*.log")) == ["rank_0.log", "rank_1.log"]
+
+
+def test_collectives_benchmark_on_two_nodes(tmp_path):
+    run_dir = tmp_path / "run"
+    result = primus(tmp_path, f"hydra.run.dir={run_dir}", "task=benchmark", "task.suite=collectives", "task.iters=3",
+                    "task.sizes=[4096,262144]", *SLURM, "launch.nnodes=2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = json.loads((run_dir / "benchmark.json").read_text())["results"]
+    assert len(records) == 6 * 2 and all(r["correct"] and r["world_size"] == 2 for r in records)
+    assert {r["group"] for r in records} == {"inter_node"}  # one task per node: no intra-node group

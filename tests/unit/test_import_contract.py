@@ -21,6 +21,7 @@ LAYERS = [
     {"backends"},
     {"projection"},
     {"orchestrator", "migrate"},
+    {"benchmark"},
     {"runtime"},
     {"launch"},
     {"tasks"},

@@ -81,6 +81,12 @@ class RematPolicy(Choice):  # the choices listed in MaxText's base.yml (minimal_
     full = "full"
 
 
+class BenchmarkSuite(Choice):
+    gemm = "gemm"  # matmul TFLOP/s over sizes and dtypes, and the configured model's layer shapes
+    attention = "attention"  # SDPA backends at the model's attention shapes, forward and backward
+    collectives = "collectives"  # all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, send/recv
+
+
 class PeftMethod(Choice):
     lora = "lora"
     dora = "dora"
@@ -137,6 +143,11 @@ class TaskConfig:
     top: int = 10  # task=projection: how many ranked layouts task.search prints
     calibrate: bool = False  # task=projection: run a few real steps of the job and print measured next to projected
     calibrate_steps: int = 6  # task=projection: steps of the calibration run (the first two warm up)
+    suite: Optional[BenchmarkSuite] = None  # task=benchmark: what to measure
+    sizes: Optional[List[int]] = None  # task=benchmark: gemm M=N=K sizes, collective message bytes (null: the defaults)
+    dtypes: Optional[List[str]] = None  # task=benchmark: fp32, bf16, fp16, fp8 (null: what the device runs)
+    warmup: int = 3  # task=benchmark: untimed repetitions of each case
+    iters: int = 10  # task=benchmark: timed repetitions (the median is reported)
 
 
 @dataclass
