@@ -1,7 +1,7 @@
 """The projection against measurements on this CPU (backend=torch, the cpu hardware entry calibrated by a fresh
 matmul-peak and op-dispatch measurement): each rank's projected peak memory within 15 % of the torch profiler's
 measured peak, projected tokens/s within 25 % of the measured median, for dense and MoE models, micro batches 2, 4
-and 8, and the dp (MoE), FSDP2 and tp layouts (scripts/calibration/projection_cpu.py runs 16 cases, docs/projection.md).
+and 8, over the dp (MoE), FSDP2 and tp layouts (scripts/calibration/projection_cpu.py runs 16 cases, docs/projection.md).
 The machine is shared: a throughput miss is measured once more."""
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 from helpers.cli import primus
 
 CASES = {
-    "llama_tiny mb2": ["module.micro_batch_size=2", "module.global_batch_size=2"],
     "llama_tiny fsdp2 mb8": ["launch.nproc_per_node=2", "module.parallel.fsdp=true", "module.global_batch_size=16"],
-    "llama_tiny tp2 mb8": ["launch.nproc_per_node=2", "module.parallel.tp=2"],
+    "llama_tiny tp2 mb2": ["launch.nproc_per_node=2", "module.parallel.tp=2", "module.micro_batch_size=2",
+                           "module.global_batch_size=2"],
     "moe_tiny dp2 mb4": ["model=moe_tiny", "launch.nproc_per_node=2", "module.micro_batch_size=4",
                          "module.global_batch_size=8"],
 }

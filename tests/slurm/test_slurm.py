@@ -245,3 +245,27 @@ def test_collectives_benchmark_on_two_nodes(tmp_path):
     records = json.loads((run_dir / "benchmark.json").read_text())["results"]
     assert len(records) == 6 * 2 and all(r["correct"] and r["world_size"] == 2 for r in records)
     assert {r["group"] for r in records} == {"inter_node"}  # one task per node: no intra-node group
+
+
+def test_preflight_checks_every_node_in_one_report(tmp_path):
+    run_dir = tmp_path / "run"
+    result = primus(tmp_path, f"hydra.run.dir={run_dir}", "task=preflight", *SLURM, "launch.nnodes=2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads((run_dir / "preflight.json").read_text())
+    assert [node["node"] for node in data["nodes"]] == ["n1", "n2"]
+    shared = [c for c in data["checks"] if c["name"] == "shared_dir"]
+    assert [(c["node"], c["status"]) for c in shared] == [("n1", "PASS"), ("n2", "PASS")]
+    assert [c["status"] for c in data["checks"] if c["name"] == "cluster.clock"] == ["PASS"]
+    assert any(c["name"] == "perf.all_reduce" for c in data["checks"])
+
+
+def test_preflight_names_the_node_that_cannot_see_node_0s_file(tmp_path):
+    run_dir = tmp_path / "run"
+    node_local = tmp_path / "local_${oc.env:SLURMD_NODENAME,submit}"  # each node resolves its own folder
+    result = primus(tmp_path, f"hydra.run.dir={run_dir}", "task=preflight", *SLURM, "launch.nnodes=2",
+                    f"task.shared_dir='{node_local}'")
+    assert result.returncode != 0
+    shared = {c["node"]: c for c in json.loads((run_dir / "preflight.json").read_text())["checks"] if c["name"] == "shared_dir"}
+    assert shared["n1"]["status"] == "PASS" and shared["n2"]["status"] == "FAIL"
+    assert "does not see the file node 0 wrote" in shared["n2"]["detail"]
+    assert "n2 shared_dir" in result.stderr  # the command's error line names the node

@@ -148,6 +148,9 @@ class TaskConfig:
     dtypes: Optional[List[str]] = None  # task=benchmark: fp32, bf16, fp16, fp8 (null: what the device runs)
     warmup: int = 3  # task=benchmark: untimed repetitions of each case
     iters: int = 10  # task=benchmark: timed repetitions (the median is reported)
+    shared_dir: Optional[str] = None  # task=preflight: the folder every node must see (null: the run dir)
+    processes_per_node: Optional[int] = None  # task=preflight: set from launch.nproc_per_node (preflight runs 1 per node)
+    checkpoint_dir: Optional[str] = None  # task=preflight: set from module.checkpoint.dir (checked, not refused)
 
 
 @dataclass

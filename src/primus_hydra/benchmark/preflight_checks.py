@@ -1,0 +1,200 @@
+"""task=preflight's checks of one node that need no torch: host, GPUs (from the vendor tools), network variables.
+
+Each check is a Check(name, status, detail) with status PASS, WARN or FAIL; a node's checks are gathered on node 0
+by preflight.py, which adds the checks that compare nodes (versions, clocks, the shared dir, speed).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Mapping, Optional
+
+from primus_hydra.orchestrator.gpu_probe import detect_gpu_model, detect_gpus
+
+GIB = 1024.0 ** 3
+DISK_FAIL_GIB, DISK_WARN_GIB = 1.0, 10.0
+SOCKET_VARIABLES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
+HCA_VARIABLES = ("NCCL_IB_HCA",)  # RCCL reads the NCCL_ names
+
+
+@dataclass
+class Check:
+    name: str
+    status: str  # PASS | WARN | FAIL
+    detail: str
+    node: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _run(command: list[str], environ: Mapping[str, str]) -> Optional[str]:
+    if shutil.which(command[0], path=environ.get("PATH")) is None:
+        return None
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=10, check=False, env=dict(environ))
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout if result.returncode == 0 else None
+
+
+# -- host -------------------------------------------------------------------------------------------------------
+def host_checks(environ: Mapping[str, str], folders: dict[str, Path], sys_root: Path = Path("/sys")) -> list[Check]:
+    from primus_hydra.backends.cpu_peak_cache import cpu_model
+    from primus_hydra.orchestrator.host_probe import detect_ram_gib
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    ram, _ = detect_ram_gib(environ, Path("/sys/fs/cgroup"), Path("/proc"))
+    numa = sorted(path.name for path in (sys_root / "devices" / "system" / "node").glob("node[0-9]*"))
+    checks = [Check("host.cpu", "PASS", f"{cpu_model()}, {cores} core(s) given to the job"),
+              Check("host.memory", "PASS" if ram and ram >= 4 else "WARN",
+                    f"{ram:.1f} GiB available" if ram is not None else "available memory unknown"),
+              Check("host.numa", "PASS", f"{len(numa) or 1} NUMA node(s)")]
+    for label, folder in folders.items():
+        checks += folder_checks(label, folder)
+    return checks
+
+
+def folder_checks(label: str, folder: Path) -> list[Check]:
+    """Free space where a run writes, and that it can write there (a probe file, removed again)."""
+    existing = Path(folder)
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    free = shutil.disk_usage(existing).free / GIB
+    status = "FAIL" if free < DISK_FAIL_GIB else "WARN" if free < DISK_WARN_GIB else "PASS"
+    checks = [Check(f"disk.{label}", status, f"{free:.1f} GiB free under {folder} (FAIL below {DISK_FAIL_GIB:g}, "
+                                              f"WARN below {DISK_WARN_GIB:g})")]
+    probe = existing / f".primus_preflight_write_{os.getpid()}"
+    try:
+        probe.write_text("preflight")
+        probe.unlink()
+        checks.append(Check(f"writable.{label}", "PASS", f"{existing} is writable"))
+    except OSError as error:
+        checks.append(Check(f"writable.{label}", "FAIL", f"{existing} is not writable ({error.strerror or error})"))
+    return checks
+
+
+# -- GPUs -------------------------------------------------------------------------------------------------------
+NVIDIA_FIELDS = "index,name,memory.total,driver_version,ecc.errors.uncorrected.volatile.total,retired_pages.pending,pci.bus_id"
+
+
+def gpu_inventory(environ: Mapping[str, str]) -> list[dict]:
+    """One dict per GPU: index, name, memory_gib, driver, ecc_errors, retired_pending, pci_bus (None: not reported)."""
+    output = _run(["nvidia-smi", f"--query-gpu={NVIDIA_FIELDS}", "--format=csv,noheader,nounits"], environ)
+    gpus = []
+    for line in (output or "").splitlines():
+        fields = [field.strip() for field in line.split(",")]
+        if len(fields) < 7 or not fields[0].isdigit():
+            continue
+        number = lambda text: float(text) if text.replace(".", "", 1).isdigit() else None  # noqa: E731 - "[N/A]"
+        gpus.append({"index": int(fields[0]), "name": fields[1], "memory_gib": (number(fields[2]) or 0) / 1024 or None,
+                     "driver": fields[3], "ecc_errors": number(fields[4]), "retired_pending": fields[5],
+                     "pci_bus": fields[6], "vendor": "nvidia"})
+    if gpus:
+        return gpus
+    data = None
+    raw = _run(["amd-smi", "static", "--asic", "--vram", "--driver", "--json"], environ)
+    try:
+        data = json.loads(raw) if raw else None
+    except ValueError:
+        data = None
+    entries = data.get("gpu_data", [data]) if isinstance(data, dict) else data if isinstance(data, list) else []
+    for entry in entries:
+        if not isinstance(entry, dict) or not str(entry.get("gpu", "")).isdigit():
+            continue
+        vram = ((entry.get("vram") or {}).get("size") or {})
+        size, unit = vram.get("value"), str(vram.get("unit", "MB")).upper()
+        memory = None if size is None else float(size) / (1024 if unit == "MB" else 1)
+        gpus.append({"index": int(entry["gpu"]), "name": (entry.get("asic") or {}).get("market_name"),
+                     "memory_gib": memory, "driver": (entry.get("driver") or {}).get("version"),
+                     "ecc_errors": (entry.get("ecc") or {}).get("total_uncorrectable_count"),
+                     "retired_pending": (entry.get("ras") or {}).get("pending_retired_pages"),
+                     "pci_bus": (entry.get("bus") or {}).get("bdf"), "vendor": "amd"})
+    return gpus
+
+
+def gpu_checks(environ: Mapping[str, str], processes_per_node: Optional[int], sys_root: Path = Path("/sys")) -> list[Check]:
+    inventory = gpu_inventory(environ)
+    detected = detect_gpus(environ)
+    count = len(detected.gpus) or len(inventory)
+    if count == 0:
+        return [Check("gpu.count", "WARN", "no GPU on this node (nvidia-smi, amd-smi, rocm-smi); the CPU parts ran")]
+    wanted = processes_per_node
+    checks = [Check("gpu.count", "FAIL" if wanted and count < wanted else "PASS",
+                    f"{count} GPU(s) visible" + (f" for launch.nproc_per_node={wanted}" if wanted else ""))]
+    model = detect_gpu_model(environ) or (inventory[0]["name"] if inventory else None)
+    memory = sorted({round(gpu["memory_gib"], 1) for gpu in inventory if gpu["memory_gib"]})
+    checks.append(Check("gpu.model", "PASS", f"{model or 'unknown model'}"
+                        + (f", {'/'.join(map(str, memory))} GiB" if memory else "")))
+    drivers = sorted({str(gpu["driver"]) for gpu in inventory if gpu["driver"]})
+    checks.append(Check("gpu.driver", "PASS" if len(drivers) <= 1 else "FAIL",
+                        f"driver {', '.join(drivers) or 'not reported'}"))
+    for gpu in inventory:
+        if gpu["ecc_errors"]:
+            checks.append(Check("gpu.ecc", "FAIL", f"GPU {gpu['index']}: {int(gpu['ecc_errors'])} uncorrected ECC error(s)"))
+        pending = str(gpu["retired_pending"] or "").strip().lower()
+        if pending in ("yes", "true") or (pending.isdigit() and int(pending) > 0):
+            checks.append(Check("gpu.retired_pages", "FAIL", f"GPU {gpu['index']}: retired pages pending (reset the GPU)"))
+    if inventory and not any(check.name in ("gpu.ecc", "gpu.retired_pages") for check in checks):
+        reported = any(gpu["ecc_errors"] is not None for gpu in inventory)
+        checks.append(Check("gpu.ecc", "PASS" if reported else "WARN",
+                            "no uncorrected ECC errors, no pending retired pages" if reported else "ECC not reported"))
+    numa = {}
+    for gpu in inventory:
+        bus = str(gpu["pci_bus"] or "").lower().replace("00000000:", "0000:")
+        node_file = sys_root / "bus" / "pci" / "devices" / bus / "numa_node"
+        if bus and node_file.is_file():
+            numa[gpu["index"]] = node_file.read_text().strip()
+    if numa:
+        checks.append(Check("gpu.numa", "PASS", "GPU NUMA nodes: " + ", ".join(f"{i}->{n}" for i, n in sorted(numa.items()))))
+    return checks
+
+
+# -- network and environment ----------------------------------------------------------------------------------
+def _interface_names(value: str) -> tuple[list[str], bool]:
+    """NCCL's syntax: a comma list of prefixes; `=` makes them exact, `^` excludes them."""
+    exact = value.startswith("=") or value.startswith("^=")
+    names = [name for name in value.lstrip("^=").split(",") if name]
+    return names, exact
+
+
+def network_checks(environ: Mapping[str, str], sys_root: Path = Path("/sys")) -> list[Check]:
+    interfaces = sorted(path.name for path in (sys_root / "class" / "net").glob("*"))
+    hcas = sorted(path.name for path in (sys_root / "class" / "infiniband").glob("*"))
+    checks = []
+    for variable in SOCKET_VARIABLES:
+        value = environ.get(variable)
+        if not value or value.startswith("^"):
+            continue
+        names, exact = _interface_names(value)
+        missing = [name for name in names if not any(i == name if exact else i.startswith(name) for i in interfaces)]
+        checks.append(Check(f"net.{variable}", "FAIL" if missing else "PASS",
+                            f"{variable}={value}: no interface {', '.join(missing)} on this node (it has "
+                            f"{', '.join(interfaces) or 'none'})" if missing else f"{variable}={value} names existing interfaces"))
+    for variable in HCA_VARIABLES:
+        value = environ.get(variable)
+        if not value:
+            continue
+        names = [entry.split(":")[0] for entry in value.lstrip("^=").split(",") if entry]
+        missing = [name for name in names if not any(h.startswith(name) for h in hcas)]
+        checks.append(Check(f"net.{variable}", "FAIL" if missing else "PASS",
+                            f"{variable}={value}: no RDMA device {', '.join(missing)} (this node has "
+                            f"{', '.join(hcas) or 'none'})" if missing else f"{variable}={value} names existing HCAs"))
+    wants_ib = bool(environ.get("NCCL_IB_HCA")) or environ.get("NCCL_NET", "").upper() == "IB"
+    if wants_ib and not hcas:
+        checks.append(Check("net.rdma", "FAIL", "InfiniBand is expected (NCCL_IB_HCA / NCCL_NET=IB) but /sys/class/infiniband is empty"))
+    elif hcas:
+        checks.append(Check("net.rdma", "PASS", f"RDMA devices: {', '.join(hcas)}"))
+    master = environ.get("MASTER_ADDR")
+    if master:
+        try:
+            address = socket.getaddrinfo(master, None)[0][4][0]
+            checks.append(Check("net.master_addr", "PASS", f"MASTER_ADDR={master} resolves to {address}"))
+        except OSError as error:
+            checks.append(Check("net.master_addr", "FAIL", f"MASTER_ADDR={master} does not resolve here ({error})"))
+    return checks
