@@ -5,16 +5,14 @@ by preflight.py, which adds the checks that compare nodes (versions, clocks, the
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
-import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Mapping, Optional
 
-from primus_hydra.orchestrator.gpu_probe import detect_gpu_model, detect_gpus
+from primus_hydra.orchestrator.gpu_probe import detect_gpu_model, detect_gpus, run_tool, run_tool_json
 
 GIB = 1024.0 ** 3
 DISK_FAIL_GIB, DISK_WARN_GIB = 1.0, 10.0
@@ -31,16 +29,6 @@ class Check:
 
     def as_dict(self) -> dict:
         return asdict(self)
-
-
-def _run(command: list[str], environ: Mapping[str, str]) -> Optional[str]:
-    if shutil.which(command[0], path=environ.get("PATH")) is None:
-        return None
-    try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=10, check=False, env=dict(environ))
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return result.stdout if result.returncode == 0 else None
 
 
 # -- host -------------------------------------------------------------------------------------------------------
@@ -85,7 +73,7 @@ NVIDIA_FIELDS = "index,name,memory.total,driver_version,ecc.errors.uncorrected.v
 
 def gpu_inventory(environ: Mapping[str, str]) -> list[dict]:
     """One dict per GPU: index, name, memory_gib, driver, ecc_errors, retired_pending, pci_bus (None: not reported)."""
-    output = _run(["nvidia-smi", f"--query-gpu={NVIDIA_FIELDS}", "--format=csv,noheader,nounits"], environ)
+    output = run_tool(["nvidia-smi", f"--query-gpu={NVIDIA_FIELDS}", "--format=csv,noheader,nounits"], environ)
     gpus = []
     for line in (output or "").splitlines():
         fields = [field.strip() for field in line.split(",")]
@@ -97,12 +85,7 @@ def gpu_inventory(environ: Mapping[str, str]) -> list[dict]:
                      "pci_bus": fields[6], "vendor": "nvidia"})
     if gpus:
         return gpus
-    data = None
-    raw = _run(["amd-smi", "static", "--asic", "--vram", "--driver", "--json"], environ)
-    try:
-        data = json.loads(raw) if raw else None
-    except ValueError:
-        data = None
+    data = run_tool_json(["amd-smi", "static", "--asic", "--vram", "--driver", "--json"], environ)
     entries = data.get("gpu_data", [data]) if isinstance(data, dict) else data if isinstance(data, list) else []
     for entry in entries:
         if not isinstance(entry, dict) or not str(entry.get("gpu", "")).isdigit():

@@ -77,7 +77,8 @@ def parse_free_vram_env(environ: Mapping[str, str]) -> Optional[list[float]]:
     return values
 
 
-def _run(command: list[str], environ: Mapping[str, str]) -> Optional[str]:
+def run_tool(command: list[str], environ: Mapping[str, str]) -> Optional[str]:
+    """A vendor tool's stdout, or None when it is missing, times out or fails (never an exception)."""
     if shutil.which(command[0], path=environ.get("PATH")) is None:
         return None
     try:
@@ -99,7 +100,7 @@ def _float_or_none(text: str) -> Optional[float]:
 def list_nvidia(environ: Mapping[str, str]) -> Optional[list[_Listed]]:
     # The query ignores CUDA_VISIBLE_DEVICES and lists physical GPUs (never MIG instances), which is what the
     # mask refers to.
-    output = _run(["nvidia-smi", "--query-gpu=index,uuid,memory.free", "--format=csv,noheader,nounits"], environ)
+    output = run_tool(["nvidia-smi", "--query-gpu=index,uuid,memory.free", "--format=csv,noheader,nounits"], environ)
     if output is None:
         return None
     listed = []
@@ -125,8 +126,8 @@ def _amd_free_gib(entry: dict) -> Optional[float]:
     return None
 
 
-def _run_json(command: list[str], environ: Mapping[str, str]):
-    output = _run(command, environ)
+def run_tool_json(command: list[str], environ: Mapping[str, str]):
+    output = run_tool(command, environ)
     try:
         return None if output is None else json.loads(output)
     except ValueError:
@@ -134,7 +135,7 @@ def _run_json(command: list[str], environ: Mapping[str, str]):
 
 
 def list_amd_smi(environ: Mapping[str, str]) -> Optional[list[_Listed]]:
-    data = _run_json(["amd-smi", "metric", "--mem-usage", "--json"], environ)
+    data = run_tool_json(["amd-smi", "metric", "--mem-usage", "--json"], environ)
     if isinstance(data, dict):  # some releases wrap the list
         data = data.get("gpu_data", [data])
     listed = []
@@ -145,7 +146,7 @@ def list_amd_smi(environ: Mapping[str, str]) -> Optional[list[_Listed]]:
 
 
 def list_rocm_smi(environ: Mapping[str, str]) -> Optional[list[_Listed]]:
-    data = _run_json(["rocm-smi", "--showmeminfo", "vram", "--json"], environ)
+    data = run_tool_json(["rocm-smi", "--showmeminfo", "vram", "--json"], environ)
     listed = []
     for card, fields in data.items() if isinstance(data, dict) else []:
         if not (card.startswith("card") and card[4:].isdigit() and isinstance(fields, dict)):
@@ -243,17 +244,17 @@ def detect_gpu_model(environ: Mapping[str, str]) -> Optional[str]:
     forced = environ.get("PRIMUS_AUTO_GPU_MODEL", "").strip()
     if forced:
         return forced
-    output = _run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], environ)
+    output = run_tool(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], environ)
     names = [line.strip() for line in (output or "").splitlines() if line.strip()]
     if names:
         return names[0]
-    data = _run_json(["amd-smi", "static", "--asic", "--json"], environ)
+    data = run_tool_json(["amd-smi", "static", "--asic", "--json"], environ)
     entries = data.get("gpu_data", [data]) if isinstance(data, dict) else data if isinstance(data, list) else []
     for entry in entries:
         asic = entry.get("asic") if isinstance(entry, dict) else None
         if isinstance(asic, dict) and asic.get("market_name"):
             return str(asic["market_name"])
-    data = _run_json(["rocm-smi", "--showproductname", "--json"], environ)
+    data = run_tool_json(["rocm-smi", "--showproductname", "--json"], environ)
     for card, fields in data.items() if isinstance(data, dict) else []:
         if card.startswith("card") and isinstance(fields, dict):
             name = fields.get("Card Series") or fields.get("Card series") or fields.get("Card Model")
