@@ -21,7 +21,9 @@ def fake_nvidia_smi(folder: Path, rows: list[str]) -> dict:
     folder.mkdir(exist_ok=True)
     names = "\n".join(row.split(", ")[1] for row in rows)
     script = folder / "nvidia-smi"
+    banner = "| NVIDIA-SMI 550.54.15    Driver Version: 550.54.15    CUDA Version: 12.4 |"
     script.write_text(f"#!/bin/sh\ncase \"$*\" in\n  *query-gpu=name\\ *) {shutil.which('cat')} <<'EOF'\n{names}\nEOF\n;;\n"
+                      f"  '') echo '{banner}';;\n"
                       f"  *) {shutil.which('cat')} <<'EOF'\n" + "\n".join(rows) + "\nEOF\n;;\nesac\n")
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return {"PATH": str(folder)}
@@ -44,7 +46,7 @@ def test_gpu_fields_from_nvidia_smi(tmp_path):
     by_name = {check.name: check for check in checks}
     assert by_name["gpu.count"].status == "PASS" and "8 GPU(s)" in by_name["gpu.count"].detail
     assert by_name["gpu.model"].detail == "NVIDIA H100 80GB HBM3, 79.6 GiB"
-    assert by_name["gpu.driver"].detail == "driver 550.54.15"
+    assert by_name["gpu.driver"].detail == "driver 550.54.15, CUDA 12.4"
     assert by_name["gpu.ecc"].status == "PASS" and by_name["gpu.numa"].detail == "GPU NUMA nodes: 0->1"
 
 
@@ -74,7 +76,8 @@ def test_gpu_fields_from_amd_smi(tmp_path):
     checks = gpu_checks({"PATH": str(tmp_path / "bin")}, processes_per_node=8, sys_root=tmp_path)
     by_name = {check.name: check for check in checks}
     assert by_name["gpu.count"].status == "PASS"
-    assert by_name["gpu.model"].detail == "AMD Instinct MI300X, 192.0 GiB" and by_name["gpu.driver"].detail == "driver 6.8.5"
+    assert by_name["gpu.model"].detail == "AMD Instinct MI300X, 192.0 GiB"
+    assert by_name["gpu.driver"].detail.startswith("driver 6.8.5, ROCm")
     assert by_name["gpu.ecc"].status == "PASS"
 
 

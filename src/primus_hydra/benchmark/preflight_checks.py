@@ -6,6 +6,7 @@ by preflight.py, which adds the checks that compare nodes (versions, clocks, the
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 from dataclasses import asdict, dataclass
@@ -101,6 +102,17 @@ def gpu_inventory(environ: Mapping[str, str]) -> list[dict]:
     return gpus
 
 
+def runtime_version(environ: Mapping[str, str], vendor: Optional[str]) -> str:
+    """`CUDA <version>` from nvidia-smi's banner, or `ROCm <version>` from amd-smi; `... not reported` otherwise."""
+    if vendor == "amd":
+        data = run_tool_json(["amd-smi", "version", "--json"], environ)
+        entry = data[0] if isinstance(data, list) and data else data if isinstance(data, dict) else {}
+        version = entry.get("rocm_version") if isinstance(entry, dict) else None
+        return f"ROCm {version}" if version else "ROCm version not reported"
+    match = re.search(r"CUDA Version:\s*([0-9.]+)", run_tool(["nvidia-smi"], environ) or "")
+    return f"CUDA {match.group(1)}" if match else "CUDA version not reported"
+
+
 def gpu_checks(environ: Mapping[str, str], processes_per_node: Optional[int], sys_root: Path = Path("/sys")) -> list[Check]:
     inventory = gpu_inventory(environ)
     detected = detect_gpus(environ)
@@ -115,8 +127,9 @@ def gpu_checks(environ: Mapping[str, str], processes_per_node: Optional[int], sy
     checks.append(Check("gpu.model", "PASS", f"{model or 'unknown model'}"
                         + (f", {'/'.join(map(str, memory))} GiB" if memory else "")))
     drivers = sorted({str(gpu["driver"]) for gpu in inventory if gpu["driver"]})
+    runtime = runtime_version(environ, inventory[0]["vendor"] if inventory else detected.vendor)
     checks.append(Check("gpu.driver", "PASS" if len(drivers) <= 1 else "FAIL",
-                        f"driver {', '.join(drivers) or 'not reported'}"))
+                        f"driver {', '.join(drivers) or 'not reported'}, {runtime}"))  # compared across nodes
     for gpu in inventory:
         if gpu["ecc_errors"]:
             checks.append(Check("gpu.ecc", "FAIL", f"GPU {gpu['index']}: {int(gpu['ecc_errors'])} uncorrected ECC error(s)"))
