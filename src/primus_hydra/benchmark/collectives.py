@@ -13,17 +13,10 @@ import torch
 import torch.distributed as dist
 
 from primus_hydra.benchmark.timing import median_seconds
+from primus_hydra.projection.step_time import bus_factor
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
 ELEMENT = 4  # float32
-
-
-def bus_factor(op: str, ranks: int) -> float:
-    if op == "all_reduce":
-        return 2 * (ranks - 1) / ranks
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (ranks - 1) / ranks
-    return 1.0
 
 
 def elements_for(nbytes: int, ranks: int) -> int:

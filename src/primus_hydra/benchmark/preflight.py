@@ -12,12 +12,12 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-import torch
 import torch.distributed as dist
 
-from primus_hydra.backends.base import BaseTrainer
+from primus_hydra.backends.torch.distributed import all_gather_objects
 from primus_hydra.benchmark import collectives, gemm
 from primus_hydra.benchmark.preflight_checks import Check, gpu_checks, host_checks, network_checks
+from primus_hydra.benchmark.worker import MeasuringWorker
 from primus_hydra.errors import PrimusError
 
 log = logging.getLogger("primus_hydra.preflight")
@@ -45,17 +45,7 @@ def versus(name: str, measured: float, expected: Optional[float], unit: str, wha
     return Check(name, status, f"{measured:.3g} {unit} = {100 * ratio:.0f} % of the expected {expected:.3g} ({what})")
 
 
-class PreflightRunner(BaseTrainer):
-    def setup(self) -> None:
-        from primus_hydra.backends.torch.distributed import join_process_group
-        from primus_hydra.backends.torch.trainer import resolve_device
-
-        self.device = resolve_device(str(self.cfg.platform.device), self.dist.local_rank)
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
-        if self.layout.world_size > 1:
-            join_process_group(self.device, self.dist, float(self.cfg.launch.timeout_s))
-
+class PreflightRunner(MeasuringWorker):
     def init(self) -> None:
         self.node = node_name(self.dist)
 
@@ -77,7 +67,7 @@ class PreflightRunner(BaseTrainer):
                                  "GB/s bus bandwidth", f"{ALL_REDUCE_BYTES // 2 ** 20} MiB over {self.layout.world_size} ranks"))
         for check in checks:
             check.node = self.node
-        nodes = self._gather({"node": self.node, "time": time.time(), "checks": [c.as_dict() for c in checks],
+        nodes = all_gather_objects({"node": self.node, "time": time.time(), "checks": [c.as_dict() for c in checks],
                               "measured": measured})
         all_checks = [Check(**c) for node in nodes for c in node["checks"]] + compare_nodes(nodes)
         failed = [check for check in all_checks if check.status == "FAIL"]
@@ -89,21 +79,10 @@ class PreflightRunner(BaseTrainer):
                                   + f" (all of them: {self.run_dir / REPORT_FILE})")
         return {"checks": len(all_checks), "failed": 0}
 
-    def cleanup(self, on_error: bool = False) -> None:
-        if dist.is_initialized() and not on_error:
-            dist.destroy_process_group()
-
     # -- checks that need the group ------------------------------------------------------------------------------
     def _barrier(self) -> None:
         if dist.is_initialized():
             dist.barrier()
-
-    def _gather(self, item: dict) -> list[dict]:
-        if not dist.is_initialized():
-            return [item]
-        gathered: list = [None] * dist.get_world_size()
-        dist.all_gather_object(gathered, item)
-        return gathered
 
     def _shared_dir_check(self) -> Check:
         """Node 0 writes a file in the shared dir (task.shared_dir, default: the run dir); every node must see it."""
@@ -117,7 +96,7 @@ class PreflightRunner(BaseTrainer):
             except OSError as error:
                 token = ""
                 log.warning("preflight: cannot write %s: %s", probe, error)
-        token = self._gather({"token": token})[0]["token"]
+        token = all_gather_objects({"token": token})[0]["token"]
         seen = probe.is_file() and probe.read_text() == token and bool(token)
         self._barrier()
         if self.dist.rank == 0 and probe.exists():
@@ -141,12 +120,9 @@ class PreflightRunner(BaseTrainer):
         return gemm.measure(size, size, size, dtype, self.device, warmup=3, iters=10, peak_tflops=None)["tflops"]
 
     def _hardware(self) -> Any:
-        from primus_hydra.orchestrator.gpu_probe import detect_gpu_model
-        from primus_hydra.projection.hardware import entry_for_gpu_model, load_entry
+        from primus_hydra.orchestrator.hardware_entry import configured_hardware_entry
 
-        if self.cfg.hardware.name != "auto":
-            return self.cfg.hardware
-        return load_entry(entry_for_gpu_model(detect_gpu_model(os.environ) if self.device.type == "cuda" else None))
+        return configured_hardware_entry(self.cfg)
 
     def _expected_gemm(self) -> Optional[float]:
         """The hardware entry's bf16 peak x its matmul efficiency; none for the cpu entry, whose peak is itself a

@@ -3,16 +3,16 @@ on every rank, rank 0 gathers the records and writes benchmark.json, the table a
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
 
-from primus_hydra.backends.base import BaseTrainer
+from primus_hydra.backends.torch.distributed import all_gather_objects
 from primus_hydra.benchmark import attention, collectives, gemm, report
 from primus_hydra.benchmark.dtypes import supported
+from primus_hydra.benchmark.worker import MeasuringWorker
 
 log = logging.getLogger("primus_hydra.benchmark")
 
@@ -41,26 +41,15 @@ def peak_tflops(cfg: Any, device: torch.device, dtype_name: str) -> Optional[flo
         from primus_hydra.backends.torch.metrics import cpu_matmul_peak_tflops
 
         return cpu_matmul_peak_tflops(torch.float32 if dtype_name == "fp32" else torch.bfloat16)
-    from primus_hydra.orchestrator.gpu_probe import detect_gpu_model
-    from primus_hydra.projection.hardware import entry_for_gpu_model, load_entry
+    from primus_hydra.orchestrator.hardware_entry import configured_hardware_entry
 
-    entry = cfg.hardware if cfg.hardware.name != "auto" else load_entry(entry_for_gpu_model(detect_gpu_model(os.environ)))
+    entry = configured_hardware_entry(cfg)
     key = {"fp8": "peak_tflops_fp8", "fp32": "peak_tflops_fp32"}.get(dtype_name, "peak_tflops_bf16")
     value = entry.get(key)
     return float(value) if value else None
 
 
-class BenchmarkRunner(BaseTrainer):
-    def setup(self) -> None:
-        from primus_hydra.backends.torch.distributed import join_process_group
-        from primus_hydra.backends.torch.trainer import resolve_device
-
-        self.device = resolve_device(str(self.cfg.platform.device), self.dist.local_rank)
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
-        if self.layout.world_size > 1:
-            join_process_group(self.device, self.dist, float(self.cfg.launch.timeout_s))
-
+class BenchmarkRunner(MeasuringWorker):
     def init(self) -> None:
         task = self.cfg.task
         self.suite = str(task.suite)
@@ -75,8 +64,7 @@ class BenchmarkRunner(BaseTrainer):
                 records += result if isinstance(result, list) else [result]
                 advance(describe)
         if dist.is_initialized() and self.suite != "collectives":  # each rank measured its own device
-            gathered: list = [None] * dist.get_world_size()
-            dist.all_gather_object(gathered, [{**r, "rank": self.dist.rank} for r in records])
+            gathered = all_gather_objects([{**r, "rank": self.dist.rank} for r in records])
             records = [record for per_rank in gathered for record in per_rank]
         if self.dist.is_main:
             path = report.write_results(self.run_dir, self.suite, device_name(self.device), records)
@@ -85,10 +73,6 @@ class BenchmarkRunner(BaseTrainer):
             png = report.plot(self.suite, records, self.run_dir)
             log.info("benchmark results: %s%s", path, f" (plot: {png})" if png else "")
         return {"suite": self.suite, "results": len(records)}
-
-    def cleanup(self, on_error: bool = False) -> None:
-        if dist.is_initialized() and not on_error:
-            dist.destroy_process_group()
 
     # -- what to measure -------------------------------------------------------------------------------------
     def _items(self) -> list[tuple[str, Any]]:

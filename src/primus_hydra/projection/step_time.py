@@ -62,15 +62,22 @@ def _link(hardware: Hardware, layout: Layout, stride: int, size: int) -> tuple[f
     return hardware.inter_node_bandwidth_gbps * 1e9, hardware.inter_node_latency_us * 1e-6
 
 
+def bus_factor(kind: str, ranks: int) -> float:
+    """nccl-tests' bus-bandwidth factor: the share of the bytes each rank's link carries in a ring algorithm."""
+    if kind == "all_reduce":
+        return 2 * (ranks - 1) / ranks
+    if kind in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (ranks - 1) / ranks
+    return 1.0  # broadcast, send / recv
+
+
 def collective_seconds(kind: str, nbytes: float, ranks: int, bandwidth: float, latency: float) -> float:
     if ranks <= 1 or nbytes <= 0:
         return 0.0
     if kind == "send":
         return nbytes / bandwidth + latency
     steps = ranks - 1
-    factor = {"all_reduce": 2 * steps / ranks, "all_gather": steps / ranks, "reduce_scatter": steps / ranks,
-              "all_to_all": steps / ranks}[kind]
-    return factor * nbytes / bandwidth + (2 if kind == "all_reduce" else 1) * steps * latency
+    return bus_factor(kind, ranks) * nbytes / bandwidth + (2 if kind == "all_reduce" else 1) * steps * latency
 
 
 def _layer_matmul_flops(model: Any, layer: int, tokens: float, layout: Layout) -> float:

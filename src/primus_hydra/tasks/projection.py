@@ -105,26 +105,18 @@ def world_nproc(cfg: DictConfig, world: int) -> int:
     return max(1, world // int(cfg.launch.nnodes))
 
 
-def hardware_entry(cfg: DictConfig):
-    """The config's hardware entry; `auto`: the entry of the GPU model this node's vendor tool reports (cpu without)."""
-    from primus_hydra.projection.hardware import entry_for_gpu_model, load_entry
-
-    if str(cfg.hardware.name) != "auto":
-        return cfg.hardware
-    from primus_hydra.orchestrator.gpu_probe import detect_gpu_model
-
-    return load_entry(entry_for_gpu_model(detect_gpu_model(os.environ)))
-
-
 def _targets_gpu(cfg: DictConfig) -> bool:
-    return str(hardware_entry(cfg).vendor) != "cpu"
+    from primus_hydra.orchestrator.hardware_entry import configured_hardware_entry
+
+    return str(configured_hardware_entry(cfg).vendor) != "cpu"
 
 
 def target_hardware(cfg: DictConfig, layout, *, fresh_measurement: bool = False):
     """The hardware entry's numbers; on the cpu entry, the matmul peak at the threads this machine gives a rank."""
+    from primus_hydra.orchestrator.hardware_entry import configured_hardware_entry
     from primus_hydra.projection.hardware import resolve_hardware
 
-    entry = hardware_entry(cfg)
+    entry = configured_hardware_entry(cfg)
     threads, host_gib = 1, 0.0
     if str(entry.vendor) == "cpu":
         from primus_hydra.orchestrator.plan import build_resource_plan
@@ -141,8 +133,9 @@ def run_search(cfg: DictConfig, layout, hardware) -> dict:
     from primus_hydra.projection.report import search_table
     from primus_hydra.projection.search import search, smallest_batch_split, smallest_fitting_world
 
+    world, gpu = projected_world_size(cfg), hardware.vendor != "cpu"
     ranked, projected, fitting = search(cfg, layout, hardware, top=int(cfg.task.top),
-                                        rejects=lambda overrides: rejected_by_validation(cfg, overrides))
+                                        rejects=lambda overrides: rejected_by_validation(cfg, overrides, world, gpu))
     if projected == 0:
         split = smallest_batch_split(cfg, layout)
         hint = (f"the smallest global batch a layout of {layout.world} ranks splits is {split} (a multiple of its "
@@ -176,7 +169,7 @@ def run_command(layout_overrides: list[str]) -> list[str]:
     return ["task=train", *kept, *layout_overrides]
 
 
-def rejected_by_validation(cfg: DictConfig, overrides: list[str]) -> list[str]:
+def rejected_by_validation(cfg: DictConfig, overrides: list[str], world: int, runs_on_gpu: bool) -> list[str]:
     """What the real run's checks say about `cfg` with these overrides ([] when it passes)."""
     import copy
 
@@ -190,8 +183,7 @@ def rejected_by_validation(cfg: DictConfig, overrides: list[str]) -> list[str]:
             key, value = override.split("=", 1)
             OmegaConf.update(candidate, key, None if value == "null" else yaml_value(value), merge=False)
     try:
-        prepare(candidate, world_size=projected_world_size(cfg), on_this_machine=False, trains=False,
-                runs_on_gpu=_targets_gpu(cfg))
+        prepare(candidate, world_size=world, on_this_machine=False, trains=False, runs_on_gpu=runs_on_gpu)
     except ConfigValidationError as error:
         return list(error.failures) if hasattr(error, "failures") else [str(error)]
     return []

@@ -38,6 +38,7 @@ from primus_hydra.backends.torch.checkpoint_paths import (
     step_dir_name,
     verify_files,
 )
+from primus_hydra.backends.torch.distributed import all_gather_objects
 from primus_hydra.errors import CheckpointError
 
 
@@ -54,17 +55,9 @@ def _rank_and_world() -> tuple[int, int]:
     return (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
 
 
-def _all_gather(value: Any) -> list[Any]:
-    if not dist.is_initialized():
-        return [value]
-    values = [None] * dist.get_world_size()
-    dist.all_gather_object(values, value)
-    return values
-
-
 def _first_failure(failure: Optional[str]) -> Optional[str]:
     """Collective: the failure of the lowest failing rank, the same on every rank (None when all succeeded)."""
-    return next((f for f in _all_gather(failure) if f), None)
+    return next((f for f in all_gather_objects(failure) if f), None)
 
 
 def _from_main(value: Any) -> Any:
@@ -103,7 +96,7 @@ class CheckpointManager(CheckpointFolder):
         records: dict[str, FileRecord] = {}
         failure = self._failure_line(step, _attempt(lambda: records.update(write_shards(tmp))))
         fault("save")
-        gathered = _all_gather((failure, records))
+        gathered = all_gather_objects((failure, records))
         self._raise_if_failed(next((f for f, _ in gathered if f), None), tmp)
         failure = None
         if _is_main():

@@ -63,6 +63,15 @@ class ParallelState:
         return self.pp_rank == self.layout.pp - 1
 
 
+def all_gather_objects(value: object) -> list:
+    """Collective: every rank's `value`, in rank order (one process: [value])."""
+    if not dist.is_initialized():
+        return [value]
+    values: list = [None] * dist.get_world_size()
+    dist.all_gather_object(values, value)
+    return values
+
+
 def init_parallel_state(layout: ParallelLayout, device: torch.device, dist_env: DistributedEnv, timeout_s: float) -> ParallelState:
     """Join the job's process group (gloo on CPU, NCCL/RCCL on GPU) and build its mesh; one process: no group."""
     state = ParallelState(layout)

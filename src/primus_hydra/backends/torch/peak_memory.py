@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-import torch.distributed as dist
+
+from primus_hydra.backends.torch.distributed import all_gather_objects
 
 GIB = 1024.0 ** 3
 PROFILED_STEPS = 2
@@ -46,11 +47,7 @@ class PeakMemory:
             peak = self._stop_profiler()
         else:
             return None
-        if not dist.is_initialized():
-            return [peak]
-        peaks: list = [None] * dist.get_world_size()
-        dist.all_gather_object(peaks, peak)
-        return peaks
+        return all_gather_objects(peak)
 
     def _stop_profiler(self) -> float:
         self._profiler.stop()
