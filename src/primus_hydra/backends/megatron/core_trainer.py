@@ -29,7 +29,7 @@ from primus_hydra.backends.megatron.native_init import init_like_native
 from primus_hydra.backends.megatron.sharded_weights import load_full_weights, native_weights_for
 from primus_hydra.backends.torch.checkpoint import CheckpointManager
 from primus_hydra.backends.torch.checkpoint_paths import TRAINER_STATE, read_meta
-from primus_hydra.backends.torch.distributed import join_process_group
+from primus_hydra.backends.torch.distributed import destroy_parallel_state, join_process_group
 from primus_hydra.backends.torch.metrics import MetricsLogger
 from primus_hydra.backends.torch.step_loop import StepLoopTrainer
 from primus_hydra.backends.torch.trainer import resolve_device
@@ -131,9 +131,7 @@ class MegatronCoreTrainer(StepLoopTrainer):
 
             self.ddp = self.model = self.chunks = self.optimizer = None
             parallel_state.destroy_model_parallel()
-            if dist.is_initialized():
-                dist.barrier()
-                dist.destroy_process_group()
+            destroy_parallel_state()
 
     def _build_chunk(self, stage: int) -> Any:
         """This rank's model for virtual pipeline stage `stage`: its layers, embedding on the very first, output

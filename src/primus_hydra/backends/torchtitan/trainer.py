@@ -25,7 +25,7 @@ import torch.distributed as dist
 
 from primus_hydra.backends.torch.checkpoint import CheckpointManager
 from primus_hydra.backends.torch.checkpoint_paths import TRAINER_STATE
-from primus_hydra.backends.torch.distributed import join_process_group
+from primus_hydra.backends.torch.distributed import destroy_parallel_state, join_process_group
 from primus_hydra.backends.torch.metrics import MetricsLogger
 from primus_hydra.backends.torch.step_loop import StepLoopTrainer
 from primus_hydra.backends.torch.trainer import resolve_device
@@ -108,10 +108,11 @@ class TorchTitanTrainer(StepLoopTrainer):
         titan = getattr(self, "titan", None)
         if titan is not None:
             titan.close()
-            self.titan = self.model_parts = None
-        if not on_error and dist.is_initialized():
-            dist.barrier()
-            dist.destroy_process_group()
+        # Drop what holds the device mesh's groups (the Trainer, FSDP's modules, the batch generator) while the
+        # groups are still registered, so that destroy_parallel_state frees them and not a dealloc at exit.
+        self.titan = self.model_parts = self.batches = None
+        if not on_error:
+            destroy_parallel_state()
 
     # -- one step ---------------------------------------------------------------------------------------
     def _train_step(self, step: int) -> dict[str, Any]:
