@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 from primus_hydra.config.paths import find_conf_dir
 from primus_hydra.config.schema import register_schemas
 from primus_hydra.config.secrets import redacted_stdout, warn_about_literal_secrets
-from primus_hydra.errors import PrimusError
+from primus_hydra.errors import PrimusError, SweepPointFailed
 
 _USER_WANTS_TRACEBACK = os.environ.get("HYDRA_FULL_ERROR") == "1"
 # Hydra's flags that print something and run no job
@@ -37,18 +37,24 @@ def _hydra_main(cfg: DictConfig):
     except PrimusError as error:
         if _USER_WANTS_TRACEBACK:
             raise
+        label = _sweep_point_label()
+        _report(error, prefix=label)
+        if label:  # a failed result of the sweep, which its launcher and sweeper see; the other points run
+            raise SweepPointFailed(f"{label}{error}", error.exit_code) from None
         # Exit from inside the job: Hydra would otherwise add its own "Error executing job" report.
-        _report(error, prefix=_sweep_point_label())
         raise SystemExit(error.exit_code) from None
 
 
 def _sweep_point_label() -> str:
     from hydra.core.hydra_config import HydraConfig
 
+    from primus_hydra.launch.sweep_labels import fixed_overrides, point_label, recorded_command_line
+
     hydra_cfg = HydraConfig.get()
     if str(hydra_cfg.mode) != "RunMode.MULTIRUN":
         return ""
-    return f"[job {hydra_cfg.job.num}: {' '.join(hydra_cfg.overrides.task)}] "
+    fixed = fixed_overrides(recorded_command_line(hydra_cfg.sweep.dir))
+    return point_label(hydra_cfg.job.num, list(hydra_cfg.overrides.task), fixed) + " "
 
 
 def main() -> None:
@@ -79,6 +85,10 @@ def main() -> None:
     except BrokenPipeError:  # `... | head -1`: the reader has what it wanted; stop quietly, as a shell tool does
         _discard_stdout()
         sys.exit(128 + signal.SIGPIPE)
+    except SweepPointFailed as failed:  # a sweeper gave up on the sweep; the point's line is printed already
+        if _USER_WANTS_TRACEBACK:
+            raise
+        sys.exit(failed.exit_code)
     except PrimusError as error:
         if _USER_WANTS_TRACEBACK:
             raise

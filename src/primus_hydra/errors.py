@@ -56,3 +56,24 @@ def user_error_type_names() -> set[str]:
         names.add(kind.__name__)
         pending.extend(kind.__subclasses__())
     return names
+
+
+class SweepPointsFailed(PrimusError):
+    """The end of a sweep some of whose points failed (each told why in its own line): one line, exit code 1."""
+
+    exit_code = 1
+
+
+class SweepPointFailed(Exception):
+    """A sweep point stopped on a user error that was already printed as its one `error:` line.
+
+    Raised (not SystemExit) from inside a multirun job, so that Hydra records a failed JobReturn that every launcher
+    (basic, joblib, submitit_local, primus_local) carries back and every sweeper (basic, Optuna and its
+    max_failure_rate) sees, while the other points run. The CLI exits with `exit_code` without printing it again."""
+
+    def __init__(self, message: str, exit_code: int = 2):
+        super().__init__(message, exit_code)  # both in args: it crosses process boundaries pickled (joblib, submitit)
+        self.message, self.exit_code = message, exit_code
+
+    def __str__(self) -> str:
+        return self.message

@@ -47,7 +47,7 @@ ROWS = [  # (id, arguments, extra environment, the start of the one error line)
     ("key_swept_twice", ["-m", "module.lr=1e-3,2e-3", "module.lr=3e-3"], {}, "module.lr is given 2 times"),
     ("empty_range", ["-m", "module.log.interval=range(5,1)"], {}, "module.log.interval=range(5,1): sweeps over no values"),
     ("second_point_bad", ["-m", "module.warmup_iters=0,-1"], {},
-     "[job 1: module.warmup_iters=-1 module.train_iters=2] module.warmup_iters=-1: must be >= 0"),
+     "[job 1: module.warmup_iters=-1] module.warmup_iters=-1: must be >= 0"),
     ("output_root_empty", [], {"PRIMUS_OUTPUT_ROOT": ""}, "PRIMUS_OUTPUT_ROOT is set but empty"),
     ("output_root_under_file", [], {"PRIMUS_OUTPUT_ROOT": "/dev/null/runs"}, "run dir=/dev/null/runs/"),
     ("checkpoint_dir_under_file", ["module.checkpoint.dir=/dev/null/ckpt"], {}, "module.checkpoint.dir=/dev/null/ckpt"),

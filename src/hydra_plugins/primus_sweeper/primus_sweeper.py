@@ -32,7 +32,8 @@ class PrimusBasicSweeper(BasicSweeper):
     def sweep(self, arguments: List[str]) -> Any:
         """Hydra's BasicSweeper.sweep, reordered: the arguments are checked, then every batch, and only then is the
         sweep dir made and the first batch launched (a launcher with `records_the_sweep` makes it itself, once it
-        has prepared its points)."""
+        has prepared its points). Unlike Hydra's, a failed point does not stop the batches after it: the sweep
+        ends with one line counting the failed points (exit 1) once every point has run."""
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
         from primus_hydra.launch.basic_sweep import check_sweep_arguments, save_sweep_record
@@ -48,13 +49,14 @@ class PrimusBasicSweeper(BasicSweeper):
             self.validate_batch_is_legal(batches[-1])
         if not getattr(self.launcher, "records_the_sweep", False):
             save_sweep_record(self.config)
+        from primus_hydra.launch.basic_sweep import raise_for_failed_points
+
         returns, initial_job_idx = [], 0
-        for batch in batches:
+        for batch in batches:  # every batch runs: a failed point is a failed result, not the end of the sweep
             results = self.launcher.launch(batch, initial_job_idx=initial_job_idx)
-            for result in results:
-                _ = result.return_value  # a failed job raises here, as in Hydra's sweeper
             initial_job_idx += len(batch)
             returns.append(results)
+        raise_for_failed_points([result for results in returns for result in results])
         return returns
 
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:

@@ -35,11 +35,13 @@ def check_batch(hydra_context, config: DictConfig, launcher, batch: Sequence[Seq
         for overrides in batch:
             composer.check(overrides)
         return
+    from primus_hydra.launch.sweep_labels import fixed_overrides, point_label, shown, varying_overrides
     from primus_hydra.orchestrator.prepare import HANDOFF, show_warnings
 
+    fixed = fixed_overrides(config.hydra.overrides.task)
     prepared, failures = [], []
     for offset, overrides in enumerate(batch):
-        label = f"[job {first_job + offset}: {' '.join(filter_overrides(overrides))}]"
+        label = point_label(first_job + offset, filter_overrides(overrides), fixed)
         try:
             point = composer.compose(overrides)
             with read_write(point.hydra), open_dict(point):  # as the basic launcher numbers its jobs
@@ -51,7 +53,7 @@ def check_batch(hydra_context, config: DictConfig, launcher, batch: Sequence[Seq
     if failures:
         stop_with(failures, 2)
     for (run_dir, job), overrides in zip(prepared, batch):
-        show_warnings(job, label=f"[{' '.join(filter_overrides(overrides))}] ")
+        show_warnings(job, label=f"[{shown(varying_overrides(filter_overrides(overrides), fixed))}] ")
         HANDOFF.give(run_dir, job)
 
 
@@ -85,3 +87,31 @@ def save_sweep_record(config: DictConfig) -> Path:
     sweep_dir.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(config, sweep_dir / SWEEP_RECORD)
     return sweep_dir
+
+
+def raise_for_failed_points(returns: Sequence) -> None:
+    """After every batch ran: one line counting the failed points (each already printed its own error; a point
+    that crashed gets its traceback here), exit 1 through the CLI. Nothing when every point completed."""
+    import sys
+    import traceback
+
+    from hydra.core.utils import JobStatus
+
+    from primus_hydra.errors import PrimusError, SweepPointFailed, SweepPointsFailed
+    from primus_hydra.launch.sweep_labels import shown
+
+    failed = [result for result in returns if result.status == JobStatus.FAILED]
+    for result in failed:
+        error = result._return_value
+        if isinstance(error, SweepPointsFailed):  # a launcher that summarized its points itself (primus_local)
+            raise error
+        if not isinstance(error, (SweepPointFailed, PrimusError)):
+            print(f"[job {result.hydra_cfg.hydra.job.num}: {shown(result.overrides)}] crashed:", file=sys.stderr)
+            traceback.print_exception(type(error), error, error.__traceback__)
+    if failed:  # why each failed, also where its own line went to a log of its own (submitit_local)
+        reasons = [str(result._return_value) if isinstance(result._return_value, SweepPointFailed)
+                   else f"[job {result.hydra_cfg.hydra.job.num}] {type(result._return_value).__name__}"
+                   for result in failed]
+        shown_reasons = " | ".join(reasons[:3]) + (f" | ... {len(reasons) - 3} more" if len(reasons) > 3 else "")
+        raise SweepPointsFailed(f"{len(failed)} of {len(returns)} sweep point(s) failed, the others completed: "
+                                f"{shown_reasons}")

@@ -24,9 +24,10 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from primus_hydra.config.error_format import stop_with, user_error_lines
 from primus_hydra.config.paths import hydra_job_dir
 from primus_hydra.config.targets import task_class_of
-from primus_hydra.errors import PrimusError
+from primus_hydra.errors import SweepPointsFailed
 from primus_hydra.launch.basic_sweep import save_sweep_record
 from primus_hydra.launch.sweep_compose import SweepComposer
+from primus_hydra.launch.sweep_labels import fixed_overrides, point_label, shown, varying_overrides
 from primus_hydra.launch.sweep_probe import (
     PROBE_SUBDIR,
     compile_environment,
@@ -36,17 +37,12 @@ from primus_hydra.launch.sweep_probe import (
 )
 from primus_hydra.launch.sweep_processes import PointProcesses, SweepPoint, forward_stop_signals
 from primus_hydra.launch.sweep_summary import PointOutcome, end_line, format_table, say, write_summary
+from primus_hydra.orchestrator.apply import new_plan_table
 from primus_hydra.orchestrator.plan import plan_for_generic_points, write_resources_json
 from primus_hydra.orchestrator.prepare import show_warnings
 
 STATE_DIR = ".primus_local"  # result files of the points, inside the sweep dir
 _NOT_PROBED = object()
-
-
-class SweepPointsFailed(PrimusError):
-    """Raised (through Hydra's sweeper) by the return value of every failed point: one line, exit code 1."""
-
-    exit_code = 1
 
 
 class SweepPointReturn(JobReturn):
@@ -101,8 +97,9 @@ class LocalSweep:
                 plan = self.probe(points, plan)
             write_resources_json(plan, self.sweep_dir)
             parallel = max(1, min(plan.parallel_jobs, len(plan.slots) or 1, len(points)))
-            if not probe:  # the probe printed the plan before and after
-                say(plan.format_table())
+            table = new_plan_table(plan)
+            if table and not probe:  # the probe printed the plan before and after
+                say(table)
             say(f"primus_local: {len(points)} point(s), {parallel} at a time, in {self.sweep_dir}")
             outcomes = self.run_points(points, plan, parallel)
         return self.job_returns(points, outcomes)
@@ -118,19 +115,20 @@ class LocalSweep:
 
     def compose_points(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list:
         points, failures = [], []
+        fixed = fixed_overrides(self.config.hydra.overrides.task)  # what every point shares: not in its label
         for offset, overrides in enumerate(job_overrides):
             job = initial_job_idx + offset
             try:
                 config = self.compose_point(list(overrides), job)
                 run_dir = hydra_job_dir(config, sweep=True)
             except Exception as error:  # noqa: BLE001 - composition errors become one line; anything else is a bug
-                failures.append(f"error: [job {job}: {' '.join(filter_overrides(overrides))}] {' '.join(user_error_lines(error))}")
+                label = point_label(job, filter_overrides(overrides), fixed)
+                failures.append(f"error: {label} {' '.join(user_error_lines(error))}")
                 continue
             points.append(SweepPoint(job, list(filter_overrides(overrides)), [], config, run_dir))
         _stop_on(failures)
-        swept = self.swept_keys()
         for point in points:
-            point.shown = [override for override in point.overrides if _override_key(override) in swept] or point.overrides
+            point.shown = varying_overrides(point.overrides, fixed)
         return points
 
     def prepare_points(self, points: list):
@@ -147,10 +145,10 @@ class LocalSweep:
                 point.prepared = task_class.prepare_job(point.config, point.run_dir, plan=plan if shared else None,
                                                         sweep_points=len(points))
             except Exception as error:  # noqa: BLE001 - user errors become one line each; anything else is a bug
-                failures += [f"error: [job {point.job}: {' '.join(point.overrides)}] {line}" for line in user_error_lines(error)]
+                failures += [f"error: [job {point.job}: {shown(point.shown)}] {line}" for line in user_error_lines(error)]
                 continue
             plan = plan or point.prepared.plan
-            show_warnings(point.prepared, label=f"[job {point.job}: {' '.join(point.overrides)}] ")
+            show_warnings(point.prepared, label=f"[job {point.job}: {shown(point.shown)}] ")
         _stop_on(failures)
         return plan
 
@@ -193,13 +191,6 @@ class LocalSweep:
         probe = SweepPoint(point.job, overrides, [f"probe of job {point.job}", f"module.train_iters={steps}"],
                            config, run_dir, job)
         return measure(probe, plan, self.processes)
-
-    def swept_keys(self) -> set:
-        """The keys the command line sweeps (`module.lr=1e-3,3e-4`): what tells the points apart."""
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-
-        overrides = OverridesParser.create().parse_overrides(list(self.config.hydra.overrides.task))
-        return {override.key_or_group for override in overrides if override.is_sweep_override()}
 
     def run_points(self, points: list, plan, parallel: int) -> list:
         pending = collections.deque(points)
@@ -270,7 +261,3 @@ def _runs_points_here(point: SweepPoint) -> bool:
 def _stop_on(failures: list) -> None:
     if failures:
         stop_with(failures, 2)
-
-
-def _override_key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")

@@ -19,6 +19,8 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from primus_hydra.errors import SweepPointFailed
+
 
 @dataclasses.dataclass
 class PointLaunch:
@@ -172,6 +174,9 @@ def _run_job(launch: PointLaunch) -> PointResult:
     else:
         if job_return.status == JobStatus.COMPLETED:
             result = PointResult("ok", return_value=job_return._return_value)
+        elif isinstance(job_return._return_value, SweepPointFailed):  # its one line is in the point's log already
+            failed = job_return._return_value
+            result = PointResult("failed", error=_last_error_line(launch.log_path), exit_code=failed.exit_code)
         else:
             error = job_return._return_value
             traceback.print_exception(type(error), error, error.__traceback__)

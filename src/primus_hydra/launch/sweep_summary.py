@@ -38,7 +38,9 @@ class PointOutcome:
 
     @property
     def label(self) -> str:
-        return f"job {self.job} ({' '.join(self.overrides)})" if self.overrides else f"job {self.job}"
+        from primus_hydra.launch.sweep_labels import shown
+
+        return f"job {self.job} ({shown(self.overrides)})" if self.overrides else f"job {self.job}"
 
     def to_dict(self) -> dict:
         fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(self) if field.name != "return_value"}

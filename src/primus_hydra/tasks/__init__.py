@@ -6,12 +6,32 @@ the job's run dir exists.
 """
 from __future__ import annotations
 
+import contextlib
+import os
+from typing import Iterator
+
 from omegaconf import DictConfig
 
 
 def run_task(cfg: DictConfig):
-    """Build the task named by `cfg.task._target_` and run it; returns what the task returns (e.g. final loss)."""
+    """Build the task named by `cfg.task._target_` and run it; returns what the task returns (e.g. final loss).
+    The job's environment is its own: what it set (platform.env, the backend's defaults, patches) is undone after
+    it, so that the next job a launcher runs in this process (basic, joblib) sees its own values, not these."""
     from primus_hydra.config.targets import load_target
 
     task_class = load_target(cfg.task._target_, "task._target_")
-    return task_class(cfg).run()
+    with restored_environment():
+        return task_class(cfg).run()
+
+
+@contextlib.contextmanager
+def restored_environment() -> Iterator[None]:
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        for key in [key for key in os.environ if key not in saved]:
+            del os.environ[key]
+        for key, value in saved.items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value

@@ -6,6 +6,7 @@ elastic agent, which starts the workers with the prepared job.
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -61,9 +62,11 @@ class TrainTask:
 
         run_dir = self.run_dir or hydra_run_dir()
         job = self.job or HANDOFF.take(run_dir)
-        if job is None:  # not prepared by the single-run callback or a launcher (e.g. Hydra's basic sweeps)
+        if job is None:  # not prepared by the single-run callback or a launcher (joblib's, submitit_local's sweeps)
+            from primus_hydra.launch.sweep_concurrency import points_run_at_once_here
+
             self.claim_run_dir(self.cfg, run_dir, check_only=True)
-            job = self.prepare_job(self.cfg, run_dir)
+            job = self.prepare_job(self.cfg, run_dir, sweep_points=points_run_at_once_here())
             show_warnings(job)
         self.claim_run_dir(job.cfg, run_dir)
         try:
@@ -94,9 +97,12 @@ def run_in_this_process(job: PreparedJob, run_dir: Path, *, report_plan: bool) -
     from primus_hydra.orchestrator.apply import report_resource_plan, worker_environment
     from primus_hydra.runtime.train_runtime import PrimusRuntime
 
-    if report_plan and job.plan is not None:
+    planned = report_plan and job.plan is not None
+    if planned:
         report_resource_plan(job.plan, run_dir)
-    with worker_environment(job.plan.worker_env if report_plan and job.plan is not None else {}):
+        if "torch" in sys.modules:  # a process that ran an earlier point (joblib's workers): its pool is sized
+            sys.modules["torch"].set_num_threads(job.plan.threads_per_worker)
+    with worker_environment(job.plan.worker_env if planned else {}):
         return PrimusRuntime(job, run_dir).run()
 
 
