@@ -9,7 +9,7 @@ escapes such as `\\:` dropped), and a label never runs past LABEL_WIDTH characte
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Sequence
 
 LABEL_WIDTH = 120
 
@@ -45,7 +45,7 @@ def point_label(job: int, point: Sequence[str], fixed: set[str]) -> str:
     return f"[job {job}: {shown(varying_overrides(point, fixed))}]"
 
 
-def recorded_command_line(sweep_dir: Optional[str]) -> list[str]:
+def recorded_command_line(sweep_record: Path) -> list[str]:
     """The sweep's command line, read only when a label is needed in a point's own process: as the sweeper recorded
     it (multirun.yaml's hydra.overrides.task), else this process's arguments (a sweeper that keeps no record, such
     as Optuna's, runs its points here with the basic launcher); empty when neither has overrides."""
@@ -53,10 +53,7 @@ def recorded_command_line(sweep_dir: Optional[str]) -> list[str]:
 
     from omegaconf import OmegaConf
 
-    from primus_hydra.launch.basic_sweep import SWEEP_RECORD
-
-    record = Path(str(sweep_dir or "")) / SWEEP_RECORD
     try:
-        return [str(line) for line in OmegaConf.load(record).hydra.overrides.task]
+        return [str(line) for line in OmegaConf.load(sweep_record).hydra.overrides.task]
     except Exception:  # noqa: BLE001 - no record
         return [argument for argument in sys.argv[1:] if "=" in argument and not argument.startswith("-")]
