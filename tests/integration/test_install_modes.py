@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -111,6 +112,14 @@ def test_hydra_finds_the_launchers_and_conf(mode, source, wheelhouse, tmp_path):
     assert "num_kv_heads: 8" in result.stdout and "name: megatron" in result.stdout
     run("-m", "primus_hydra", "experiment=llama3_8b_pretrain_megatron", "--cfg", "job", "-p", "backend")
 
+    # ... and as the package primus_hydra.conf: the Python API, and Hydra's Compose API with the schemas registered
+    api = run("-c", "import primus_hydra\n"
+                    "from hydra import compose, initialize_config_module\n"
+                    "print(primus_hydra.compose(['backend=megatron']).backend.name)\n"
+                    "with initialize_config_module('primus_hydra.conf', version_base='1.3'):\n"
+                    "    print(compose('config', overrides=['model=llama3_8b']).model.num_kv_heads)")
+    assert api.stdout.split() == ["megatron", "8"], api.stdout
+
     has_torch = subprocess.run([str(python), "-c", "import torch"], capture_output=True, cwd=workdir,
                                env=_clean_env(), timeout=60).returncode == 0
     assert not has_torch  # composing needs only hydra: torch is the [torch] extra
@@ -123,3 +132,13 @@ def test_hydra_finds_the_launchers_and_conf(mode, source, wheelhouse, tmp_path):
         "error: backend=torch needs torch, numpy, which cannot be found. Install the torch extra: pip install "
         "'primus-hydra[torch]' (pin torch to your CUDA/ROCm/CPU build)."]
     assert not (workdir / "outputs").exists()
+
+
+@pytest.mark.slow
+def test_the_wheel_ships_conf_as_the_package_primus_hydra_conf(wheelhouse):
+    (wheel,) = wheelhouse.glob("primus_hydra-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    shipped = {name for name in names if name.startswith("primus_hydra/conf/")}
+    expected = {f"primus_hydra/conf/{path.relative_to(REPO / 'conf').as_posix()}"
+                for path in (REPO / "conf").rglob("*") if path.suffix in (".yaml", ".py")}
+    assert shipped == expected

@@ -25,7 +25,7 @@ LAYERS = [
     {"runtime"},
     {"launch"},
     {"tasks"},
-    {"cli"},
+    {"cli", "api"},
     {"__main__", "__init__"},
 ]
 LAYER_OF = {name: index for index, names in enumerate(LAYERS) for name in names}

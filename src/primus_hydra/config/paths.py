@@ -1,8 +1,11 @@
 """Paths: where conf/ lives (inside the installed package, or at the root of a source checkout), the run dir Hydra
-will make, and whether a folder a run writes into can be written (checked before anything is created)."""
+will make, whether a folder a run writes into can be written (checked before anything is created), and the user's
+relative paths made absolute for a job that runs in its run dir (hydra.job.chdir=true)."""
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -17,6 +20,27 @@ def find_conf_dir() -> str:
     if (checkout / "config.yaml").is_file():
         return str(checkout)
     raise FileNotFoundError(f"primus_hydra: no conf/config.yaml next to {_PACKAGE_DIR} (broken install?)")
+
+
+class CheckoutConfFinder:
+    """Imports `primus_hydra.conf` (Hydra's `initialize_config_module("primus_hydra.conf")`) from a source checkout
+    whose src/ is on sys.path (PYTHONPATH=src, scripts/setup.sh's editable compat mode): there conf/ sits beside
+    src/, not inside the package, and no other finder knows it. Last on sys.meta_path, so an installed package (a
+    wheel's primus_hydra/conf, an editable install's mapping) always wins."""
+
+    NAME = "primus_hydra.conf"
+
+    @classmethod
+    def find_spec(cls, name: str, path=None, target=None):
+        init = _PACKAGE_DIR.parent.parent / "conf" / "__init__.py"
+        if name != cls.NAME or not init.is_file():
+            return None
+        return importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(init.parent)])
+
+    @classmethod
+    def install(cls) -> None:
+        if cls not in sys.meta_path:
+            sys.meta_path.append(cls)
 
 
 def hydra_job_dir(config, *, sweep: bool) -> Path:
@@ -111,3 +135,61 @@ def run_dir_failures(run_dir) -> list[str]:
     """The run dir (and so the output root or sweep dir above it) can hold the run's files."""
     fix = "set hydra.run.dir (hydra.sweep.dir with -m) or PRIMUS_OUTPUT_ROOT to a writable folder"
     return [line for line in (output_root_failure(), writable_dir_failure("run dir", run_dir, fix)) if line]
+
+
+# the paths a user gives (a key that the selected backend or task lacks is skipped): with hydra.job.chdir=true the
+# job runs in its run dir, so a relative one is made absolute against the folder the run was launched from
+USER_PATH_KEYS = (
+    "module.data.path", "module.checkpoint.dir", "module.checkpoint.resume", "module.checkpoint.load",
+    "backend.path", "backend.tokenizer_path",
+    "task.runs", "task.source", "task.primus_root", "task.out", "task.shared_dir", "task.checkpoint_dir",
+)
+# a path or a Hugging Face Hub id ("meta-llama/Llama-3.1-8B"): a path only when the launch folder has it
+PATH_OR_HUB_ID_KEYS = ("backend.tokenizer_model", "backend.model_name_or_path")
+_NOT_A_PATH = ("auto",)  # module.checkpoint.resume=auto: the latest checkpoint in module.checkpoint.dir
+
+
+def chdir_launch_dir(cfg) -> Optional[str]:
+    """The folder the run was launched from (hydra.runtime.cwd) when its job will run in its run dir
+    (hydra.job.chdir=true), else None. Read from cfg's `hydra` node, else from HydraConfig (a task preparing its
+    own job inside Hydra's run_job)."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    hydra_cfg = cfg.hydra if "hydra" in cfg else HydraConfig.get() if HydraConfig.initialized() else None
+    if hydra_cfg is None or not OmegaConf.select(hydra_cfg, "job.chdir", default=False):
+        return None
+    return OmegaConf.select(hydra_cfg, "runtime.cwd", default=None) or None
+
+
+def make_user_paths_absolute(job, launch_dir: str) -> None:
+    """The relative paths of USER_PATH_KEYS (each path of a blend "w1 p1 w2 p2" of module.data.source=indexed)
+    and those of PATH_OR_HUB_ID_KEYS that exist under launch_dir become launch_dir/<path>, in `job`, as
+    hydra.utils.to_absolute_path makes them. Absolute paths, `~/...`, URLs and interpolations that give those
+    stay as written."""
+    from omegaconf import OmegaConf
+
+    for key in USER_PATH_KEYS + PATH_OR_HUB_ID_KEYS:
+        value = OmegaConf.select(job, key, default=None)
+        if not isinstance(value, str) or not value.strip():
+            continue
+        blend = key == "module.data.path" and OmegaConf.select(job, "module.data.source") == "indexed"
+        words = value.split() if blend else [value]
+        absolute = [_absolute_against(word, launch_dir, must_exist=key in PATH_OR_HUB_ID_KEYS) for word in words]
+        if absolute != words:
+            OmegaConf.update(job, key, " ".join(absolute), merge=False)
+
+
+def _absolute_against(word: str, launch_dir: str, *, must_exist: bool) -> str:
+    if word in _NOT_A_PATH or os.path.isabs(word) or word.startswith("~") or "://" in word or _is_number(word):
+        return word
+    path = os.path.normpath(os.path.join(launch_dir, word))
+    return path if not must_exist or os.path.exists(path) else word
+
+
+def _is_number(word: str) -> bool:
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True

@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from primus_hydra.backends.base import load_adapter
 from primus_hydra.config.choices import auto_int, is_auto
 from primus_hydra.config.layout import ParallelLayout, configured_world_size, parallel_layout
-from primus_hydra.config.paths import run_dir_failures
+from primus_hydra.config.paths import chdir_launch_dir, make_user_paths_absolute, run_dir_failures
 from primus_hydra.config.validate import validate_config
 from primus_hydra.errors import ConfigValidationError
 from primus_hydra.orchestrator.fit_checks import fit_failures
@@ -68,6 +68,9 @@ def prepare(cfg: DictConfig, *, run_dir: Optional[Path] = None, world_size: Opti
     runs_on_gpu: where the job's backend will run when no plan says it (task=projection: its hardware entry).
     """
     job = without_hydra_node(cfg)
+    launch_dir = chdir_launch_dir(cfg)
+    if launch_dir is not None:  # hydra.job.chdir=true: the job runs in its run dir, the user meant the launch dir
+        make_user_paths_absolute(job, launch_dir)
     warnings = validate_config(job)
     failures = run_dir_failures(run_dir) if run_dir is not None else []
     failures += override_failures() if on_this_machine else []

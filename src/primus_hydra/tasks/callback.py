@@ -17,24 +17,11 @@ from omegaconf import DictConfig
 class PrepareJobCallback(Callback):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         from primus_hydra.config.error_format import stop_with, user_error_lines
-        from primus_hydra.config.paths import hydra_job_dir
-        from primus_hydra.config.targets import task_class_of
-        from primus_hydra.orchestrator.prepare import HANDOFF, show_warnings
 
         try:
-            prepare_job = getattr(task_class_of(config), "prepare_job", None)
-            if prepare_job is None:  # a task that runs no job (task=status)
-                return
-            run_dir = hydra_job_dir(config, sweep=False)
-            # a folder another live run is using: refused first, and held before Hydra writes .hydra/ into it
-            claim_run_dir = getattr(task_class_of(config), "claim_run_dir", lambda *args, **kwargs: None)
-            claim_run_dir(config, run_dir, check_only=True)
-            job = prepare_job(config, run_dir)
-            claim_run_dir(config, run_dir)
+            prepare_single_run(config)
         except Exception as error:  # noqa: BLE001 - a user's error (a failed check, an interpolation) is its lines
             stop_with([f"error: {line}" for line in user_error_lines(error)], getattr(error, "exit_code", 2))
-        show_warnings(job)
-        HANDOFF.give(run_dir, job)
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Hydra has just written .hydra/*.yaml (the overrides as typed) and set up its logging: those files become
@@ -47,3 +34,24 @@ class PrepareJobCallback(Callback):
             hydra_dir = Path(config.hydra.runtime.output_dir) / str(config.hydra.output_subdir)
             make_private(hydra_dir / name for name in ("config.yaml", "hydra.yaml", "overrides.yaml"))
         redact_secrets_in_logs(secret_values(config))
+
+
+def prepare_single_run(config: DictConfig) -> None:
+    """The selected task prepares the job of `config` (composed with its `hydra` node) for its run dir, holds the
+    run dir, shows the job's warnings and hands the job over (HANDOFF); raises what the preparation raises, having
+    written nothing. A task that runs no job (task=status) has nothing to prepare."""
+    from primus_hydra.config.paths import hydra_job_dir
+    from primus_hydra.config.targets import task_class_of
+    from primus_hydra.orchestrator.prepare import HANDOFF, show_warnings
+
+    prepare_job = getattr(task_class_of(config), "prepare_job", None)
+    if prepare_job is None:
+        return
+    run_dir = hydra_job_dir(config, sweep=False)
+    # a folder another live run is using: refused first, and held before Hydra writes .hydra/ into it
+    claim_run_dir = getattr(task_class_of(config), "claim_run_dir", lambda *args, **kwargs: None)
+    claim_run_dir(config, run_dir, check_only=True)
+    job = prepare_job(config, run_dir)
+    claim_run_dir(config, run_dir)
+    show_warnings(job)
+    HANDOFF.give(run_dir, job)

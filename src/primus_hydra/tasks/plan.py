@@ -31,7 +31,7 @@ class PlanTask:
     def run(self) -> dict:
         from primus_hydra.orchestrator.prepare import HANDOFF, show_warnings
 
-        job = self.job or HANDOFF.take(Path("."))  # hydra.run.dir=. (conf/task/plan.yaml)
+        job = self.job or HANDOFF.take(handed_over_at())
         if job is None:  # a sweep point of another launcher than primus_local (conf/task/plan.yaml chooses it)
             job = self.prepare_job(self.cfg, None)
             show_warnings(job)
@@ -42,6 +42,14 @@ class PlanTask:
         else:
             print(json.dumps({"point": point, **data}))
         return data
+
+
+def handed_over_at() -> Path:
+    """The run dir the single-run callback handed the job over for: Hydra's for this job (`.`, as conf/task/plan.yaml
+    sets hydra.run.dir, or the one primus_hydra.run was given)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return Path(HydraConfig.get().runtime.output_dir) if HydraConfig.initialized() else Path(".")
 
 
 def _sweep_point() -> Optional[dict]:

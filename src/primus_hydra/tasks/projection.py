@@ -50,9 +50,9 @@ class ProjectionTask:
         from primus_hydra.projection.layout import layout_from_config
         from primus_hydra.projection.project import project
         from primus_hydra.projection.report import describe
-        from primus_hydra.tasks.plan import _sweep_point
+        from primus_hydra.tasks.plan import _sweep_point, handed_over_at
 
-        job = self.job or HANDOFF.take(Path("."))
+        job = self.job or HANDOFF.take(handed_over_at())
         if job is None:  # a sweep point of another launcher than primus_local
             job = self.prepare_job(self.cfg, None)
             show_warnings(job)
