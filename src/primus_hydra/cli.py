@@ -50,11 +50,12 @@ def _sweep_point_label() -> str:
     from hydra.core.hydra_config import HydraConfig
 
     from primus_hydra.launch.basic_sweep import SWEEP_RECORD
+    from primus_hydra.launch.sweep_concurrency import in_multirun
     from primus_hydra.launch.sweep_labels import fixed_overrides, point_label, recorded_command_line
 
-    hydra_cfg = HydraConfig.get()
-    if str(hydra_cfg.mode) != "RunMode.MULTIRUN":
+    if not in_multirun():
         return ""
+    hydra_cfg = HydraConfig.get()
     fixed = fixed_overrides(recorded_command_line(Path(str(hydra_cfg.sweep.dir)) / SWEEP_RECORD))
     return point_label(hydra_cfg.job.num, list(hydra_cfg.overrides.task), fixed) + " "
 

@@ -13,6 +13,12 @@ def losses(run_dir: Path) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in records}
 
 
+def eval_losses(run_dir: Path) -> dict[int, float]:
+    """step -> held-out loss of the steps the run evaluated after (module.eval_interval)."""
+    records = [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["eval_loss"] for r in records if r.get("eval_loss") is not None}
+
+
 def assert_same_curve(actual: dict[int, float], expected: dict[int, float], rel: float = 1e-4) -> None:
     assert list(actual) == list(expected)
     for step, loss in expected.items():

@@ -11,14 +11,15 @@ from pathlib import Path
 import pytest
 
 from helpers.cli import primus
-from helpers.curves import assert_same_curve, losses
+from helpers.curves import assert_same_curve, eval_losses, losses
 from helpers.libraries import needs_megatron_core
 
 pytestmark = [pytest.mark.slow, needs_megatron_core]
 
 QUICK = ["module.train_iters=5", "module.warmup_iters=2", "module.micro_batch_size=4", "module.global_batch_size=8",
          "module.seq_length=64", "module.log.interval=1", "module.log.tensorboard=false", "module.log.plot=false",
-         "module.checkpoint.interval=0", "module.checkpoint.save_final=false"]
+         "module.checkpoint.interval=0", "module.checkpoint.save_final=false", "module.eval_interval=5",
+         "module.eval_iters=2"]
 # GQA (8 heads, 4 groups), RoPE, SwiGLU, untied embeddings; the third also ties them and changes the norm eps; the
 # last reads mock batches instead of the default text. Cross-backend runs read backend=torch's own batches.
 SAME_BATCHES = "backend.dataset=native"
@@ -52,13 +53,18 @@ def train(run_dir: Path, *args: str) -> dict[int, float]:
 @pytest.fixture(scope="module")
 def megatron_curve(tmp_path_factory):
     """The one-process backend=megatron curve of each model (with the given extra arguments), trained once."""
-    cache: dict[tuple, dict[int, float]] = {}
+    cache: dict[tuple, Path] = {}
 
-    def curve(model: str, *extra: str) -> dict[int, float]:
+    def run_dir(model: str, *extra: str) -> Path:
         if (model, extra) not in cache:
-            cache[model, extra] = train(tmp_path_factory.mktemp(model) / "run", "backend=megatron", *MODELS[model], *extra)
+            cache[model, extra] = tmp_path_factory.mktemp(model) / "run"
+            train(cache[model, extra], "backend=megatron", *MODELS[model], *extra)
         return cache[model, extra]
 
+    def curve(model: str, *extra: str) -> dict[int, float]:
+        return losses(run_dir(model, *extra))
+
+    curve.evals = lambda model, *extra: eval_losses(run_dir(model, *extra))  # step -> held-out loss
     return curve
 
 
@@ -66,6 +72,8 @@ def megatron_curve(tmp_path_factory):
 def test_megatron_follows_the_native_curve_from_the_same_seed(tmp_path, megatron_curve, model):
     native = train(tmp_path / "native", "backend=torch", *MODELS[model])
     assert_same_curve(megatron_curve(model, SAME_BATCHES), native)
+    # the held-out loss after step 5, through megatron-core's forward-only schedule, from the same batches
+    assert_same_curve(megatron_curve.evals(model, SAME_BATCHES), eval_losses(tmp_path / "native"))
     if "mock" not in model:  # uniform random tokens teach nothing: their loss stays near ln(vocab)
         assert native[5] < native[1]
 
@@ -76,6 +84,7 @@ def test_every_megatron_layout_follows_the_one_process_curve(tmp_path, megatron_
     run_dir = tmp_path / "run"
     same_batches = [arg for arg in args if arg == SAME_BATCHES]  # the curve the parity test trained already
     assert_same_curve(train(run_dir, "backend=megatron", *MODELS[model], *args), megatron_curve(model, *same_batches))
+    assert_same_curve(eval_losses(run_dir), megatron_curve.evals(model, *same_batches))
     assert sorted(p.name for p in (run_dir / "logs").glob("rank_*.log")) == ["rank_0.log", "rank_1.log"]
     if layout == "pp2_1f1b_uneven":  # stage 0: the embedding and 1 layer; stage 1: 3 layers, the final norm and output
         layer = 2 * 256 * 256 + 2 * 256 * 128 + 3 * 256 * 688 + 2 * 256

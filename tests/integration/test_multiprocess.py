@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from helpers.curves import assert_same_curve, losses
+from helpers.curves import assert_same_curve, eval_losses, losses
 
 pytestmark = pytest.mark.slow  # every test here trains or runs real processes for seconds
 
 SMALL = ["module.warmup_iters=1", "module.micro_batch_size=2", "module.global_batch_size=8", "module.seq_length=32",
          "module.log.interval=1", "module.log.tensorboard=false", "module.log.plot=false", "module.checkpoint.interval=0",
-         "module.checkpoint.save_final=false"]
+         "module.checkpoint.save_final=false", "module.eval_interval=3", "module.eval_iters=2"]
 LAYOUTS = {
     "dp2": ["launch.nproc_per_node=2"],
     "fsdp2": ["launch.nproc_per_node=2", "module.parallel.fsdp=true"],
@@ -38,12 +38,21 @@ def primus(run_dir: Path, *args: str, env: dict | None = None, timeout: int = 18
                           text=True, timeout=timeout, env=full_env, cwd=run_dir.parent)
 
 
+class Curve(dict):
+    """step -> loss, and the run dir it came from."""
+
+    run_dir: Path
+
+
 @pytest.fixture(scope="module")
 def single_process_curve(tmp_path_factory) -> dict[int, float]:
     run_dir = tmp_path_factory.mktemp("single") / "run"
     result = primus(run_dir, "module.train_iters=6", *SMALL)
     assert result.returncode == 0, result.stderr
-    return losses(run_dir)
+    curve = Curve(losses(run_dir))
+    curve.run_dir = run_dir
+    assert list(eval_losses(run_dir)) == [3, 6]
+    return curve
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
@@ -52,6 +61,8 @@ def test_parallel_layout_reproduces_the_single_process_curve(tmp_path, single_pr
     assert result.returncode == 0, result.stderr[-3000:]
     assert_same_curve(losses(tmp_path / "run"), single_process_curve)
     run_dir = tmp_path / "run"
+    # the held-out evaluation too, forward only through each layout (the pipeline schedule's eval with pp)
+    assert_same_curve(eval_losses(run_dir), eval_losses(single_process_curve.run_dir))
     world = 4 if layout == "tp2_dp2" else 2
     assert sorted(p.name for p in (run_dir / "logs").glob("rank_*.log")) == [f"rank_{r}.log" for r in range(world)]
     assert (run_dir / ".hydra" / "config.yaml").is_file() and (run_dir / ".primus" / "job_config.yaml").is_file()

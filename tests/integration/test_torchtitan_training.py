@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from helpers.cli import primus
-from helpers.curves import assert_same_curve, losses
+from helpers.curves import assert_same_curve, eval_losses, losses
 from helpers.libraries import needs_torchtitan
 
 pytestmark = [pytest.mark.slow, needs_torchtitan]
@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.slow, needs_torchtitan]
 QUICK = ["model=llama_tiny", "module.train_iters=5", "module.warmup_iters=2", "module.micro_batch_size=4",
          "module.global_batch_size=8", "module.seq_length=64", "module.log.interval=1", "module.log.tensorboard=false",
          "module.log.plot=false", "module.checkpoint.interval=0", "module.checkpoint.save_final=false",
-         "module.weight_decay=0"]
+         "module.weight_decay=0", "module.eval_interval=5", "module.eval_iters=2"]
 QWEN3_TINY = ["model=qwen3_8b", "model.num_layers=2", "model.hidden_size=128", "model.num_attention_heads=4",
               "model.num_kv_heads=2", "model.head_dim=32", "model.ffn_hidden_size=256", "model.vocab_size=256"]
 
@@ -50,15 +50,26 @@ def train(run_dir: Path, *args: str) -> dict[int, float]:
     return losses(run_dir)
 
 
+class Curve(dict):
+    """step -> loss, and the run's held-out losses (step -> eval_loss)."""
+
+    evals: dict[int, float]
+
+
 @pytest.fixture(scope="module")
-def torchtitan_curve(tmp_path_factory) -> dict[int, float]:
-    return train(tmp_path_factory.mktemp("torchtitan") / "run", "backend=torchtitan")
+def torchtitan_curve(tmp_path_factory) -> Curve:
+    run_dir = tmp_path_factory.mktemp("torchtitan") / "run"
+    curve = Curve(train(run_dir, "backend=torchtitan"))
+    curve.evals = eval_losses(run_dir)
+    return curve
 
 
 def test_torchtitan_follows_the_native_curve_from_the_same_seed(tmp_path, torchtitan_curve):
     """The default text source; mock batches come from the same TokenBatches code in every backend."""
     native = train(tmp_path / "native", "backend=torch")
     assert_same_curve(torchtitan_curve, native)
+    assert list(torchtitan_curve.evals) == [5]  # held out, forward only, in torchtitan's train context
+    assert_same_curve(torchtitan_curve.evals, eval_losses(tmp_path / "native"))
     assert native[5] < native[1]
 
 
@@ -66,6 +77,7 @@ def test_torchtitan_follows_the_native_curve_from_the_same_seed(tmp_path, torcht
 def test_every_torchtitan_layout_follows_the_one_process_curve(tmp_path, torchtitan_curve, layout):
     run_dir = tmp_path / "run"
     assert_same_curve(train(run_dir, "backend=torchtitan", *LAYOUTS[layout]), torchtitan_curve)
+    assert_same_curve(eval_losses(run_dir), torchtitan_curve.evals)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert all(r["grad_norm"] > 0 and r["memory_gib"] > 0 and r["tflops"] > 0 for r in records)
 

@@ -17,8 +17,8 @@ EIGHT_GPUS = ("launch.nproc_per_node=8", "module.data.source=mock", "module.seq_
 
 
 def dry_run(compose_config, run_dir, *overrides: str) -> dict:
-    path = run_job(compose_config("task.dry_run=true", *overrides), run_dir)
-    return yaml.safe_load(path.read_text())
+    run_job(compose_config("task.dry_run=true", *overrides), run_dir)
+    return yaml.safe_load((run_dir / "backend_args.yaml").read_text())
 
 
 def adapter_failures(compose_config, *overrides: str) -> list[str]:

@@ -17,7 +17,8 @@ MEGATRON = ("backend=megatron", "model=llama3_8b", "launch.nproc_per_node=8", "m
 
 def dry_run(compose_config, run_dir, *overrides: str) -> dict:
     cfg = compose_config("task.dry_run=true", *MEGATRON, *overrides)
-    return yaml.safe_load(run_job(cfg, run_dir).read_text())
+    run_job(cfg, run_dir)
+    return yaml.safe_load((run_dir / "backend_args.yaml").read_text())
 
 
 def test_the_megatron_patches_are_registered_with_their_phases():

@@ -70,6 +70,9 @@ class DataConfig:
     path: Optional[str] = None
     token_dtype: TokenDtype = TokenDtype.uint16  # source=tokens: the file's integer type
     num_workers: AutoInt = AUTO  # DataLoader worker processes per rank: auto (the resource plan) | an integer >= 0
+    # train,valid[,test] weights (Megatron's --split); with module.eval_interval set, the valid share of the data is
+    # held out from training and evaluated on (the test share is not used); without evaluation, training reads all
+    split: str = "98,2,0"
 
 
 @dataclass
@@ -86,6 +89,8 @@ class ModuleConfig:
     stage: Stage = Stage.pretrain
     train_iters: int = MISSING
     exit_interval: Optional[int] = None  # stop early (after a checkpoint) at the first step divisible by this
+    eval_interval: Optional[int] = None  # the held-out loss every N steps and after the last one; null: no evaluation
+    eval_iters: int = 10  # held-out global batches per evaluation: the same batches at every evaluation
     micro_batch_size: int = MISSING
     global_batch_size: int = MISSING
     seq_length: int = MISSING

@@ -87,6 +87,13 @@ class BenchmarkSuite(Choice):
     collectives = "collectives"  # all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, send/recv
 
 
+class Objective(Choice):
+    auto = "auto"  # eval_loss when module.eval_interval evaluates, else mean_loss
+    eval_loss = "eval_loss"  # the last evaluation's held-out loss
+    mean_loss = "mean_loss"  # the mean of the last task.objective_window training losses
+    loss = "loss"  # the last step's training loss: one mini-batch, noisy
+
+
 class PeftMethod(Choice):
     lora = "lora"
     dora = "dora"
@@ -135,6 +142,8 @@ class TaskConfig:
     _target_: str = MISSING
     name: str = MISSING
     dry_run: bool = False  # stop after build_args and write the backend's final arguments to the run dir
+    objective: Objective = Objective.auto  # task=train: the float a run returns (what Optuna and other sweepers optimize)
+    objective_window: int = 10  # task.objective=mean_loss: how many of the last training losses are averaged
     runs: Optional[str] = None  # task=status: a run or sweep dir (null: every run under outputs/ and multirun/)
     source: Optional[str] = None  # task=import: a Primus experiment file, or a folder of them
     primus_root: Optional[str] = None  # task=import: the Primus checkout (null: the one that contains task.source)

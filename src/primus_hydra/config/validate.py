@@ -233,7 +233,15 @@ def _learning_rate(cfg: DictConfig, failures: list[str], warnings: list[str]) ->
 
 
 def _data(cfg: DictConfig, failures: list[str], warnings: list[str]) -> None:
+    from primus_hydra.config.data_split import split_failure
+
     data = cfg.module.data
+    failure = split_failure(str(data.split), bool(cfg.module.eval_interval))
+    if failure:
+        failures.append(failure)
+    if str(cfg.task.get("objective", "auto")) == "eval_loss" and not cfg.module.eval_interval:
+        failures.append("task.objective=eval_loss needs an evaluation: set module.eval_interval (and "
+                        "module.eval_iters), or use task.objective=mean_loss")
     if data.source == "text" and cfg.model.vocab_size < 256:
         failures.append(f"model.vocab_size={cfg.model.vocab_size}: module.data.source=text uses byte tokens and needs >= 256")
     if data.source == "tokens" and not data.path:

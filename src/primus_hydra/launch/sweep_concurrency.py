@@ -34,6 +34,13 @@ def points_run_at_once_here() -> int:
 
     from primus_hydra.orchestrator.resources import detect_resources
 
-    if not HydraConfig.initialized() or str(HydraConfig.get().mode) != "RunMode.MULTIRUN":
+    if not in_multirun():
         return 1
     return points_run_at_once(HydraConfig.get().launcher, detect_resources().vcpus)
+
+
+def in_multirun() -> bool:
+    """This process runs a point of a Hydra multirun (HydraConfig set by run_job with mode MULTIRUN)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return HydraConfig.initialized() and str(HydraConfig.get().mode) == "RunMode.MULTIRUN"

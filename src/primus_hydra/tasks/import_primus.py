@@ -175,6 +175,7 @@ def dry_run_mismatches(name: str, out, framework: str, primus: dict, run_dir, gp
     from primus_hydra.config.paths import find_conf_dir
     from primus_hydra.config.schema import register_schemas
     from primus_hydra.migrate.check import mismatches
+    from primus_hydra.runtime.train_runtime import DRY_RUN_FILE
     from primus_hydra.tasks.train import TrainTask
 
     register_schemas()
@@ -182,10 +183,10 @@ def dry_run_mismatches(name: str, out, framework: str, primus: dict, run_dir, gp
     try:
         with initialize_config_dir(config_dir=find_conf_dir(), version_base="1.3"):
             cfg = compose(config_name="config", overrides=overrides)
-        path = TrainTask(cfg, run_dir=Path(run_dir)).run()
+        TrainTask(cfg, run_dir=Path(run_dir)).run()
     except PrimusError as error:
         return [f"dry run failed: {str(error).splitlines()[0]}"]
     except Exception as error:  # noqa: BLE001 - composition errors: reported as the check's result
         return [f"dry run failed: {type(error).__name__}: {str(error).splitlines()[0]}"]
-    exported = yaml.safe_load(Path(path).read_text())
+    exported = yaml.safe_load((Path(run_dir) / DRY_RUN_FILE).read_text())
     return mismatches(framework, primus, exported, gpus)

@@ -55,7 +55,9 @@ def handed_over_at() -> Path:
 def _sweep_point() -> Optional[dict]:
     from hydra.core.hydra_config import HydraConfig
 
-    if not HydraConfig.initialized() or str(HydraConfig.get().mode) != "RunMode.MULTIRUN":
+    from primus_hydra.launch.sweep_concurrency import in_multirun
+
+    if not in_multirun():
         return None
     job = HydraConfig.get().job
     return {"num": job.num, "overrides": list(HydraConfig.get().overrides.task)}

@@ -70,9 +70,17 @@ class TrainTask:
             show_warnings(job)
         self.claim_run_dir(job.cfg, run_dir)
         try:
-            return self._run_prepared(job, run_dir)
+            result = self._run_prepared(job, run_dir)
         finally:
             RUN_DIR_LOCKS.release(run_dir)
+        from primus_hydra.distributed_env import detect_distributed_env
+
+        if detect_distributed_env().is_distributed:  # a rank of a job: what its launcher collects is the backend's
+            return result
+        from primus_hydra.launch.sweep_concurrency import in_multirun
+        from primus_hydra.tasks.objective import run_objective
+
+        return run_objective(job.cfg, run_dir, say=in_multirun())
 
     def _run_prepared(self, job: PreparedJob, run_dir: Path) -> Any:
         from primus_hydra.distributed_env import detect_distributed_env

@@ -156,6 +156,10 @@ def training_args(m: DictConfig) -> dict:
         "seq_length": m.seq_length,
         "train_iters": m.train_iters,
         "exit_interval": m.get("exit_interval"),
+        # Megatron-LM evaluates every eval_interval steps and after training; eval_iters=0 turns it off
+        "eval_interval": m.eval_interval or m.train_iters,
+        "eval_iters": m.eval_iters if m.eval_interval else 0,
+        "split": str(m.data.split),
         **optimizer_args(m),
         **scheduler_args(m),
         "seed": m.seed,

@@ -145,21 +145,40 @@ class MegatronCoreTrainer(StepLoopTrainer):
             init_like_native(chunk, self.cfg.model, self.cfg.module.seed)
         return chunk.cuda(self.device) if self.device.type == "cuda" else chunk
 
-    def _data_iterators(self, step: int) -> Any:
+    def _data_iterators(self, step: int, data: Any = None) -> Any:
         """One iterator over the step's micro-batches per model chunk (each chunk's forward reads one per call)."""
         if len(self.chunks) == 1:
-            return self._micro_batches(step)
-        return [self._micro_batches(step) for _ in self.chunks]
+            return self._micro_batches(step, data)
+        return [self._micro_batches(step, data) for _ in self.chunks]
 
     # -- one step ---------------------------------------------------------------------------------------
-    def _micro_batches(self, step: int) -> Iterator[dict[str, torch.Tensor]]:
+    def _micro_batches(self, step: int, data: Any = None) -> Iterator[dict[str, torch.Tensor]]:
         """This data-parallel rank's micro-batches of the step: sequences (dp_rank * accum + index) * micro ... of
-        the step's global batch, whatever the layout (datasets.py)."""
+        the step's global batch, whatever the layout (datasets.py); of the training batches unless `data` is given."""
+        data = data if data is not None else self.data
         accum, micro = self.layout.grad_accum, self.cfg.module.micro_batch_size
         dp_rank = self.parallel.get_data_parallel_rank()
         for index in range(accum):
-            batch = self.data.micro_batch(step, (dp_rank * accum + index) * micro, micro)
+            batch = data.micro_batch(step, (dp_rank * accum + index) * micro, micro)
             yield {key: value.to(self.device) for key, value in batch.items()}
+
+    def _eval_step(self, index: int) -> float:
+        """Held-out batch `index` through megatron-core's schedule, forward only (what Megatron-LM's evaluate does)."""
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        module = self.cfg.module
+        for chunk in self.ddp:
+            chunk.eval()
+        try:
+            with torch.no_grad():
+                outputs = get_forward_backward_func()(
+                    forward_step_func=self._forward_step, data_iterator=self._data_iterators(index, self.data.held_out()),
+                    model=self.ddp, num_microbatches=self.layout.grad_accum, seq_length=module.seq_length,
+                    micro_batch_size=module.micro_batch_size, forward_only=True)
+        finally:
+            for chunk in self.ddp:
+                chunk.train()
+        return self._reported_loss(outputs)
 
     @staticmethod
     def _forward_step(batches: Iterator[dict[str, torch.Tensor]], model: Any):

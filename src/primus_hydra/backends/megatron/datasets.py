@@ -51,8 +51,12 @@ def dataset_failures(cfg: Any) -> list[str]:
 class MegatronBatches:
     """Micro-batches from a megatron.core.datasets dataset (tokens, labels, loss_mask, position_ids)."""
 
-    def __init__(self, dataset: Any, global_batch_size: int):
-        self.dataset, self.global_batch_size = dataset, global_batch_size
+    def __init__(self, dataset: Any, global_batch_size: int, valid: Any = None):
+        self.dataset, self.global_batch_size, self.valid = dataset, global_batch_size, valid
+
+    def held_out(self) -> "MegatronBatches":
+        """The validation split's batches (module.eval_interval), behind the same interface."""
+        return MegatronBatches(self.valid, self.global_batch_size)
 
     def micro_batch(self, step: int, first_index: int, size: int) -> dict:
         import torch
@@ -73,6 +77,9 @@ class NativeBatches:
         tokens, labels = self.batches.batch(step, first_index, size)
         return {"tokens": tokens, "labels": labels}
 
+    def held_out(self) -> "NativeBatches":
+        return NativeBatches(self.batches.held_out_batches())
+
 
 def training_batches(cfg: Any, run_dir: Path, global_rank: int) -> Any:
     """The core trainer's batches for the whole run (MegatronBatches or NativeBatches); collective: call on every
@@ -82,8 +89,7 @@ def training_batches(cfg: Any, run_dir: Path, global_rank: int) -> Any:
     if kind == "native":
         from primus_hydra.backends.torch.data import TokenBatches
 
-        return NativeBatches(TokenBatches(str(data.source), data.path, str(data.token_dtype), cfg.model.vocab_size,
-                                          module.seq_length, module.seed))
+        return NativeBatches(TokenBatches.for_module(module, cfg.model.vocab_size))
     blend: Optional[tuple[list[str], Optional[list[float]]]] = None
     if data.source == "text":
         blend = ([str(text_as_indexed_dataset(run_dir, data.path, global_rank))], None)
@@ -93,28 +99,38 @@ def training_batches(cfg: Any, run_dir: Path, global_rank: int) -> Any:
         parsed = parse_blend(str(data.path))
         weights = [weight for weight, _ in parsed]
         blend = ([str(Path(prefix).expanduser()) for _, prefix in parsed], None if weights[0] is None else weights)
-    dataset = build_gpt_dataset(blend, cfg.model.vocab_size, module.seq_length, module.seed,
-                                module.train_iters * module.global_batch_size, run_dir / DATA_DIR / "cache")
-    return MegatronBatches(dataset, module.global_batch_size)
+    eval_samples = module.eval_iters * module.global_batch_size if module.eval_interval else 0
+    train, valid = build_gpt_dataset(blend, cfg.model.vocab_size, module.seq_length, module.seed,
+                                     module.train_iters * module.global_batch_size, run_dir / DATA_DIR / "cache",
+                                     eval_samples=eval_samples, split=str(data.split))
+    return MegatronBatches(train, module.global_batch_size, valid)
 
 
 def build_gpt_dataset(blend: Optional[tuple], vocab_size: int, seq_length: int, seed: int, num_samples: int,
-                      cache: Path) -> Any:
-    """megatron-core's training split (all of the data: split 1,0,0) of at least num_samples sequences; MockGPTDataset
-    when blend is None. Rank 0 builds the index files first, the other ranks then read them (megatron-core's own
-    order)."""
+                      cache: Path, eval_samples: int = 0, split: str = "1,0,0") -> tuple[Any, Any]:
+    """megatron-core's (train, valid) splits: at least num_samples training sequences, and eval_samples of the
+    validation split (megatron-core's split of the documents by module.data.split); without evaluation all of the
+    data trains (split 1,0,0) and valid is None. MockGPTDataset when blend is None. Rank 0 builds the index files
+    first, the other ranks then read them (megatron-core's own order)."""
     from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig, MockGPTDataset
 
+    from primus_hydra.errors import DataError
+
     config = GPTDatasetConfig(
-        random_seed=seed, sequence_length=seq_length, blend=blend, split="1,0,0", path_to_cache=str(cache),
-        tokenizer=token_ids_tokenizer(vocab_size), reset_position_ids=False, reset_attention_mask=False,
-        eod_mask_loss=False, create_attention_mask=False)
+        random_seed=seed, sequence_length=seq_length, blend=blend, split=split if eval_samples else "1,0,0",
+        path_to_cache=str(cache), tokenizer=token_ids_tokenizer(vocab_size), reset_position_ids=False,
+        reset_attention_mask=False, eod_mask_loss=False, create_attention_mask=False)
     dataset_class = MockGPTDataset if blend is None else GPTDataset
-    train, _, _ = BlendedMegatronDatasetBuilder(dataset_class, [num_samples, 0, 0], lambda: True, config).build()
-    log.info("data: megatron-core %s over %s, %d sequences of %d tokens", type(train).__name__,
-             "mock tokens" if blend is None else ", ".join(blend[0]), len(train), seq_length)
-    return train
+    train, valid, _ = BlendedMegatronDatasetBuilder(dataset_class, [num_samples, eval_samples, 0], lambda: True,
+                                                    config).build()
+    source = "mock tokens" if blend is None else ", ".join(blend[0])
+    if eval_samples and (valid is None or len(valid) == 0):
+        raise DataError(f"module.data.split={split}: megatron-core's validation split of {source} holds no "
+                        f"documents; give more documents or a larger valid share")
+    log.info("data: megatron-core %s over %s, %d sequences of %d tokens%s", type(train).__name__, source, len(train),
+             seq_length, f" (+{len(valid)} held out for evaluation)" if eval_samples else "")
+    return train, valid
 
 
 def token_ids_tokenizer(vocab_size: int) -> Any:

@@ -9,13 +9,14 @@ from __future__ import annotations
 import os
 import sysconfig
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import torch
 
 from primus_hydra.backends.torch.indexed_file import indexed_data_failures, read_index
 from primus_hydra.backends.torch.token_file import token_file_failure
+from primus_hydra.config.data_split import split_fractions
 from primus_hydra.errors import DataError
 
 _SKIPPED_FOLDERS = {"site-packages", "__pycache__"}
@@ -76,10 +77,18 @@ def load_indexed_file(path: str, vocab_size: int, seq_length: int) -> np.ndarray
     return read_index(path).tokens()
 
 
-class TokenBatches:
-    """Random windows of seq_length + 1 tokens; inputs are the first seq_length, targets the last."""
+HELD_OUT_STREAM = 2 ** 32 - 1  # the seed word that sets evaluation's draws apart from every training step's
 
-    def __init__(self, source: str, path: Optional[str], token_dtype: str, vocab_size: int, seq_length: int, seed: int):
+
+class TokenBatches:
+    """Random windows of seq_length + 1 tokens; inputs are the first seq_length, targets the last.
+
+    With `held_out` > 0 the last `held_out` share of the token stream is kept from training: training windows
+    start before it, and `held_out_batches()` draws its windows from it only (mock tokens: from a seed stream no
+    training step uses)."""
+
+    def __init__(self, source: str, path: Optional[str], token_dtype: str, vocab_size: int, seq_length: int, seed: int,
+                 held_out: float = 0.0):
         self.source, self.vocab_size, self.seq_length, self.seed = source, vocab_size, seq_length, seed
         self.tokens: Optional[np.ndarray] = None
         if source == "text":
@@ -92,16 +101,47 @@ class TokenBatches:
             raise DataError(
                 f"module.data.path={path}: {len(self.tokens)} tokens is too short for module.seq_length={seq_length}"
             )
+        total = len(self.tokens) if self.tokens is not None else 0
+        self.train_end = total - int(total * held_out)
+        if self.tokens is not None and held_out and min(self.train_end, total - self.train_end) <= seq_length + 1:
+            raise DataError(
+                f"module.data.split: {total} tokens in module.data.path={path} leave {self.train_end} for training and "
+                f"{total - self.train_end} held out, too few for windows of module.seq_length={seq_length}; give "
+                f"more data or change the split")
 
-    def sequence(self, step: int, index: int) -> np.ndarray:
+    @classmethod
+    def for_module(cls, module: Any, vocab_size: int) -> "TokenBatches":
+        """The job's token source (module: the typed or composed module config); the valid share of
+        module.data.split held out when module.eval_interval evaluates."""
+        data = module.data
+        held_out = split_fractions(str(data.split))[1] if module.eval_interval else 0.0
+        return cls(str(data.source), data.path, str(data.token_dtype), vocab_size, module.seq_length, module.seed,
+                   held_out)
+
+    def sequence(self, step: int, index: int, held_out: bool = False) -> np.ndarray:
         """Sequence `index` of the global batch of `step`: the same tokens whatever the parallel layout."""
-        rng = np.random.default_rng([self.seed, step, index])
+        rng = np.random.default_rng([self.seed, HELD_OUT_STREAM, step, index] if held_out else [self.seed, step, index])
         if self.tokens is None:  # mock
             return rng.integers(0, self.vocab_size, size=self.seq_length + 1, dtype=np.int64)
-        start = int(rng.integers(0, len(self.tokens) - self.seq_length - 1))
+        low, high = (self.train_end, len(self.tokens)) if held_out else (0, self.train_end)
+        start = low + int(rng.integers(0, high - low - self.seq_length - 1))
         return np.asarray(self.tokens[start : start + self.seq_length + 1], dtype=np.int64)
 
-    def batch(self, step: int, first_index: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def batch(self, step: int, first_index: int, batch_size: int,
+              held_out: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Sequences first_index .. first_index + batch_size - 1 of the step's global batch, as (inputs, targets)."""
-        window = torch.from_numpy(np.stack([self.sequence(step, first_index + i) for i in range(batch_size)]))
+        window = torch.from_numpy(np.stack([self.sequence(step, first_index + i, held_out) for i in range(batch_size)]))
         return window[:, :-1], window[:, 1:]
+
+    def held_out_batches(self) -> "HeldOutBatches":
+        return HeldOutBatches(self)
+
+
+class HeldOutBatches:
+    """The evaluation batches, behind TokenBatches' interface: `step` is the evaluation's batch number."""
+
+    def __init__(self, batches: TokenBatches):
+        self.batches = batches
+
+    def batch(self, step: int, first_index: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.batches.batch(step, first_index, batch_size, held_out=True)

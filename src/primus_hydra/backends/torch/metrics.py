@@ -15,6 +15,7 @@ from primus_hydra.errors import PrimusError
 log = logging.getLogger("primus_hydra.train")
 
 METRICS_FILE = "metrics.jsonl"
+EVAL_LOSS = "eval_loss"  # a step's record has it when module.eval_interval evaluated after that step
 LOSS_PLOT_FILE = "loss_curve.png"
 
 
@@ -63,21 +64,26 @@ def measure_op_dispatch_us(chain: int = 20, rounds: int = 200) -> float:
 
 
 class MetricsLogger:
+    """metrics.jsonl holds one record per step. A fresh run creates it (never appending to another run's); a
+    resumed or restarted one continues it from its first step: the records of the steps it redoes (logged after
+    the checkpoint it resumed from, before the stop) are dropped first, in one atomic rewrite."""
+
     def __init__(self, run_dir: Path, enabled: bool, tensorboard: bool, log_interval: int, resuming: bool):
         self.run_dir, self.enabled, self.log_interval = Path(run_dir), enabled, log_interval
         self.path = self.run_dir / METRICS_FILE
         self._file = None
         self._tb = None
+        self._resuming = resuming
         if not enabled:
             return
-        # a fresh run never appends to (or truncates) another run's metrics; a resumed one continues them
-        try:
-            self._file = open(self.path, "a" if resuming else "x", buffering=1)
-        except FileExistsError:
-            raise PrimusError(
-                f"{self.path} already holds an earlier run's metrics; choose a new hydra.run.dir, "
-                f"or continue that run with module.checkpoint.resume=auto"
-            ) from None
+        if not resuming:
+            try:
+                self._file = open(self.path, "x", buffering=1)
+            except FileExistsError:
+                raise PrimusError(
+                    f"{self.path} already holds an earlier run's metrics; choose a new hydra.run.dir, "
+                    f"or continue that run with module.checkpoint.resume=auto"
+                ) from None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
@@ -86,17 +92,22 @@ class MetricsLogger:
     def log_step(self, record: dict, total_steps: int) -> None:
         if not self.enabled:
             return
+        if self._file is None:  # resuming: opened at the first step it logs, which says what it redoes
+            keep_records_before(self.path, record["step"])
+            self._file = open(self.path, "a", buffering=1)
         self._file.write(json.dumps(record) + "\n")
         if self._tb is not None:
             for key, value in record.items():
                 if key != "step" and isinstance(value, (int, float)):
-                    self._tb.add_scalar(f"train/{key}", value, record["step"])
+                    self._tb.add_scalar("eval/loss" if key == EVAL_LOSS else f"train/{key}", value, record["step"])
         step = record["step"]
-        if step % self.log_interval == 0 or step == total_steps or step == 1:
+        evaluated = record.get(EVAL_LOSS) is not None
+        if step % self.log_interval == 0 or step == total_steps or step == 1 or evaluated:
             mfu = f" | MFU {record['mfu'] * 100:.1f}%" if record.get("mfu") is not None else ""
+            held_out = f" | eval_loss {record[EVAL_LOSS]:.4f}" if evaluated else ""
             log.info(
-                "step %d/%d | loss %.4f | lr %.3e | grad_norm %.3f | %s tok/s | %.3f TFLOP/s%s",
-                step, total_steps, record["loss"], record["lr"], record["grad_norm"],
+                "step %d/%d | loss %.4f%s | lr %.3e | grad_norm %.3f | %s tok/s | %.3f TFLOP/s%s",
+                step, total_steps, record["loss"], held_out, record["lr"], record["grad_norm"],
                 f"{record['tokens_per_s']:,.0f}", record["tflops"], mfu,
             )
 
@@ -104,15 +115,42 @@ class MetricsLogger:
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+        written = self._file is not None or (self.enabled and self._resuming)
         if self._file is not None:
             self._file.close()
             self._file = None
-            if plot:
-                try:
-                    return plot_loss_curve(self.path, self.run_dir / LOSS_PLOT_FILE)
-                except Exception as error:  # noqa: BLE001 - a plot is never worth a finished run
-                    log.warning("no loss-curve plot: %s: %s (metrics.jsonl has every step)", type(error).__name__, error)
+        if plot and written and self.path.is_file():
+            try:
+                return plot_loss_curve(self.path, self.run_dir / LOSS_PLOT_FILE)
+            except Exception as error:  # noqa: BLE001 - a plot is never worth a finished run
+                log.warning("no loss-curve plot: %s: %s (metrics.jsonl has every step)", type(error).__name__, error)
         return None
+
+
+def keep_records_before(path: Path, step: int) -> None:
+    """Drop the records of `step` and later from a metrics file (written whole, then renamed); a torn last line
+    (a crash mid-write) goes too. Lines that are not records stay as they were."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return
+    lines = text.splitlines()
+    if lines and not text.endswith("\n"):
+        lines.pop()  # torn: the step it belonged to is redone
+    kept = [line for line in lines if not _step_at_or_after(line, step)]
+    if len(kept) == len(lines) and text.endswith("\n"):
+        return
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(line + "\n" for line in kept))
+    tmp.replace(path)
+
+
+def _step_at_or_after(line: str, step: int) -> bool:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] >= step
 
 
 def read_metrics(path: Path) -> list[dict]:
@@ -137,6 +175,9 @@ def plot_loss_curve(metrics_path: Path, png_path: Path) -> Optional[Path]:
         smoothed.append(average)
     loss_ax.plot(steps, losses, lw=0.8, color="tab:blue", alpha=0.4, label="train loss")
     loss_ax.plot(steps, smoothed, lw=1.8, color="tab:blue", label="EMA (0.9)")
+    evaluated = [(r["step"], r[EVAL_LOSS]) for r in records if r.get(EVAL_LOSS) is not None]
+    if evaluated:
+        loss_ax.plot(*zip(*evaluated), marker="o", ms=4, lw=1.5, color="tab:green", label="eval loss (held out)")
     loss_ax.set_ylabel("loss")
     loss_ax.grid(alpha=0.3)
     loss_ax.legend()

@@ -2,6 +2,8 @@
 parallelize.keep_pipeline_stage) driven by a GPipe or 1F1B schedule over the step's micro-batches."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
@@ -28,14 +30,21 @@ class PipelineRunner:
 
     def step(self, data: TokenBatches, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         """One forward/backward of all micro-batches; returns (mean loss, 0 aux loss) on every stage."""
+        return self._run(self.schedule.step, data, step), torch.zeros((), device=self.device)
+
+    def evaluate(self, data: Any, step: int) -> torch.Tensor:
+        """Forward only (the schedule's eval) over batch `step` of `data`: its mean loss on every stage."""
+        return self._run(self.schedule.eval, data, step)
+
+    def _run(self, run: Any, data: Any, step: int) -> torch.Tensor:
         inputs, targets = data.batch(step, 0, self.micro_batches * self.micro_batch_size)
         inputs, targets = inputs.to(self.device), targets.to(self.device)
         losses: list[torch.Tensor] = []
         if self.state.pp_rank == 0:
-            self.schedule.step(inputs)
+            run(inputs)
         elif self.state.is_last_stage:
-            self.schedule.step(target=targets, losses=losses)
+            run(target=targets, losses=losses)
         else:
-            self.schedule.step()
+            run()
         loss = torch.stack(losses).detach().mean() if losses else torch.zeros((), device=self.device)
-        return sum_over_pipeline(loss, self.state), torch.zeros((), device=self.device)
+        return sum_over_pipeline(loss, self.state)

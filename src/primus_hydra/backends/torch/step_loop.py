@@ -4,6 +4,7 @@ stop signals the ranks agree on (a Slurm preemption notice first: checkpoint, th
 restarted worker resuming from the job's last checkpoint.
 
 A trainer subclasses StepLoopTrainer and provides `loop_module` (the module config), `_train_step(step) -> record`,
+`_eval_step(index) -> loss` (held-out batch `index`, forward only: module.eval_interval's evaluations),
 `save_checkpoint(step)`, and, from init(), `start_step`, `checkpoints`, `metrics` and `device`.
 """
 from __future__ import annotations
@@ -131,6 +132,8 @@ class StepLoopTrainer(BaseTrainer):
             while step < total:
                 record = self._train_step(step)
                 step, loss = record["step"], record["loss"]
+                if self._evaluates_after(step, total):
+                    record["eval_loss"] = self.evaluate()
                 self.metrics.log_step(record, total)
                 if bar is not None:
                     bar.set_postfix(loss=f"{loss:.4f}", lr=f"{record['lr']:.2e}", tok_s=f"{record['tokens_per_s']:,.0f}",
@@ -154,6 +157,21 @@ class StepLoopTrainer(BaseTrainer):
         if module.checkpoint.save_final and saved_step != step:
             self.save_checkpoint(step)
         return loss
+
+    # -- evaluation -------------------------------------------------------------------------------------
+    def _evaluates_after(self, step: int, total: int) -> bool:
+        interval = self.loop_module.eval_interval
+        return bool(interval) and (step % interval == 0 or step == total)
+
+    def evaluate(self) -> float:
+        """Collective: the mean loss of module.eval_iters held-out global batches (the same batches at every
+        evaluation, so that evaluations compare), forward only, on every rank."""
+        iters = self.loop_module.eval_iters
+        return sum(self._eval_step(index) for index in range(iters)) / iters
+
+    def _eval_step(self, index: int) -> float:
+        """The mean loss of held-out global batch `index`, over the data-parallel ranks, on every rank."""
+        raise NotImplementedError
 
     def close_metrics(self, on_error: bool) -> None:
         """Unfreeze the GC, flush the metrics and draw the loss curve (not after a failure)."""

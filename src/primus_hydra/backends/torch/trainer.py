@@ -98,9 +98,7 @@ class TorchTrainer(StepLoopTrainer):
             self.train_module = torch.compile(self.train_module)
         self.optimizer = build_optimizer(self.model, module.lr, module.weight_decay,
                                          (module.adam_beta1, module.adam_beta2), module.adam_eps)
-        data = module.data
-        self.data = TokenBatches(str(data.source), data.path, str(data.token_dtype), args.model.vocab_size,
-                                 module.seq_length, module.seed)
+        self.data = TokenBatches.for_module(module, args.model.vocab_size)
         self.pipeline = None
         if args.layout.pp > 1:  # torch.distributed.pipelining costs ~0.4 s to import: only when used
             from primus_hydra.backends.torch.pipeline import PipelineRunner
@@ -166,25 +164,38 @@ class TorchTrainer(StepLoopTrainer):
             record["moe_aux_loss"] = mean_over_data_parallel(aux_sum, self.parallel).item()
         return record
 
-    def _forward_backward(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Gradient accumulation over this data-parallel rank's micro-batches; returns (mean loss, mean aux loss)."""
+    def _forward_backward(self, step: int, data: Any = None, backward: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gradient accumulation over this data-parallel rank's micro-batches of `data` (default: the training
+        batches); returns (mean loss, mean aux loss). backward=False: forward only (an evaluation)."""
+        data = data if data is not None else self.data
         accum, micro_batch = self.backend_args.layout.grad_accum, self.backend_args.module.micro_batch_size
         loss_sum = torch.zeros((), device=self.device)
         aux_sum = torch.zeros((), device=self.device)
         for micro in range(accum):
             first = (self.parallel.dp_rank * accum + micro) * micro_batch
-            inputs, targets = self.data.batch(step, first, micro_batch)
+            inputs, targets = data.batch(step, first, micro_batch)
             inputs, targets = inputs.to(self.device, non_blocking=True), targets.to(self.device, non_blocking=True)
-            sync = micro == accum - 1  # DDP: all-reduce gradients once, after the last micro-batch
+            sync = micro == accum - 1 or not backward  # DDP: all-reduce gradients once, after the last micro-batch
             with self._no_sync(sync), self._autocast():
                 logits = self.train_module(inputs)
             loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
             aux = self.model.moe_aux_loss().to(self.device)
-            with self._no_sync(sync):
-                ((loss + aux) / accum).backward()
+            if backward:
+                with self._no_sync(sync):
+                    ((loss + aux) / accum).backward()
             loss_sum += loss.detach() / accum
             aux_sum += aux.detach() / accum
         return loss_sum, aux_sum
+
+    def _eval_step(self, index: int) -> float:
+        held_out = self.data.held_out_batches()
+        self.train_module.eval()
+        with torch.no_grad():
+            if self.pipeline is not None:
+                loss_sum = self.pipeline.evaluate(held_out, index)
+            else:
+                loss_sum, _ = self._forward_backward(index, held_out, backward=False)
+        return mean_over_data_parallel(loss_sum, self.parallel).item()
 
     def _no_sync(self, sync: bool):
         no_sync = getattr(self.train_module, "no_sync", None)

@@ -14,13 +14,14 @@ def build_step_batches(cfg: Any, dp_rank: int, dp_world_size: int) -> Any:
 
     from primus_hydra.backends.torch.data import TokenBatches
 
-    module, data = cfg.module, cfg.module.data
-    batches = TokenBatches(str(data.source), data.path, str(data.token_dtype), cfg.model.vocab_size,
-                           module.seq_length, module.seed)
+    module = cfg.module
+    batches = TokenBatches.for_module(module, cfg.model.vocab_size)
     micro = module.micro_batch_size
     accum = module.global_batch_size // (micro * dp_world_size)
 
     class StepBatches(BaseDataLoader):
+        token_batches = batches  # the trainer's evaluation reads their held-out batches
+
         def __init__(self) -> None:
             self.next_step = 0  # the step the next micro-batch belongs to
 
@@ -31,6 +32,13 @@ def build_step_batches(cfg: Any, dp_rank: int, dp_world_size: int) -> Any:
                     tokens, labels = batches.batch(step, (dp_rank * accum + index) * micro, micro)
                     yield {"input": tokens}, labels
                 self.next_step = step + 1
+
+        def held_out_micro_batches(self, index: int) -> Iterator[tuple[dict[str, torch.Tensor], torch.Tensor]]:
+            """This data-parallel rank's micro-batches of held-out batch `index` (module.eval_interval)."""
+            for micro_index in range(accum):
+                first = (dp_rank * accum + micro_index) * micro
+                tokens, labels = batches.batch(index, first, micro, held_out=True)
+                yield {"input": tokens}, labels
 
         def state_dict(self) -> dict:
             return {"next_step": self.next_step}

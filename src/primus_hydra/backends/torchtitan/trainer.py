@@ -114,6 +114,50 @@ class TorchTitanTrainer(StepLoopTrainer):
         if not on_error:
             destroy_parallel_state()
 
+    # -- evaluation -------------------------------------------------------------------------------------
+    def _eval_step(self, index: int) -> float:
+        """Held-out batch `index` forward only, as torchtitan's train step runs it (its train context, AMP, the
+        pipeline schedule's eval); the mean token loss over every rank's tokens (tp replicas count the same loss
+        and tokens alike: the ratio is the data-parallel mean)."""
+        titan = self.titan
+        totals = torch.zeros(2, device=self.device, dtype=torch.float64)  # loss sum, tokens
+        for part in self.model_parts:
+            part.eval()
+        try:
+            with torch.no_grad():
+                for input_dict, labels in titan.dataloader.held_out_micro_batches(index):
+                    input_dict = {key: value.to(self.device) for key, value in input_dict.items()}
+                    inputs, labels, extra_inputs, extra_kwargs = titan.post_dataloading_process(
+                        input_dict, labels.to(self.device))
+                    totals += torch.stack(self._held_out_loss_sum(inputs, labels, extra_inputs, extra_kwargs))
+        finally:
+            for part in self.model_parts:
+                part.train()
+        if dist.is_initialized():
+            dist.all_reduce(totals)
+        return float(totals[0] / totals[1])
+
+    def _held_out_loss_sum(self, inputs, labels, extra_inputs, extra_kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+        titan = self.titan
+        tokens = torch.tensor(float(labels.numel()), device=self.device, dtype=torch.float64)
+        with titan.train_context():
+            if titan.parallel_dims.pp_enabled:
+                losses = [] if titan.pp_has_last_stage else None
+                target = labels if titan.pp_has_last_stage else None
+                if titan.pp_has_first_stage:
+                    titan.pp_schedule.eval(inputs, **extra_inputs, **extra_kwargs, target=target, losses=losses)
+                else:
+                    titan.pp_schedule.eval(**extra_kwargs, target=target, losses=losses)
+                if not losses:  # not the last stage: no loss here
+                    return torch.zeros((), device=self.device, dtype=torch.float64), tokens * 0
+                return torch.stack(losses).sum().to(self.device, torch.float64), tokens
+            with titan.maybe_enable_amp:
+                pred = self.model_parts[0](inputs, **extra_inputs, **extra_kwargs)
+                loss_sum = titan.loss_fn(pred, labels)  # torchtitan's loss: a sum over the tokens
+        if hasattr(loss_sum, "full_tensor"):  # tp's loss parallelism: a DTensor, the same on every tp rank
+            loss_sum = loss_sum.full_tensor()
+        return loss_sum.detach().to(torch.float64), tokens
+
     # -- one step ---------------------------------------------------------------------------------------
     def _train_step(self, step: int) -> dict[str, Any]:
         titan, module = self.titan, self.cfg.module
