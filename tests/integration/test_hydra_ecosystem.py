@@ -75,9 +75,11 @@ def test_optuna_counts_a_failed_trial_against_max_failure_rate_and_optimizes_the
     # the random sampler with seed 8 draws lr 1e9, 1e-3, 1e-3: one failure in a batch of three is under the rate
     result = sweep(tmp_path, "hydra/sweeper=optuna", "hydra/sweeper/sampler=random", "hydra.sweeper.sampler.seed=8",
                    "hydra.sweeper.n_trials=3", "hydra.sweeper.n_jobs=3", "hydra.sweeper.max_failure_rate=0.5",
-                   f"module.lr=choice(0.001,{DIVERGES})")
+                   f"module.lr=choice(0.001,{DIVERGES})", "module.eval_interval=2", "module.eval_iters=1")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "error: [job 0: module.lr=1000000000.0] loss is nan" in result.stderr
     assert [steps_trained(tmp_path / "sweep" / str(job)) for job in (1, 2)] == [[1, 2], [1, 2]]
     best = yaml.safe_load((tmp_path / "sweep" / "optimization_results.yaml").read_text())
-    assert best["best_params"] == {"module.lr": 0.001} and isinstance(best["best_value"], float)
+    # what Optuna minimized is task.objective: with evaluation on, the held-out loss after the last step
+    held_out = json.loads((tmp_path / "sweep" / "1" / "metrics.jsonl").read_text().splitlines()[-1])["eval_loss"]
+    assert best == {"name": "optuna", "best_params": {"module.lr": 0.001}, "best_value": held_out}

@@ -132,6 +132,17 @@ def destroy_parallel_state() -> None:
     dist.destroy_process_group()
 
 
+def reshard_after_forward_only(modules) -> None:
+    """FSDP2 leaves the root module's parameters gathered after a forward with no backward (an evaluation): shard
+    them again, so that the optimizer and the checkpoint see the sharded parameters they were built on."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for module in modules:
+        for part in module.modules():
+            if isinstance(part, FSDPModule):
+                part.reshard()
+
+
 def mean_over_data_parallel(value: torch.Tensor, state: ParallelState) -> torch.Tensor:
     """The batch mean of a per-rank mean (every DP rank sees the same number of tokens)."""
     if state.layout.dp == 1:

@@ -22,6 +22,7 @@ from primus_hydra.backends.torch.distributed import (
     destroy_parallel_state,
     init_parallel_state,
     mean_over_data_parallel,
+    reshard_after_forward_only,
 )
 from primus_hydra.backends.torch.foreign_checkpoints import weights_in_native_format
 from primus_hydra.backends.torch.metrics import MetricsLogger, cpu_matmul_peak_tflops
@@ -195,6 +196,7 @@ class TorchTrainer(StepLoopTrainer):
                 loss_sum = self.pipeline.evaluate(held_out, index)
             else:
                 loss_sum, _ = self._forward_backward(index, held_out, backward=False)
+        reshard_after_forward_only([self.model])
         return mean_over_data_parallel(loss_sum, self.parallel).item()
 
     def _no_sync(self, sync: bool):

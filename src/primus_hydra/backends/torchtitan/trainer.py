@@ -25,7 +25,11 @@ import torch.distributed as dist
 
 from primus_hydra.backends.torch.checkpoint import CheckpointManager
 from primus_hydra.backends.torch.checkpoint_paths import TRAINER_STATE
-from primus_hydra.backends.torch.distributed import destroy_parallel_state, join_process_group
+from primus_hydra.backends.torch.distributed import (
+    destroy_parallel_state,
+    join_process_group,
+    reshard_after_forward_only,
+)
 from primus_hydra.backends.torch.metrics import MetricsLogger
 from primus_hydra.backends.torch.step_loop import StepLoopTrainer
 from primus_hydra.backends.torch.trainer import resolve_device
@@ -131,6 +135,7 @@ class TorchTitanTrainer(StepLoopTrainer):
                         input_dict, labels.to(self.device))
                     totals += torch.stack(self._held_out_loss_sum(inputs, labels, extra_inputs, extra_kwargs))
         finally:
+            reshard_after_forward_only(self.model_parts)
             for part in self.model_parts:
                 part.train()
         if dist.is_initialized():
