@@ -25,9 +25,11 @@ CONF_MODULE = "primus_hydra.conf"
 JOB_NAME = "primus"
 
 
-def compose(overrides: Sequence[str] = (), *, config_name: str = "config") -> DictConfig:
-    """The config the command line composes for `overrides` (with `hydra`: what run() and the tasks read).
-    Under torchrun/srun it gets the command line's launch overrides too (the job's shared run dir)."""
+def compose(overrides: Sequence[str] = (), *, config_name: str = "config", validate: bool = True) -> DictConfig:
+    """The config the command line composes for `overrides` (with `hydra`: what run() and the tasks read), checked
+    by the rules every run is prepared against (ConfigValidationError: every failed rule, one line each; what
+    depends on this machine or the world size is checked by run()). Under torchrun/srun it gets the command line's
+    launch overrides too (the job's shared run dir)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
 
@@ -43,11 +45,17 @@ def compose(overrides: Sequence[str] = (), *, config_name: str = "config") -> Di
     warn_about_literal_secrets(overrides)
     try:
         with _own_global_hydra(), initialize_config_module(CONF_MODULE, job_name=JOB_NAME, version_base="1.3"):
-            return hydra_compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
+            cfg = hydra_compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
     except Exception as error:
         if isinstance(error, PrimusError) or not is_compose_error(error):
             raise
         raise PrimusError(format_compose_error(error)) from error
+    if validate:
+        from primus_hydra.config.validate import validate_config
+        from primus_hydra.orchestrator.prepare import without_hydra_node
+
+        validate_config(without_hydra_node(cfg))
+    return cfg
 
 
 def run(cfg: DictConfig, run_dir: Union[str, os.PathLike, None] = None) -> Any:

@@ -4,6 +4,7 @@ that works for the `python -m primus_hydra` form too."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -33,16 +34,18 @@ def _printed_by(code: str, cwd: Path) -> str:
 
 
 @pytest.mark.slow  # trains for a few seconds
-def test_a_job_run_in_its_run_dir_trains_on_a_relative_data_path_and_returns_its_last_loss(tmp_path, monkeypatch):
+def test_a_job_run_in_its_run_dir_trains_on_a_relative_data_path_and_returns_its_objective(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "tiny.txt").write_text(" ".join(["the quick brown fox jumps over the lazy dog"] * 200))
-    cfg = primus_hydra.compose([*FAST, "module.train_iters=3", "module.data.path=data/tiny.txt", "hydra.job.chdir=true"])
+    cfg = primus_hydra.compose([*FAST, "module.train_iters=3", "module.data.path=data/tiny.txt", "hydra.job.chdir=true",
+                                "module.eval_interval=3", "module.eval_iters=1"])
 
-    loss = primus_hydra.run(cfg, "run")
+    objective = primus_hydra.run(cfg, "run")
 
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert isinstance(loss, float) and loss == records[-1]["loss"] and records[-1]["step"] == 3
+    # task.objective=auto with evaluation on: the held-out loss after the last step
+    assert isinstance(objective, float) and objective == records[-1]["eval_loss"] and records[-1]["step"] == 3
     assert (tmp_path / "run" / ".hydra" / "config.yaml").is_file() and (tmp_path / "run" / "primus.log").is_file()
     assert Path.cwd() == tmp_path and not HydraConfig.initialized()  # the run changed into its dir, and back
 
@@ -81,9 +84,10 @@ def test_a_users_own_hydra_callbacks_see_the_run_as_on_the_command_line(tmp_path
 
 
 def test_a_dry_run_writes_the_backends_arguments_into_the_run_dir(tmp_path):
-    written = primus_hydra.run(primus_hydra.compose(["task.dry_run=true"]), tmp_path / "run")
+    objective = primus_hydra.run(primus_hydra.compose(["task.dry_run=true"]), tmp_path / "run")
 
-    assert Path(written) == tmp_path / "run" / "backend_args.yaml" and Path(written).is_file()
+    assert math.isnan(objective)  # it trained nothing: no objective (what a sweeper records as a failed trial)
+    assert (tmp_path / "run" / "backend_args.yaml").is_file()
     assert (tmp_path / "run" / ".hydra" / "overrides.yaml").read_text() == "- task.dry_run=true\n"
 
 

@@ -69,11 +69,13 @@ def test_run_refuses_a_config_without_its_hydra_node(compose_config, tmp_path):
 
 
 def test_a_job_that_fails_its_checks_raises_them_and_writes_nothing(tmp_path):
-    cfg = primus_hydra.compose(["module.train_iters=0"])
+    with pytest.raises(ConfigValidationError) as composed:  # compose checks the rules every run is prepared against
+        primus_hydra.compose(["module.train_iters=0"])
+    cfg = primus_hydra.compose(["module.train_iters=0"], validate=False)
 
-    with pytest.raises(ConfigValidationError) as raised:
+    with pytest.raises(ConfigValidationError) as raised:  # and run prepares the job whatever it is given
         primus_hydra.run(cfg, tmp_path / "run")
-    assert raised.value.failures == ["module.train_iters=0: must be >= 1"]
+    assert composed.value.failures == raised.value.failures == ["module.train_iters=0: must be >= 1"]
     assert not (tmp_path / "run").exists()
     assert not HydraConfig.initialized()
 
