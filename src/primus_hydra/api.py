@@ -60,7 +60,7 @@ def compose(overrides: Sequence[str] = (), *, config_name: str = "config", valid
 
 def run(cfg: DictConfig, run_dir: Union[str, os.PathLike, None] = None) -> Any:
     """Runs the task of `cfg` (from compose()) in `run_dir` (None: the config's hydra.run.dir) and returns what
-    it returns: the final loss of a training run, the plan of task=plan, the projection of task=projection.
+    it returns: task.objective of a training run, the plan of task=plan, the projection of task=projection.
     `cfg` is not changed. A job Hydra would change into (hydra.job.chdir=true) runs in its run dir, and the working
     directory is restored after it."""
     from hydra._internal.callbacks import Callbacks

@@ -55,7 +55,7 @@ def test_four_points_run_two_at_a_time_and_a_failing_point_is_isolated(tmp_path)
     assert [p["status"] for p in points] == ["ok", "failed", "killed", "ok"]
     assert "InjectedFault: injected fault on rank 0 at step 2" in points[1]["error"]
     assert points[2]["error"] == "signal SIGKILL"
-    assert all(isinstance(points[i]["final_loss"], float) for i in (0, 3))
+    assert all(isinstance(points[i]["objective"], float) for i in (0, 3))
     assert max_concurrent(points) == 2
     first, second = (p["pinning"] for p in points[:2])  # side by side: one core and one thread each, not the same
     assert first.endswith(", OMP_NUM_THREADS=1") and second.endswith(", OMP_NUM_THREADS=1")

@@ -25,7 +25,7 @@ from primus_hydra.launch.sweep_point import (
     run_point,
     task_function_for_child,
 )
-from primus_hydra.launch.sweep_summary import PointOutcome, final_loss_of, say, start_line
+from primus_hydra.launch.sweep_summary import PointOutcome, objective_of, say, start_line
 from primus_hydra.orchestrator.plan import THREAD_VARIABLES
 
 POLL_S = 0.2
@@ -147,7 +147,7 @@ def _record_result(running: _Running) -> None:
     if result is not None:
         outcome.status = result.status
         outcome.error = result.error
-        outcome.final_loss = final_loss_of(result.return_value)
+        outcome.objective = objective_of(result.return_value)
         outcome.peak_host_gib, outcome.peak_device_gib = result.peak_host_gib, result.peak_device_gib
         outcome.working_dir = result.working_dir
         outcome.return_value = result.return_value

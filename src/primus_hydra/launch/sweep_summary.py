@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from primus_hydra.launch.sweep_labels import shown
 from primus_hydra.tables import aligned_table
 
 
@@ -20,7 +21,7 @@ class PointOutcome:
     status: str = "not started"  # ok | failed | killed | interrupted | not started
     started: Optional[float] = None  # epoch seconds, taken by the parent around the point's process
     ended: Optional[float] = None
-    final_loss: Optional[float] = None
+    objective: Optional[float] = None  # what the point's task returned (task.objective for training)
     error: str = ""  # first line of the error
     exit_code: Optional[int] = None
     pinning: str = ""
@@ -52,8 +53,8 @@ def say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def final_loss_of(return_value: Any) -> Optional[float]:
-    """The train task returns the final loss; other tasks may return anything."""
+def objective_of(return_value: Any) -> Optional[float]:
+    """A training task returns its objective (task.objective); other tasks may return anything."""
     if isinstance(return_value, numbers.Real) and not isinstance(return_value, bool):
         return float(return_value)
     return None
@@ -67,8 +68,8 @@ def end_line(outcome: PointOutcome, done: int, total: int) -> str:
     parts = [f"[{done}/{total} done] {outcome.label} {outcome.status}"]
     if outcome.wall_s is not None:
         parts.append(f"{outcome.wall_s:.1f} s")
-    if outcome.final_loss is not None:
-        parts.append(f"loss {_format_loss(outcome.final_loss)}")
+    if outcome.objective is not None:
+        parts.append(f"objective {_format_loss(outcome.objective)}")
     if outcome.error:
         parts.append(f"| {outcome.error}")
     return " ".join(parts)
@@ -80,7 +81,7 @@ def _format_loss(loss: Optional[float]) -> str:
     return "nan" if math.isnan(loss) else f"{loss:.4f}"
 
 
-_COLUMNS = ("point", "overrides", "status", "wall time", "final loss", "run dir")
+_COLUMNS = ("point", "overrides", "status", "wall time", "objective", "run dir")
 
 
 def _rows(outcomes: list) -> list:
@@ -88,8 +89,8 @@ def _rows(outcomes: list) -> list:
     for outcome in outcomes:
         status = outcome.status if not outcome.error else f"{outcome.status}: {outcome.error}"
         wall = "-" if outcome.wall_s is None else f"{outcome.wall_s:.1f} s"
-        rows.append((str(outcome.job), " ".join(outcome.overrides) or "-", status, wall,
-                     _format_loss(outcome.final_loss), outcome.run_dir))
+        rows.append((str(outcome.job), shown(outcome.overrides) or "-", status, wall,
+                     _format_loss(outcome.objective), outcome.run_dir))
     return rows
 
 

@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 
 
 def run_task(cfg: DictConfig):
-    """Build the task named by `cfg.task._target_` and run it; returns what the task returns (e.g. final loss).
+    """Build the task named by `cfg.task._target_` and run it; returns what the task returns (task.objective for training).
     The job's environment is its own: what it set (platform.env, the backend's defaults, patches) is undone after
     it, so that the next job a launcher runs in this process (basic, joblib) sees its own values, not these."""
     from primus_hydra.config.targets import load_target
