@@ -5,11 +5,13 @@
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable, List, Tuple, TypeVar
+from typing import Callable, Iterator, List, Tuple, TypeVar
 
 REPO = Path(__file__).resolve().parents[2]
 LOCAL_SLURM = REPO / "scripts" / "local_slurm.sh"
@@ -90,3 +92,65 @@ def wait_until(predicate: Callable[[], T], timeout_s: float, interval_s: float =
         if time.monotonic() >= deadline:
             raise AssertionError(f"condition not met within {timeout_s} s: {getattr(predicate, '__name__', predicate)}")
         time.sleep(interval_s)
+
+
+def local_slurm_home() -> Path | None:
+    """The PRIMUS_SLURM_HOME of the cluster SLURM_CONF names, when scripts/local_slurm.sh made it."""
+    conf = slurm_conf_path()
+    home = Path(conf).parents[1] if conf else None
+    return home if home is not None and (home / "env.sh").is_file() else None
+
+
+@contextlib.contextmanager
+def failed_node(node: str) -> Iterator[None]:
+    """`node` fails as a machine does: its slurmd and every job process on it are SIGKILLed (slurmd by the pid
+    in its pid file, checked to be a slurmd; the job's tasks by their SLURMD_NODENAME, and the slurmstepd above
+    each), and slurmctld marks the node down after SlurmdTimeout. Afterwards `local_slurm.sh up` restarts that
+    slurmd, and both nodes are usable again before this returns, also when the block fails."""
+    import pytest
+
+    home = local_slurm_home()
+    if home is None:
+        pytest.skip(f"SLURM_CONF={slurm_conf_path()} is not a scripts/local_slurm.sh cluster: no node to fail")
+    pid = int((home / "run" / f"slurmd-{node}.pid").read_text().strip())
+    assert _comm(pid) == "slurmd", f"pid {pid} is not {node}'s slurmd"
+    os.kill(pid, signal.SIGKILL)
+    for task in _job_processes_on(node):
+        # a simulated node's steps would outlive its slurmd: the task, then the slurmstepd that started it
+        for victim in (task, _parent(task)):
+            if victim and (victim == task or _comm(victim) == "slurmstepd"):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(victim, signal.SIGKILL)
+    try:
+        yield
+    finally:
+        up = subprocess.run(["bash", str(LOCAL_SLURM), "up"], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PRIMUS_SLURM_HOME": str(home)}, check=False)
+        wait_until(lambda: cluster_available()[0], timeout_s=60)
+        assert up.returncode == 0, up.stderr[-2000:]
+
+
+def _job_processes_on(node: str) -> List[int]:
+    """Pids of the processes Slurm started on `node` (their environment says SLURMD_NODENAME=<node>)."""
+    mark = f"SLURMD_NODENAME={node}".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != os.getpid():
+            with contextlib.suppress(OSError):
+                if mark in Path(f"/proc/{name}/environ").read_bytes().split(b"\0"):
+                    found.append(int(name))
+    return found
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0

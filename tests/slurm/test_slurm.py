@@ -19,56 +19,14 @@ import pytest
 from helpers.curves import assert_same_curve, losses
 from helpers.libraries import needs_megatron_core, needs_torchtitan
 from helpers.slurm_cluster import require_slurm, sacct_state, squeue_job_ids, wait_until
+from helpers.slurm_runs import FAST, JOB_TIMEOUT_S, LONGER_STEPS, SLURM, accounted_job_ids, primus, submission
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
-
-FAST = ["module.warmup_iters=0", "module.micro_batch_size=4", "module.global_batch_size=8", "module.seq_length=64",
-        "module.log.interval=1", "module.log.tensorboard=false", "module.log.plot=false",
-        "module.log.progress_bar=false", "module.checkpoint.save_final=false"]
-SLURM = ["platform=slurm", "hydra.launcher.poll_interval_s=0.5", "hydra.launcher.timeout_min=10"]
-JOB_TIMEOUT_S = 240
-LONGER_STEPS = ["module.seq_length=128"]  # so that the preemption lands mid-run
 
 
 @pytest.fixture(autouse=True)
 def _cluster():
     require_slurm()
-
-
-def primus(cwd: Path, *args: str, env: dict | None = None, timeout: int = JOB_TIMEOUT_S) -> subprocess.CompletedProcess:
-    full_env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "OMP_NUM_THREADS", "PRIMUS_FAULT")}
-    full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "primus_hydra", *args], capture_output=True, text=True,
-                          timeout=timeout, env=full_env, cwd=cwd)
-
-
-def submission(run_dir: Path) -> dict:
-    return json.loads((run_dir / ".primus" / "slurm_job.json").read_text())
-
-
-def accounted_job_ids() -> set[str]:
-    out = subprocess.run(["sacct", "-a", "-X", "-n", "-P", "-o", "JobID", "-S", "now-1days"], capture_output=True,
-                         text=True, timeout=10, check=False).stdout
-    return {line.strip() for line in out.splitlines() if line.strip()}
-
-
-@pytest.fixture(scope="module")
-def local_curve(tmp_path_factory):
-    """The same training on this machine, one process, no Slurm: the curve every Slurm job must reproduce."""
-    def curve(train_iters: int, *extra: str) -> dict[int, float]:
-        run_dir = tmp_path_factory.mktemp("local") / "run"
-        result = primus(run_dir.parent, f"hydra.run.dir={run_dir}", f"module.train_iters={train_iters}", *FAST, *extra)
-        assert result.returncode == 0, result.stderr[-3000:]
-        return losses(run_dir)
-
-    cache: dict[tuple, dict] = {}
-
-    def cached(train_iters: int, *extra: str) -> dict[int, float]:
-        if (train_iters, extra) not in cache:
-            cache[(train_iters, extra)] = curve(train_iters, *extra)
-        return cache[(train_iters, extra)]
-
-    return cached
 
 
 SHAPES = {

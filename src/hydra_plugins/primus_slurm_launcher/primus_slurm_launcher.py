@@ -25,7 +25,7 @@ class PrimusSlurmLauncherConf:
     gpus_per_node: Optional[int] = None
     cpus_per_task: Optional[int] = None
     mem_gb: Optional[int] = None
-    timeout_min: int = 60  # the job's time limit
+    timeout_min: int = 60  # the job's time limit, minutes (> 0; within the partition's)
     # queue
     partition: Optional[str] = None
     account: Optional[str] = None
@@ -42,7 +42,7 @@ class PrimusSlurmLauncherConf:
     python: Optional[str] = None  # interpreter on the nodes; null: this one (sys.executable)
     # submitit
     submitit_folder: Optional[str] = None  # null: <run dir or sweep dir>/.submitit/%j
-    signal_delay_s: int = 120  # USR2 this long before the time limit: checkpoint and requeue
+    signal_delay_s: int = 120  # USR2 this long before the time limit: checkpoint and requeue (<= timeout_min * 30)
     max_num_timeout: int = 3  # requeues after a time-out (preemptions requeue without limit)
     array_parallelism: int = 256
     stderr_to_stdout: bool = False

@@ -5,8 +5,8 @@ step), and the SIGKILLs of KILL_POINTS: `kill` after the step, and the instants 
 `kill_during_save` (the rank's shards written, before meta.json), then, on rank 0 which finishes the save,
 `kill_before_rename` (meta.json written, the folder still `.tmp-step_N`), `kill_after_rename` (`step_N` complete,
 `latest` not yet updated), `kill_before_latest` (the new pointer written beside `latest`, not yet replacing it) and
-`kill_after_latest`. A fault fires only in the first attempt of a job (TORCHELASTIC_RESTART_COUNT unset or 0), so
-that a restarted job can show recovery.
+`kill_after_latest`. A fault fires only in the first attempt of a job (TORCHELASTIC_RESTART_COUNT and Slurm's
+SLURM_RESTART_COUNT unset or 0), so that a restarted or requeued job can show recovery.
 """
 from __future__ import annotations
 
@@ -35,7 +35,8 @@ class InjectedFault(RuntimeError):
 def inject_fault(point: str, rank: int, step: int) -> None:
     """point: "step" (after a training step), or one of the save's points (checkpoint.py, CheckpointManager.save)."""
     spec = os.environ.get(FAULT_ENV)
-    if not spec or int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0:
+    restarts = (int(os.environ.get(name, "0") or 0) for name in ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"))
+    if not spec or any(count > 0 for count in restarts):
         return
     kind, fault_rank, fault_step = spec.split(":")
     if kind not in KINDS:

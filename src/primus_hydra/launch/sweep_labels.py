@@ -41,8 +41,9 @@ def shown(overrides: Sequence[str]) -> str:
 
 
 def point_label(job: int, point: Sequence[str], fixed: set[str]) -> str:
-    """`[job 3: module.lr=0.001]`: the prefix of a point's error lines."""
-    return f"[job {job}: {shown(varying_overrides(point, fixed))}]"
+    """`[job 3: module.lr=0.001]` (`[job 3]` without overrides): the prefix of a point's error lines."""
+    text = shown(varying_overrides(point, fixed))
+    return f"[job {job}: {text}]" if text else f"[job {job}]"
 
 
 def recorded_command_line(sweep_record: Path) -> list[str]:

@@ -1,11 +1,15 @@
 """task=status: what became of submitted runs, read from their run dirs (.primus/slurm_job.json, metrics.jsonl,
-checkpoints/latest) and from Slurm's accounting (sacct). Prints a table; never writes anything."""
+checkpoints/latest) and from Slurm's accounting (sacct). Prints a table; never writes anything.
+
+When sacct fails (slurmdbd or the controller unreachable), the table still shows what the run dirs say, each
+state reads `UNKNOWN (sacct failed)`, and the command ends with one error line saying why (exit 1); without
+sacct on this machine it warns once and exits 0."""
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -13,10 +17,11 @@ from typing import Optional
 from omegaconf import DictConfig
 
 from primus_hydra.errors import PrimusError
+from primus_hydra.launch.slurm.cluster import SlurmQueryError, accounted_states
 from primus_hydra.launch.slurm.submission import SUBMISSION_RECORD, read_submission
 from primus_hydra.tables import aligned_table
 
-SACCT_TIMEOUT_S = 10
+NOT_IN_SACCT = "UNKNOWN (not in sacct)"
 
 
 @dataclass
@@ -40,10 +45,27 @@ class StatusTask:
             raise PrimusError(f"task.runs={missing[0]}: no such directory; give a run or sweep dir")
         run_dirs = find_submitted_runs(roots)
         records = [read_submission(run_dir) or {} for run_dir in run_dirs]
-        states = sacct_states([str(record["job_id"]) for record in records if "job_id" in record])
-        statuses = [run_status(run_dir, states) for run_dir in run_dirs]
-        print(format_status_table(statuses, roots))
+        states, unknown, failure = slurm_states([str(record["job_id"]) for record in records if "job_id" in record])
+        statuses = [run_status(run_dir, states, unknown) for run_dir in run_dirs]
+        print(format_status_table(statuses, roots), flush=True)
+        if failure is not None:  # after the table: what the run dirs say is worth showing
+            raise SlurmQueryError(f"{failure}: the Slurm states above are unknown (steps and losses are the run "
+                                  "dirs'); check that slurmctld and slurmdbd run, then ask again") from None
         return statuses
+
+
+def slurm_states(job_ids: list[str]) -> tuple[dict[str, str], str, Optional[SlurmQueryError]]:
+    """Job id -> sacct state; the state a job without one shows; sacct's failure, if it failed."""
+    if not job_ids:
+        return {}, NOT_IN_SACCT, None
+    if shutil.which("sacct") is None:
+        print("warning: sacct is not on PATH: the Slurm states are unknown; run task=status where Slurm's "
+              "commands are", file=sys.stderr, flush=True)
+        return {}, "UNKNOWN (no sacct here)", None
+    try:
+        return accounted_states(job_ids), NOT_IN_SACCT, None
+    except SlurmQueryError as error:
+        return {}, "UNKNOWN (sacct failed)", error
 
 
 def default_roots() -> list[Path]:
@@ -60,29 +82,11 @@ def find_submitted_runs(roots: list[Path]) -> list[Path]:
     return sorted(found)
 
 
-def sacct_states(job_ids: list[str]) -> dict[str, str]:
-    """Job id -> state from sacct (one call); an empty dict when sacct is missing or does not answer."""
-    if not job_ids or shutil.which("sacct") is None:
-        return {}
-    command = ["sacct", "-n", "-P", "-X", "-o", "JobID,State", "-j", ",".join(job_ids)]
-    try:
-        output = subprocess.run(command, capture_output=True, text=True, timeout=SACCT_TIMEOUT_S, check=False).stdout
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    states = {}
-    for line in output.splitlines():
-        job_id, _, state = line.partition("|")
-        if job_id:
-            states[job_id.strip()] = state.split()[0] if state.strip() else "UNKNOWN"
-    return states
-
-
-def run_status(run_dir: Path, states: dict[str, str]) -> RunStatus:
+def run_status(run_dir: Path, states: dict[str, str], unknown: str = NOT_IN_SACCT) -> RunStatus:
     record = read_submission(run_dir) or {}
     job_id = str(record.get("job_id", "?"))
     step, loss = last_metrics(run_dir / "metrics.jsonl")
-    state = f"UNREADABLE ({record['unreadable']})" if "unreadable" in record else states.get(
-        job_id, "UNKNOWN (not in sacct)")
+    state = f"UNREADABLE ({record['unreadable']})" if "unreadable" in record else states.get(job_id, unknown)
     return RunStatus(run_dir=run_dir, job_id=job_id, label=str(record.get("label", "")), state=state, step=step,
                      loss=loss)
 

@@ -54,6 +54,10 @@ class TrainTask:
         submits = not cfg.task.dry_run and not dist.is_distributed and slurm_launcher_settings(cfg) is not None
         if check_only or submits:
             RUN_DIR_LOCKS.check_free(run_dir)
+            if submits:  # nor while the run dir's earlier Slurm job is queued or running
+                from primus_hydra.launch.slurm.submission import refuse_live_jobs
+
+                refuse_live_jobs([run_dir], "hydra.run.dir")
         else:
             RUN_DIR_LOCKS.acquire(run_dir)
 
@@ -74,13 +78,13 @@ class TrainTask:
         finally:
             RUN_DIR_LOCKS.release(run_dir)
         from primus_hydra.distributed_env import detect_distributed_env
-
-        if detect_distributed_env().is_distributed:  # a rank of a job: what its launcher collects is the backend's
-            return result
         from primus_hydra.launch.sweep_concurrency import in_multirun
         from primus_hydra.tasks.objective import run_objective
 
-        return run_objective(job.cfg, run_dir, say=in_multirun())
+        dist = detect_distributed_env()
+        if dist.is_distributed and not dist.is_main:  # rank 0 wrote the metrics; its result is what launchers collect
+            return result
+        return run_objective(job.cfg, run_dir, say=in_multirun() and not dist.is_distributed)
 
     def _run_prepared(self, job: PreparedJob, run_dir: Path) -> Any:
         from primus_hydra.distributed_env import detect_distributed_env

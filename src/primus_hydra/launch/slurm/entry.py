@@ -8,7 +8,8 @@ job's `auto` knobs for its own CPUs, memory and GPUs (orchestrator/prepare.py: p
 
 Preemption and time limits: Slurm (via submitit's --signal) sends USR2; the trainer checkpoints at the end of the
 step its ranks agree on, then rank 0 asks submitit to requeue this callable with `attempt + 1`, and the rerun
-resumes from that checkpoint in the same run dir.
+resumes from that checkpoint in the same run dir. Every other rerun resumes too: Slurm's own requeue (after a
+node failure) and `scontrol requeue` rerun the submitted callable (attempt 0) with SLURM_RESTART_COUNT > 0.
 """
 from __future__ import annotations
 
@@ -95,6 +96,14 @@ class PreemptionNotice:
         handler.checkpoint_and_try_requeue(signal.SIGUSR2)
 
 
+def slurm_restart_count(environ: Mapping[str, str] = os.environ) -> int:
+    """How often Slurm has started this job before (any requeue: Slurm's, scontrol's, submitit's)."""
+    try:
+        return int(environ.get("SLURM_RESTART_COUNT") or 0)
+    except ValueError:
+        return 0
+
+
 @dataclasses.dataclass(frozen=True)
 class SlurmJobEntry:
     job_config: str  # <run_dir>/.primus/job_config.yaml, written on the submitting machine
@@ -116,9 +125,10 @@ class SlurmJobEntry:
         job = load_job_config(Path(self.job_config))
         cfg = job.cfg
         cfg.module.checkpoint.on_signal = True  # a preempted or timed-out job must leave a checkpoint to resume from
-        if self.attempt > 0 and cfg.module.checkpoint.resume is None:
-            cfg.module.checkpoint.resume = "auto"
-        print(f"[primus] slurm job {task.job_id} attempt {self.attempt}: {self.mode} mode, rank {task.rank}/"
+        restarts = slurm_restart_count()
+        if (self.attempt > 0 or restarts > 0) and cfg.module.checkpoint.resume is None:
+            cfg.module.checkpoint.resume = "auto"  # a rerun continues the run from its checkpoints
+        print(f"[primus] slurm job {task.job_id} attempt {self.attempt}: restart {restarts}, {self.mode} mode, rank {task.rank}/"
               f"{task.world_size} on node {task.node_rank}/{task.nnodes}, master {task.master_addr}:{task.master_port}",
               file=sys.stderr, flush=True)
         owner = task.rank == 0 if self.mode == "srun" else task.node_rank == 0

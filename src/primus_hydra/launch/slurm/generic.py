@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from primus_hydra.config.schema_run import LaunchMode
 from primus_hydra.launch.basic_sweep import save_sweep_record
-from primus_hydra.launch.slurm.job_shape import SlurmJobShape, executor_parameters
+from primus_hydra.launch.slurm.job_shape import SlurmJobShape, check_time_limits, executor_parameters
 
 
 def launch_generic_sweep(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
@@ -22,6 +22,7 @@ def launch_generic_sweep(launcher: Any, job_overrides: Sequence[Sequence[str]], 
 
     config = launcher.config
     settings = OmegaConf.to_container(config.hydra.launcher, resolve=True)
+    check_time_limits(settings)
     sweep_dir = save_sweep_record(config)
     folder = settings.get("submitit_folder") or str(sweep_dir / ".submitit" / "%j")
     executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=int(settings.get("max_num_timeout", 3)))

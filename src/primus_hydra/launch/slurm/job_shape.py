@@ -3,6 +3,10 @@
 srun mode: one Slurm task per process (per GPU); each task is a rank. torchrun mode: one task per node that
 runs torch's elastic agent, which starts the node's processes. The launcher settings (hydra.launcher.*) win
 where they are set; otherwise the shape follows launch.nnodes and launch.nproc_per_node.
+
+A job that could never run well is refused here, before anything is written or queued: a time limit that is
+not a positive number of minutes, a USR2 notice that would leave too little of each run to train in, and a
+request the partition's nodes cannot hold (partition.py, from sinfo).
 """
 from __future__ import annotations
 
@@ -14,7 +18,12 @@ from omegaconf import DictConfig
 from primus_hydra.config.choices import auto_int
 from primus_hydra.config.schema_run import LaunchMode
 from primus_hydra.errors import ConfigValidationError
+from primus_hydra.launch.slurm.partition import check_fits_partition
 from primus_hydra.orchestrator.resources import nproc_for
+
+# the USR2 notice (checkpoint, then requeue) comes signal_delay_s before the time limit: at most this share of
+# the limit, so that every run of a requeued job trains for at least as long as it spends on notice
+MAX_SIGNAL_DELAY_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -34,6 +43,36 @@ class SlurmJobShape:
 
 
 def job_shape(cfg: DictConfig, settings: Mapping[str, Any]) -> SlurmJobShape:
+    """The job's shape, once its time limits are sound and the partition could hold it (ConfigValidationError)."""
+    check_time_limits(settings)
+    shape = _shape(cfg, settings)
+    check_fits_partition(shape, settings)
+    return shape
+
+
+def check_time_limits(settings: Mapping[str, Any]) -> None:
+    timeout = int(settings.get("timeout_min", 60))
+    delay = int(settings.get("signal_delay_s", 120))
+    requeues = int(settings.get("max_num_timeout", 3))
+    if timeout <= 0:
+        raise ConfigValidationError([
+            f"hydra.launcher.timeout_min={timeout}: the job's time limit must be a positive number of minutes "
+            "(Slurm would read 0 as no limit at all and a negative one as thousands of years); "
+            "give the minutes the run needs, e.g. hydra.launcher.timeout_min=60"])
+    if delay < 0:
+        raise ConfigValidationError([f"hydra.launcher.signal_delay_s={delay}: must be 0 or more seconds"])
+    if requeues < 0:
+        raise ConfigValidationError([f"hydra.launcher.max_num_timeout={requeues}: must be 0 or more requeues"])
+    most = int(timeout * 60 * MAX_SIGNAL_DELAY_SHARE)
+    if delay > most:
+        raise ConfigValidationError([
+            f"hydra.launcher.signal_delay_s={delay}: the checkpoint-and-requeue notice would come {delay} s before "
+            f"the end of a {timeout} min time limit, leaving each run (the first and each of the "
+            f"max_num_timeout={requeues} requeues) less than half of it to train; set signal_delay_s to at most "
+            f"{most} or hydra.launcher.timeout_min to at least {-(-delay * 2 // 60)}"])
+
+
+def _shape(cfg: DictConfig, settings: Mapping[str, Any]) -> SlurmJobShape:
     mode = LaunchMode(cfg.launch.mode)
     gpus = settings.get("gpus_per_node")
     if gpus is None:

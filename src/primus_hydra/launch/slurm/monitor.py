@@ -1,15 +1,31 @@
-"""Waiting for submitted jobs on the submitting machine: periodic state lines, the final state from Slurm's
-accounting, rank 0's result, and a failed job's first error as one line (with the logs to read)."""
+"""Waiting for submitted jobs on the submitting machine: every state change as it happens, the final state from
+Slurm's accounting, rank 0's result, and a failed job's first error as one line (with the logs to read).
+
+While slurmctld lists a job (squeue), its state and pending reason come from there, every poll: a requeue (Slurm's
+own after NODE_FAIL, `scontrol requeue`, submitit's after a preemption) shows as it happens, and a job listed as
+queued or running is never taken for finished (an earlier attempt's result file may be on disk). A pending reason
+that no scheduling pass resolves (cluster.NEVER_STARTS_REASONS) ends the wait with one line. Ctrl-C, SIGTERM and
+SIGHUP stop the waiting, not the jobs, and say how to stop them."""
 from __future__ import annotations
 
+import contextlib
 import pickle
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from primus_hydra.errors import PrimusError
+from primus_hydra.launch.slurm.cluster import (
+    NEVER_STARTS_REASONS,
+    QueuedJob,
+    SlurmQueryError,
+    queued_jobs,
+    requeue_cause,
+)
 from primus_hydra.launch.slurm.submission import SubmittedJob
 
 FINISHED_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
@@ -34,16 +50,48 @@ def describe_submission(job: SubmittedJob) -> str:
             f"{shape.mode} mode, world size {shape.world_size}; run dir {job.staged.run_dir}")
 
 
+class _StopWaiting(Exception):
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _stop_signals_end_the_wait() -> Iterator[None]:
+    """SIGTERM and SIGHUP (a closed terminal, a `kill`) end the waiting as Ctrl-C does (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise _StopWaiting(signum)
+
+    previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def wait_for_jobs(jobs: list[SubmittedJob], poll_interval_s: float = 2.0, heartbeat_s: float = 30.0) -> list[JobOutcome]:
     """Block until every job has finished; print each state change and a heartbeat line while waiting.
-    Ctrl-C stops the waiting, not the jobs (they are the cluster's now): it says how to follow or cancel them."""
+    Ctrl-C (or SIGTERM, SIGHUP) stops the waiting, not the jobs (they are the cluster's now): it says how to
+    follow or cancel them, and exits 128 + the signal's number."""
     try:
-        return _wait(jobs, poll_interval_s, heartbeat_s)
-    except KeyboardInterrupt:
+        with _stop_signals_end_the_wait():
+            return _wait(jobs, poll_interval_s, heartbeat_s)
+    except (KeyboardInterrupt, _StopWaiting) as stop:
         ids = " ".join(job.job_id for job in jobs)
-        error = PrimusError(f"stopped waiting; the job(s) keep running: follow them with task=status, stop them with: scancel {ids}")
-        error.exit_code = 130
+        name = "Ctrl-C" if isinstance(stop, KeyboardInterrupt) else signal.Signals(stop.signum).name
+        error = PrimusError(f"stopped waiting ({name}); the job(s) keep running: follow them with task=status, "
+                            f"stop them with: scancel {ids}")
+        error.exit_code = 128 + (signal.SIGINT if isinstance(stop, KeyboardInterrupt) else stop.signum)
         raise error from None
+
+
+class JobNeverStartsError(PrimusError):
+    exit_code = 1
 
 
 def _wait(jobs: list[SubmittedJob], poll_interval_s: float, heartbeat_s: float) -> list[JobOutcome]:
@@ -51,20 +99,32 @@ def _wait(jobs: list[SubmittedJob], poll_interval_s: float, heartbeat_s: float) 
     pending = list(jobs)
     last_heartbeat = time.monotonic()
     outcomes: dict[str, JobOutcome] = {}
+
+    def show(job: SubmittedJob, state: str, note: str = "") -> None:
+        if state != last_state.get(job.job_id) and state != "UNKNOWN":  # UNKNOWN: not in sacct yet
+            print(f"[slurm] job {job.job_id} [{job.staged.label}]: {state}{note}", file=sys.stderr, flush=True)
+            last_state[job.job_id] = state
+
     while pending:
+        queued = _queued(pending)
         for job in list(pending):
-            finished = job.job.done(force_check=True)
-            if finished:
+            listed = queued.get(job.job_id)
+            if listed is not None and listed.live:
+                show(job, listed.describe(), _requeue_note(job.job_id, listed, last_state.get(job.job_id)))
+                if listed.state == "PENDING" and listed.reason in NEVER_STARTS_REASONS:
+                    raise JobNeverStartsError(
+                        f"slurm job {job.job_id} [{job.staged.label}] can never start: it is pending with reason "
+                        f"{listed.reason} (it asks for more than its partition, account or QOS allows); it stays "
+                        f"queued until you stop it with: scancel {job.job_id}")
+                continue
+            if job.job.done(force_check=True):
                 outcome = outcomes[job.job_id] = _outcome(job)
                 pending.remove(job)
                 result = f"loss {outcome.result:.4f}" if isinstance(outcome.result, float) else ""
                 print(f"[slurm] job {job.job_id} [{job.staged.label}]: {outcome.state} {result}".rstrip(),
                       file=sys.stderr, flush=True)
                 continue
-            state = _state(job)
-            if state != last_state.get(job.job_id) and state != "UNKNOWN":  # UNKNOWN: not in sacct yet
-                print(f"[slurm] job {job.job_id} [{job.staged.label}]: {state}", file=sys.stderr, flush=True)
-                last_state[job.job_id] = state
+            show(job, _state(job))
         if pending:
             if time.monotonic() - last_heartbeat >= heartbeat_s:
                 states = ", ".join(f"{job.job_id} {last_state.get(job.job_id, '?')}" for job in pending)
@@ -72,6 +132,26 @@ def _wait(jobs: list[SubmittedJob], poll_interval_s: float, heartbeat_s: float) 
                 last_heartbeat = time.monotonic()
             time.sleep(poll_interval_s)
     return [outcomes[job.job_id] for job in jobs]
+
+
+def _requeue_note(job_id: str, listed: QueuedJob, shown: Optional[str]) -> str:
+    """A job that ran and is queued again was requeued: say how its run ended (NODE_FAIL, ...), from sacct."""
+    if listed.state not in ("PENDING", "REQUEUED") or not shown or not shown.startswith(("RUNNING", "COMPLETING")):
+        return ""
+    try:
+        cause = requeue_cause(job_id)
+    except SlurmQueryError:
+        cause = None
+    # REQUEUED: asked for (scontrol requeue, submitit after a preemption); else what ended the run (NODE_FAIL, ...)
+    return f", requeued after {cause}" if cause and cause != "REQUEUED" else ", requeued"
+
+
+def _queued(jobs: list[SubmittedJob]) -> dict[str, QueuedJob]:
+    """What squeue says of the jobs; nothing when it does not answer (then sacct, through submitit, decides)."""
+    try:
+        return queued_jobs(job.job_id for job in jobs)
+    except SlurmQueryError:
+        return {}
 
 
 def _state(job: SubmittedJob) -> str:

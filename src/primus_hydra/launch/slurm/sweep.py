@@ -16,18 +16,23 @@ from primus_hydra.config.error_format import user_error_lines
 from primus_hydra.errors import ConfigValidationError
 from primus_hydra.launch.basic_sweep import save_sweep_record
 from primus_hydra.launch.slurm.run import SlurmJobFailedError, print_status_hint
+from primus_hydra.launch.sweep_labels import fixed_overrides, point_label
 from primus_hydra.tables import aligned_table
 
 
 def launch_slurm_sweep(hydra_context: HydraContext, config: DictConfig, job_overrides: Sequence[Sequence[str]],
                        initial_job_idx: int) -> list[JobReturn]:
+    from primus_hydra.config.paths import hydra_job_dir
     from primus_hydra.launch.slurm.monitor import describe_submission, wait_for_jobs
-    from primus_hydra.launch.slurm.submission import stage_job, submit_jobs
+    from primus_hydra.launch.slurm.submission import refuse_live_jobs, stage_job, submit_jobs
 
     settings = OmegaConf.to_container(config.hydra.launcher, resolve=True)
-    points = [_sweep_point(hydra_context, config, list(overrides), initial_job_idx + i)
+    fixed = fixed_overrides(config.hydra.overrides.task)  # what every point shares: not in its label
+    points = [_sweep_point(hydra_context, config, list(overrides), initial_job_idx + i, fixed)
               for i, overrides in enumerate(job_overrides)]
     prepared = _prepare_all(points)  # a bad point: nothing is written or submitted
+    # a point whose run dir still has a live job: refused before Hydra rewrites its .hydra/
+    refuse_live_jobs([hydra_job_dir(sweep_config, sweep=True) for _, sweep_config in points], "hydra.sweep.dir")
     save_sweep_record(config)
 
     staged, returns = [], []
@@ -43,7 +48,7 @@ def launch_slurm_sweep(hydra_context: HydraContext, config: DictConfig, job_over
         returns.append(job_return)
 
     sweep_dir = Path(str(config.hydra.sweep.dir))
-    jobs = submit_jobs(staged, settings, sweep_dir)
+    jobs = submit_jobs(staged, settings, sweep_dir, "hydra.sweep.dir")
     for job in jobs:
         print(f"submitted {describe_submission(job)}", file=sys.stderr, flush=True)
     if not config.launch.wait:
@@ -64,12 +69,12 @@ def launch_slurm_sweep(hydra_context: HydraContext, config: DictConfig, job_over
     return returns
 
 
-def _sweep_point(hydra_context: HydraContext, config: DictConfig, overrides: list[str], num: int):
+def _sweep_point(hydra_context: HydraContext, config: DictConfig, overrides: list[str], num: int, fixed: set):
     sweep_config = hydra_context.config_loader.load_sweep_config(config, overrides)
     with open_dict(sweep_config.hydra.job):
         sweep_config.hydra.job.id = f"slurm_{num}"  # the Slurm id does not exist yet: known after submission
         sweep_config.hydra.job.num = num
-    return f"job {num}: {' '.join(filter_overrides(overrides)) or '(no overrides)'}", sweep_config
+    return point_label(num, filter_overrides(overrides), fixed)[1:-1], sweep_config
 
 
 def _prepare_all(points: list) -> list:
@@ -94,5 +99,5 @@ def _print_summary(outcomes: list) -> None:
     rows = [(outcome.submitted.job_id, outcome.submitted.staged.label, outcome.state,
              f"{outcome.result:.4f}" if isinstance(outcome.result, float) else (outcome.error or "-"),
              str(outcome.submitted.staged.run_dir)) for outcome in outcomes]
-    print("slurm sweep summary:\n" + aligned_table(("job", "point", "state", "final loss", "run dir"), rows, rule=True),
+    print("slurm sweep summary:\n" + aligned_table(("job", "point", "state", "objective", "run dir"), rows, rule=True),
           file=sys.stderr, flush=True)
