@@ -120,7 +120,7 @@ def _wait(jobs: list[SubmittedJob], poll_interval_s: float, heartbeat_s: float) 
             if job.job.done(force_check=True):
                 outcome = outcomes[job.job_id] = _outcome(job)
                 pending.remove(job)
-                result = f"loss {outcome.result:.4f}" if isinstance(outcome.result, float) else ""
+                result = f"objective {outcome.result:.4f}" if isinstance(outcome.result, float) else ""
                 print(f"[slurm] job {job.job_id} [{job.staged.label}]: {outcome.state} {result}".rstrip(),
                       file=sys.stderr, flush=True)
                 continue
