@@ -59,6 +59,9 @@ FILES = {
         train_iters: 1000
         seq_length: 1024
         stage: pretrain
+        eval_iters: 0            # Primus's pre_trainer: no evaluation
+        eval_interval: 1000
+        split: null
         """,
     "primus/configs/modules/torchtitan/pre_trainer.yaml": """\
         extends:
@@ -205,7 +208,8 @@ EXPERIMENTS = {
             framework: megatron
             config: pre_trainer.yaml
             model: odd_llama.yaml
-            overrides: {num_layers: 2, train_iters: 5, norm_epsilon: 1.0e-6}
+            overrides: {num_layers: 2, train_iters: 5, norm_epsilon: 1.0e-6, eval_interval: 5, eval_iters: 2,
+                        split: "90,10,0"}
         """,
     "examples/torchtitan/llama3.1_8B-pretrain.yaml": META + """\
         modules:

@@ -29,7 +29,8 @@ def train(compose_config, run_dir: Path, *overrides: str):
 
 def test_loss_falls_on_real_text(compose_config, tmp_path):
     final, records = train(compose_config, tmp_path, "module.train_iters=40", "module.lr=3e-3")
-    assert len(records) == 40 and final == records[-1]["loss"]
+    # what the run returns is task.objective: without evaluation, the mean of the last 10 training losses
+    assert len(records) == 40 and final == pytest.approx(np.mean([r["loss"] for r in records[-10:]]), rel=1e-12)
     assert records[0]["loss"] > 5.0  # ~ln(256) at initialisation
     assert np.mean([r["loss"] for r in records[-5:]]) < records[0]["loss"] - 1.5
     assert {"loss", "lr", "grad_norm", "tokens_per_s", "tflops", "mfu"} <= set(records[-1])

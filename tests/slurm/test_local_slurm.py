@@ -1,4 +1,5 @@
-"""The local Slurm cluster itself (scripts/local_slurm.sh): daemons, two nodes, accounting, requeue.
+"""The local Slurm cluster itself (scripts/local_slurm.sh): daemons, two nodes, accounting. Requeue and a failed
+node are tested with real jobs in tests/slurm/test_slurm_faults.py.
 
 Skipped without a cluster (see tests/helpers/slurm_cluster.py); scripts/test.sh brings one up as root on Linux.
 """
@@ -51,14 +52,3 @@ def test_sacct_reports_completed_and_failed(slurm, tmp_path):
     assert ok not in squeue_job_ids() and bad not in squeue_job_ids()
 
 
-def test_scontrol_requeue_restarts_a_running_job(slurm, tmp_path):
-    job = _sbatch(tmp_path, "-N1", "--wrap", 'echo "start $SLURM_RESTART_COUNT"; sleep 120')
-    log = tmp_path / f"{job}.out"
-    try:
-        wait_until(lambda: log.is_file() and "start" in log.read_text(), timeout_s=30)
-        subprocess.run(["scontrol", "requeue", job], check=True, timeout=30, capture_output=True)
-        # eligible again cred_expire+1 s (11 s) after the requeue; the scheduler runs every 1-2 s
-        wait_until(lambda: "start 1" in log.read_text(), timeout_s=40)
-    finally:
-        subprocess.run(["scancel", job], timeout=30, check=False)
-    wait_until(lambda: sacct_state(job) == "CANCELLED", timeout_s=30)

@@ -67,6 +67,12 @@ def _megatron(primus: dict, exported: dict, gpus_per_node: int):
         if key not in primus or (primus[key] is None and key not in derived):
             continue
         yield key, derived.get(key, primus.get(key)), exported.get(key)
+    if "eval_iters" in primus:  # Megatron's eval_iters=0: no evaluation (the interval and split then mean nothing)
+        yield "eval_iters", primus["eval_iters"] or 0, exported.get("eval_iters")
+        if primus["eval_iters"] and primus.get("eval_interval"):
+            yield "eval_interval", primus["eval_interval"], exported.get("eval_interval")
+            if primus.get("split"):
+                yield "split", primus["split"], exported.get("split")
     want, got = megatron_architecture(primus), megatron_architecture(exported)
     for key in MEGATRON_ARCHITECTURE + TRAINING_CHOICES:
         if want[key] is not None:

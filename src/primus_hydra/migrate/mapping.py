@@ -100,6 +100,17 @@ MEGATRON_KEYS = (
     ("vocab_size", "model.vocab_size", _skip_none), ("num_workers", "module.data.num_workers", _skip_none),
 )
 LR_DECAY_STYLES = ("cosine", "linear", "constant")
+MEGATRON_EVAL_ITERS = 100  # Megatron-LM's --eval-iters default, for an experiment that sets only eval_interval
+
+
+def _megatron_evaluation(params: dict, imported: Imported) -> None:
+    """eval_interval / eval_iters / split: Megatron's eval_iters=0 is no evaluation (module.eval_interval stays null)."""
+    imported.take(params, "split", "module.data.split", _skip_none)
+    iters, interval = plain(params.get("eval_iters")), plain(params.get("eval_interval"))
+    imported.consumed.update(key for key in ("eval_iters", "eval_interval") if key in params)
+    if interval and iters != 0:
+        imported.canonical["module.eval_interval"] = interval
+        imported.canonical["module.eval_iters"] = iters or MEGATRON_EVAL_ITERS
 _NO_DATA_PATH = ("mock_data=false without a data path (Primus's trainer reads a dataset it names itself, e.g. "
                  "sft_dataset_name): imported with module.data.source=mock; set module.data.* to your data")
 
@@ -122,6 +133,7 @@ def map_megatron(module: TrainerModule, imported: Imported) -> None:
     if vpp and "backend.virtual_stages_per_pipeline_rank" not in imported.canonical:
         imported.canonical["backend.virtual_stages_per_pipeline_rank"] = vpp
     imported.consumed.add("virtual_pipeline_model_parallel_size")
+    _megatron_evaluation(params, imported)
     _megatron_data(params, imported)
     _megatron_checkpoints(params, imported)
     recompute = plain(params.get("recompute_granularity"))
