@@ -2,7 +2,7 @@
 matmul-peak and op-dispatch measurement): each rank's projected peak memory within 15 % of the torch profiler's
 measured peak, projected tokens/s within 25 % of the measured median, for dense and MoE models, micro batches 2, 4
 and 8, over the dp (MoE), FSDP2 and tp layouts (scripts/calibration/projection_cpu.py runs 16 cases, docs/projection.md).
-The machine is shared: a throughput miss is measured once more."""
+The machine is shared: a miss (memory or throughput) is measured once more."""
 from __future__ import annotations
 
 import json
@@ -28,14 +28,21 @@ def calibrate(tmp_path, overrides: list[str]) -> dict:
     return json.loads(result.stdout)
 
 
+def memory_misses(memory: dict) -> list[float]:
+    """The ranks whose measured peak is further than MEMORY_TOLERANCE from the projection (every rank of these
+    layouts holds the same share)."""
+    return [measured for measured in memory["measured_per_rank"]
+            if abs(memory["projected"] / measured - 1) > MEMORY_TOLERANCE]
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_projection_matches_the_measured_run(tmp_path, case):
     data = calibrate(tmp_path, CASES[case])
     memory, tokens = data["calibration"]["peak_memory_gib"], data["calibration"]["tokens_per_s"]
-    ranks = data["layout"]["world_size"]
-    assert len(memory["measured_per_rank"]) == ranks
-    for measured in memory["measured_per_rank"]:  # every rank of these layouts holds the same share
-        assert abs(memory["projected"] / measured - 1) <= MEMORY_TOLERANCE, memory
+    assert len(memory["measured_per_rank"]) == data["layout"]["world_size"]
+    if memory_misses(memory):  # on a loaded machine, gloo's buffers may overlap a backward they usually follow
+        memory = calibrate(tmp_path, CASES[case])["calibration"]["peak_memory_gib"]
+    assert not memory_misses(memory), memory
     if abs(tokens["error"]) > THROUGHPUT_TOLERANCE:
         tokens = calibrate(tmp_path, CASES[case])["calibration"]["tokens_per_s"]
     assert abs(tokens["error"]) <= THROUGHPUT_TOLERANCE, tokens

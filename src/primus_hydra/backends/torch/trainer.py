@@ -74,13 +74,15 @@ class TorchTrainer(StepLoopTrainer):
         self.parallel = init_parallel_state(args.layout, self.device, self.dist, args.timeout_s)
         self.autocast_dtype = torch.bfloat16 if module.precision == "bf16" else None
         self.catch_stop_signals()
-        self.peak_memory = PeakMemory(self.device, args.measure_memory)
-        self.peak_memory.start()  # before the model is built: on the CPU it counts allocations from here
         peak = args.peak_tflops_per_device
         if peak is None and self.device.type == "cpu":
             peak = cpu_matmul_peak_tflops(self.autocast_dtype or torch.float32)
             log.info("MFU baseline: measured CPU matmul peak %.3f TFLOP/s (set platform.peak_tflops_per_device to override)", peak)
         self.peak_tflops = peak
+        self.peak_memory = PeakMemory(self.device, args.measure_memory)
+        # before the model is built: on the CPU it counts allocations from here; after the matmul-peak measurement
+        # (its 1024x1024 matrices, when this thread count is not cached yet, are not the job's memory)
+        self.peak_memory.start()
         self.peak_is_measured = args.peak_tflops_per_device is None
         layout = args.layout
         log.info("device: %s | precision: %s | torch %s | threads %d | layout: world %d = pp %d x dp %d x tp %d%s",
