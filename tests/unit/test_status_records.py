@@ -3,6 +3,7 @@ and the other runs are still listed."""
 from __future__ import annotations
 
 import json
+import os
 
 from primus_hydra.launch.slurm.submission import SUBMISSION_RECORD
 from primus_hydra.tasks.status import StatusTask
@@ -26,7 +27,13 @@ def test_damaged_records_are_rows_not_tracebacks(compose_config, tmp_path, capsy
     assert "UNREADABLE" in capsys.readouterr().out
 
 
-def test_a_good_record_is_read(tmp_path, compose_config):
+def test_a_good_record_is_read(tmp_path, compose_config, monkeypatch):
+    # an sacct that answers "no such job", so that the record is read the same with or without a cluster up
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sacct").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "sacct").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     (tmp_path / "run" / SUBMISSION_RECORD).parent.mkdir(parents=True)
     (tmp_path / "run" / SUBMISSION_RECORD).write_text(json.dumps({"job_id": "424242", "label": "p"}))
     (status,) = StatusTask(compose_config("task=status", f"task.runs={tmp_path}")).run()

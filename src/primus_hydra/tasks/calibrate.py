@@ -20,9 +20,9 @@ from pathlib import Path
 from omegaconf import DictConfig, open_dict, read_write
 
 from primus_hydra.errors import ConfigValidationError, PrimusError
+from primus_hydra.tasks.objective import METRICS_FILE
 
 WARMUP_STEPS = 2
-METRICS_FILE = "metrics.jsonl"  # backends' MetricsLogger.METRICS_FILE
 
 
 def calibration_config(cfg: DictConfig) -> DictConfig:

@@ -20,6 +20,7 @@ from primus_hydra.errors import PrimusError
 from primus_hydra.launch.slurm.cluster import SlurmQueryError, accounted_states
 from primus_hydra.launch.slurm.submission import SUBMISSION_RECORD, read_submission
 from primus_hydra.tables import aligned_table
+from primus_hydra.tasks.objective import METRICS_FILE
 
 NOT_IN_SACCT = "UNKNOWN (not in sacct)"
 
@@ -85,7 +86,7 @@ def find_submitted_runs(roots: list[Path]) -> list[Path]:
 def run_status(run_dir: Path, states: dict[str, str], unknown: str = NOT_IN_SACCT) -> RunStatus:
     record = read_submission(run_dir) or {}
     job_id = str(record.get("job_id", "?"))
-    step, loss = last_metrics(run_dir / "metrics.jsonl")
+    step, loss = last_metrics(run_dir / METRICS_FILE)
     state = f"UNREADABLE ({record['unreadable']})" if "unreadable" in record else states.get(job_id, unknown)
     return RunStatus(run_dir=run_dir, job_id=job_id, label=str(record.get("label", "")), state=state, step=step,
                      loss=loss)
