@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from primus_hydra.migrate.primus_yaml import load_experiment
-from primus_hydra.tasks.import_primus import dry_run_mismatches, gpus_per_node, import_files
+from primus_hydra.tasks.import_primus import dry_run_mismatches, gpus_per_node, import_files, source_files
 
 
 def main() -> None:
@@ -22,7 +22,7 @@ def main() -> None:
     folder = Path(sys.argv[2]) if len(sys.argv) > 2 else root / "examples"
     out = Path(sys.argv[3]) if len(sys.argv) > 3 else Path(tempfile.mkdtemp(prefix="primus_import_"))
     logging.disable(logging.WARNING)
-    files = sorted(p for p in folder.rglob("*") if p.suffix in (".yaml", ".yml"))
+    files = list(source_files(folder, out))
     started = time.perf_counter()
     results = import_files(files, folder, root, out, dict(os.environ))
     per_file = (time.perf_counter() - started) / max(1, len(files))
@@ -37,7 +37,7 @@ def main() -> None:
         module = experiment.modules[0]
         with tempfile.TemporaryDirectory() as run_dir:
             problems = dry_run_mismatches(result.name, out, module.framework, module.params, run_dir,
-                                          gpus_per_node(experiment))
+                                          gpus_per_node(experiment), result.passed_keys)
         counts[f"{framework}: {'mismatch' if problems else 'ok'}"] += 1
         if problems:
             print(f"mismatch      {result.source.relative_to(folder)}: {'; '.join(problems[:4])}")

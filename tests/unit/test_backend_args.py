@@ -145,7 +145,8 @@ def test_maxtext_config_for_llama3_8b(compose_config, tmp_path):
     }
     # 64 sequences = 2 per dp rank (dp=4) x 8 accumulation steps; per device: 2 * 4 / 8 GPUs
     assert (config["per_device_batch_size"], config["gradient_accumulation_steps"]) == (1.0, 8)
-    assert (config["ici_tensor_parallelism"], config["ici_data_parallelism"], config["ici_fsdp_parallelism"]) == (2, 4, 1)
+    # the data axis is MaxText's -1, "the rest of the node": 8 devices / tp 2 = 4, on any device count
+    assert (config["ici_tensor_parallelism"], config["ici_data_parallelism"], config["ici_fsdp_parallelism"]) == (2, -1, 1)
     assert config["learning_rate_final_fraction"] == pytest.approx(0.1)
 
 
@@ -153,7 +154,7 @@ def test_maxtext_deepseek_gets_moe_and_mla_keys(compose_config, tmp_path):
     config = dry_run(compose_config, tmp_path, "backend=maxtext", "model=deepseek_v2_lite", *EIGHT_GPUS, "module.parallel.ep=8")
     assert (config["decoder_block"], config["attention_type"], config["q_lora_rank"]) == ("deepseek", "mla", 0)
     assert (config["num_experts"], config["num_experts_per_tok"], config["first_num_dense_layers"]) == (64, 6, 1)
-    assert (config["ici_expert_parallelism"], config["ici_data_parallelism"]) == (8, 1)
+    assert (config["ici_expert_parallelism"], config["ici_data_parallelism"]) == (8, -1)  # the rest: 8 / ep 8
 
 
 # -- megatron_bridge, hummingbirdxt ---------------------------------------------------------------------------

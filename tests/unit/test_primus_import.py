@@ -35,11 +35,14 @@ def module_of(tree: Path, name: str, environ: dict | None = None):
 # -- Primus's semantics ------------------------------------------------------------------------------------------
 def test_env_defaults_are_typed_and_remember_their_variable(tree):
     params = module_of(tree, "megatron/llama3_8B-pretrain").params
-    assert params["seq_length"] == EnvValue(4096, "PRIMUS_SEQ_LENGTH", "4096")
-    assert plain(params["use_distributed_optimizer"]) is False and plain(params["lr_decay_iters"]) is None
+    assert params["seq_length"] == EnvValue(4096, "PRIMUS_SEQ_LENGTH", "4096", 4096, False)
+    assert plain(params["use_distributed_optimizer"]) is False
+    # `null` from the environment is text to Primus, which the merge of the overrides then makes None
+    assert params["lr_decay_iters"] == EnvValue(None, "PRIMUS_DECAY", "null", None, False)
     assert params["train_iters"] == 50  # a literal stays as written
     set_env = module_of(tree, "megatron/llama3_8B-pretrain", {"PRIMUS_TP": "4"}).params
-    assert set_env["tensor_model_parallel_size"] == 4  # the environment wins, typed, and is no longer a default
+    # the environment wins, typed, and stays an environment read
+    assert set_env["tensor_model_parallel_size"] == EnvValue(4, "PRIMUS_TP", "2", 2, True)
 
 
 def test_a_required_variable_that_is_unset_is_one_line(tree, tmp_path):
@@ -61,7 +64,7 @@ def test_the_module_preset_shadows_the_model_preset_and_overrides_add_keys(tree,
     assert module.params["num_layers"] == 2  # trainer_base's, not the model preset's 32
     assert module.params["overlap_grad_reduce"] is True  # in no preset: added by the overrides
     result = imported[1]["megatron/llama3_8B-pretrain"]
-    assert any("num_layers=32 is shadowed by the module preset's 2" in line for line in result.warnings)
+    assert any("num_layers=32 is shadowed by the module's 2" in line for line in result.warnings)
     assert any("`lr` at the top level is ignored by Primus" in line for line in result.warnings)
 
 
@@ -72,11 +75,11 @@ def test_the_experiment_keeps_env_reads_states_8_gpus_and_passes_the_rest_throug
     body = yaml.safe_load(text)
     assert text.startswith("# @package _global_\n")
     assert body["launch"] == {"nproc_per_node": 8}
-    assert body["module"]["parallel"]["tp"] == "${oc.decode:${oc.env:PRIMUS_TP,2}}"
-    assert body["module"]["seq_length"] == "${oc.decode:${oc.env:PRIMUS_SEQ_LENGTH,4096}}"
+    assert body["module"]["parallel"]["tp"] == "${oc.decode:${oc.env:PRIMUS_TP,'2'}}"
+    assert body["module"]["seq_length"] == "${oc.decode:${oc.env:PRIMUS_SEQ_LENGTH,'4096'}}"
     assert body["backend"]["extra_args"] == {"overlap_grad_reduce": True, "attention_softmax_in_fp32": True}
     assert "#   use_turbo_attention: true" in text  # a Primus extension: listed, not passed
-    assert "from $PRIMUS_MODEL (default llama3_8B)" in text
+    assert "Primus picks the model preset from ${PRIMUS_MODEL:llama3_8B}.yaml" in text
     assert (out / "primus_resolved" / "megatron" / "llama3_8B-pretrain.yaml").is_file()
 
 
@@ -140,13 +143,14 @@ def test_each_bad_file_is_one_line_naming_it(tree, tmp_path, name):
     path.write_text(text)
     result = primus("task=import", f"task.source={path}", f"task.primus_root={tree}", f"task.out={tmp_path / 'out'}",
                     cwd=tmp_path)
-    assert result.returncode == 1, result.stderr
+    assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: 1 of 1 file(s) not imported: ") and expected in lines[0]
+    assert len(lines) == 1 and lines[0].startswith(f"error: 1 of 1 file(s) not imported: {path}: ")
+    assert expected in lines[0]
     assert not (tmp_path / "out" / "experiment").exists()
 
 
-def test_a_folder_imports_the_rest_and_exits_1_with_a_table(tree, tmp_path):
+def test_a_folder_imports_the_rest_and_exits_2_with_a_table(tree, tmp_path):
     folder = tmp_path / "examples"
     for name in EXPERIMENTS:
         if name.startswith("examples/megatron/"):
@@ -155,7 +159,7 @@ def test_a_folder_imports_the_rest_and_exits_1_with_a_table(tree, tmp_path):
     (folder / "notes.yaml").write_text("a: 1\n")
     result = primus("task=import", f"task.source={folder}", f"task.primus_root={tree}", f"task.out={tmp_path / 'out'}",
                     cwd=tmp_path)
-    assert result.returncode == 1
+    assert result.returncode == 2
     table = result.stdout.splitlines()
     assert table[0].split() == ["file", "backend", "model", "passed", "through", "status"]
     rows = {line.split()[0]: line for line in table[2:]}
@@ -172,7 +176,7 @@ def test_a_file_of_the_users_is_never_overwritten(tree, tmp_path):
     mine.write_text("# my own experiment\n")
     source = tree / "examples" / "megatron" / "llama3_8B-pretrain.yaml"
     result = primus("task=import", f"task.source={source}", f"task.out={out}", cwd=tmp_path)
-    assert result.returncode == 1 and "exists and was not written by task=import; not overwritten" in result.stderr
+    assert result.returncode == 2 and "is not what task=import wrote (edited since, or yours); kept" in result.stderr
     assert mine.read_text() == "# my own experiment\n"
     again = primus("task=import", f"task.source={tree / 'examples' / 'megatron' / 'odd_llama-pretrain.yaml'}",
                    f"task.out={out}", cwd=tmp_path)  # the checkout is found from the source: no primus_root

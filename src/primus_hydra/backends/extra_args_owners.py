@@ -12,6 +12,7 @@ under a second).
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import enum
@@ -35,6 +36,8 @@ def owned_extra_args_failures(adapter) -> list[str]:
     base = copy.deepcopy(adapter.cfg)
     with open_dict(base.backend):
         base.backend.extra_args = {}
+    with contextlib.suppress(Exception):  # each translation below would otherwise parse every interpolation again
+        OmegaConf.resolve(base)
     baseline = _translate(adapter, base, adapter.layout)
     if baseline is None:
         return []

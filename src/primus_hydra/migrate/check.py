@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from primus_hydra.migrate.emit import same_value
 from primus_hydra.migrate.mapping import GPUS_PER_NODE
 from primus_hydra.migrate.models import MEGATRON_ARCHITECTURE, TRAINING_CHOICES, megatron_architecture, normalized
 from primus_hydra.migrate.primus_yaml import dotted_get as _get
@@ -45,13 +46,23 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
-def mismatches(framework: str, primus: dict, exported: dict, gpus_per_node: int = GPUS_PER_NODE) -> list[str]:
-    """`key: primus=<value> exported=<value>` for every checked key that differs."""
+def mismatches(framework: str, primus: dict, exported: dict, gpus_per_node: int = GPUS_PER_NODE,
+               passed: tuple = ()) -> list[str]:
+    """`key: primus=<value> exported=<value>` for every checked key that differs, and for every key passed through
+    (`passed`: exactly Primus's value and type, as the backend receives it)."""
     primus = plain(primus)
     checker = {"megatron": _megatron, "torchtitan": _torchtitan, "maxtext": _maxtext,
                "megatron_bridge": _bridge}[framework]
-    return [f"{key}: primus={want!r} exported={got!r}" for key, want, got in checker(primus, exported, gpus_per_node)
-            if not _same(want, got)]
+    found = [f"{key}: primus={want!r} exported={got!r}" for key, want, got in checker(primus, exported, gpus_per_node)
+             if not _same(want, got)]
+    for key in passed:
+        want, got = _get(primus, key), _get(exported, key, _MISSING)
+        if not same_value(want, got):
+            found.append(f"{key}: primus={want!r} exported={'(missing)' if got is _MISSING else repr(got)}")
+    return found
+
+
+_MISSING = object()
 
 
 def _megatron(primus: dict, exported: dict, gpus_per_node: int):
@@ -103,6 +114,25 @@ def _maxtext(primus: dict, exported: dict, gpus_per_node: int):
     for key in MAXTEXT_CHECKED:
         if primus.get(key) is not None:
             yield key, primus[key], exported.get(key)
+    for key in MAXTEXT_FILLED_AXES:  # -1 ("the rest of the devices") must stay -1; a number must be what -1 gives
+        want, got = primus.get(key), exported.get(key)
+        if want is not None and want != -1 and got == -1:
+            got = gpus_per_node // _maxtext_other_axes(exported, key)
+        if want is not None:
+            yield key, want, got
+
+
+MAXTEXT_FILLED_AXES = ("ici_fsdp_parallelism", "ici_data_parallelism")
+MAXTEXT_ICI_AXES = ("ici_data_parallelism", "ici_fsdp_parallelism", "ici_tensor_parallelism",
+                    "ici_pipeline_parallelism", "ici_context_parallelism", "ici_expert_parallelism")
+
+
+def _maxtext_other_axes(exported: dict, filled: str) -> int:
+    product = 1
+    for key in MAXTEXT_ICI_AXES:
+        if key != filled and (exported.get(key) or 1) > 0:
+            product *= exported.get(key) or 1
+    return product
 
 
 def _bridge(primus: dict, exported: dict, gpus_per_node: int):

@@ -13,14 +13,14 @@ from typing import Any, Callable, Optional
 from primus_hydra.backends.extra_args_owners import flatten
 from primus_hydra.errors import PrimusError
 from primus_hydra.migrate.models import ModelChoice, megatron_model, stem, zoo_models
-from primus_hydra.migrate.primus_yaml import EnvValue, TrainerModule, dotted_get, plain
+from primus_hydra.migrate.primus_yaml import EnvString, EnvValue, TrainerModule, dotted_get, plain, shown
 
 FRAMEWORKS = {"megatron": "megatron", "torchtitan": "torchtitan", "maxtext": "maxtext",
               "megatron_bridge": "megatron_bridge"}
 GPUS_PER_NODE = 8  # Primus's GPUS_PER_NODE default: the layout its experiments are written for
 # read by Primus's own runtime only (logging sinks, its launcher): listed in the header, not imported
 PRIMUS_ONLY = {"trainable", "sink_level", "file_sink_level", "stderr_sink_level", "model", "framework", "config",
-               "stage"}
+               "stage", "trainer_class"}
 # Primus's own extensions of Megatron (its module presets primus_*.yaml, zero_bubble, torch_compile, module_base)
 PRIMUS_EXTENSION_PRESETS = ("module_base.yaml", "primus_megatron_module.yaml", "primus_turbo.yaml",
                             "primus_pipeline.yaml", "zero_bubble.yaml", "torch_compile.yaml")
@@ -55,11 +55,14 @@ class Imported:
         if value is _MISSING:
             return
         self.consumed.add(path)
-        converted = convert(plain(value))
+        try:
+            converted = convert(plain(value))
+        except (TypeError, ValueError):
+            raise PrimusError(f"{path}={shown(value)!r}: not a number ({canonical} takes one)") from None
         if converted is _SKIP:
             return
-        # an env default stays an env read: ${oc.env:VAR,default} (only where the value is used unconverted)
-        if isinstance(value, EnvValue) and converted == value.value:
+        # an environment read stays one: ${oc.env:VAR,default} (where the value is used as it is)
+        if isinstance(value, (EnvValue, EnvString)) and converted == plain(value):
             converted = value
         self.canonical[canonical] = converted
 
@@ -70,6 +73,20 @@ _MISSING, _SKIP = object(), object()
 
 def _get(tree: dict, path: str) -> Any:
     return dotted_get(tree, path, _MISSING)
+
+
+def number(params: dict, path: str, default: Any, kind: Callable = int) -> Any:
+    """params[path] (a dotted path, or a flat key of the canonical dict) as an int (or float); `default` where it is
+    missing or null; PrimusError if not a number."""
+    value = plain(params[path] if path in params else _get(params, path))
+    if value is _MISSING or value is None:
+        return default
+    try:
+        if isinstance(value, bool) or (kind is int and isinstance(value, float) and not value.is_integer()):
+            raise ValueError
+        return kind(value)
+    except (TypeError, ValueError):
+        raise PrimusError(f"{path}={value!r}: not {'an integer' if kind is int else 'a number'}") from None
 
 
 def _skip_none(value: Any) -> Any:
@@ -150,7 +167,7 @@ def map_megatron(module: TrainerModule, imported: Imported) -> None:
         imported.consumed.update({"gradient_accumulation_fusion", "use_distributed_optimizer"})
         imported.canonical.pop("backend.use_distributed_optimizer", None)
     imported.canonical.update(fewest_nodes(imported.canonical, imported.gpus_per_node))
-    pp, layers = int(plain(params.get("pipeline_model_parallel_size")) or 1), plain(params.get("num_layers"))
+    pp, layers = number(params, "pipeline_model_parallel_size", 1) or 1, number(params, "num_layers", None)
     uneven = {key: plain(params[key]) for key in ("decoder_first_pipeline_num_layers",
                                                   "decoder_last_pipeline_num_layers", "pipeline_model_parallel_layout")
               if plain(params.get(key)) is not None}
@@ -163,10 +180,11 @@ def map_megatron(module: TrainerModule, imported: Imported) -> None:
 def fewest_nodes(canonical: dict, gpus_per_node: int) -> dict:
     """launch.nnodes: the fewest nodes of gpus_per_node GPUs on which the layout is whole (Primus reads NNODES)."""
     def size(key: str) -> int:
-        return int(plain(canonical.get(f"module.parallel.{key}", 1)) or 1)
+        return number(canonical, f"module.parallel.{key}", 1) or 1
 
     tp, pp, cp, ep = size("tp"), size("pp"), size("cp"), size("ep")
-    micro, batch = plain(canonical.get("module.micro_batch_size")), plain(canonical.get("module.global_batch_size"))
+    micro = number(canonical, "module.micro_batch_size", None)
+    batch = number(canonical, "module.global_batch_size", None)
     for nodes in range(1, 65):
         world = gpus_per_node * nodes
         if world % (tp * pp * cp) or (world // pp) % ep:
@@ -232,11 +250,11 @@ def map_torchtitan(module: TrainerModule, imported: Imported) -> None:
             ("metrics.log_freq", "module.log.interval", _same),
             ("model.hf_assets_path", "backend.tokenizer_path", _skip_none)):
         imported.take(params, path, canonical, convert)
-    lr = float(plain(_get(params, "optimizer.lr")) or 8e-4)
-    factor = plain(_get(params, "lr_scheduler.min_lr_factor"))
+    lr = number(params, "optimizer.lr", 8e-4, float)
+    factor = number(params, "lr_scheduler.min_lr_factor", None, float)
     imported.consumed.add("lr_scheduler.min_lr_factor")
     if factor is not None:
-        imported.canonical["module.min_lr"] = lr * float(factor)
+        imported.canonical["module.min_lr"] = lr * factor
     decay = plain(_get(params, "lr_scheduler.decay_type")) or "linear"
     imported.consumed.add("lr_scheduler.decay_type")
     if decay not in ("cosine", "linear"):
@@ -269,8 +287,8 @@ def map_torchtitan(module: TrainerModule, imported: Imported) -> None:
 
 def _torchtitan_layout(params: dict, imported: Imported) -> None:
     """Degrees of -1 (torchtitan: the rest of the world) and global_batch_size -1 (local x data parallel)."""
-    shard = plain(_get(params, "parallelism.data_parallel_shard_degree"))
-    replicate = plain(_get(params, "parallelism.data_parallel_replicate_degree")) or 1
+    shard = number(params, "parallelism.data_parallel_shard_degree", None)
+    replicate = number(params, "parallelism.data_parallel_replicate_degree", 1) or 1
     imported.consumed.update({"parallelism.data_parallel_shard_degree", "parallelism.data_parallel_replicate_degree",
                               "training.global_batch_size"})
     if shard not in (None, 1) and replicate > 1:
@@ -280,13 +298,13 @@ def _torchtitan_layout(params: dict, imported: Imported) -> None:
     world = imported.gpus_per_node
     model_parallel = 1
     for key in ("tensor_parallel_degree", "pipeline_parallel_degree", "context_parallel_degree"):
-        model_parallel *= int(plain(_get(params, f"parallelism.{key}")) or 1)
+        model_parallel *= number(params, f"parallelism.{key}", 1) or 1
     dp = world // model_parallel
     if shard not in (None, -1, 1) and shard != dp or replicate not in (1, dp):
         explicit = shard if shard not in (None, -1, 1) else replicate
         imported.canonical["module.parallel.dp"] = explicit
         dp = explicit
-    local = int(plain(_get(params, "training.local_batch_size")) or 8)
+    local = number(params, "training.local_batch_size", 8) or 8
     global_batch = plain(_get(params, "training.global_batch_size"))
     imported.canonical["module.global_batch_size"] = local * dp if global_batch in (None, -1) else global_batch
 
@@ -346,17 +364,17 @@ def map_maxtext(module: TrainerModule, imported: Imported) -> None:
     if not plain(params.get("enable_checkpointing")):
         imported.canonical["module.checkpoint.interval"] = 0
         imported.canonical["module.checkpoint.save_final"] = False
-    per_device = plain(params.get("per_device_batch_size")) or 1
-    accumulation = int(plain(params.get("gradient_accumulation_steps")) or 1)
+    per_device = number(params, "per_device_batch_size", 1, float) or 1
+    accumulation = number(params, "gradient_accumulation_steps", 1) or 1
     imported.consumed.add("gradient_accumulation_steps")
-    tp = int(plain(params.get("ici_tensor_parallelism")) or 1)
-    pp = int(plain(params.get("ici_pipeline_parallelism")) or 1)
+    tp = number(params, "ici_tensor_parallelism", 1) or 1
+    pp = number(params, "ici_pipeline_parallelism", 1) or 1
     imported.canonical["module.parallel.tp"], imported.canonical["module.parallel.pp"] = tp, pp
-    fsdp = int(plain(params.get("ici_fsdp_parallelism")) or 1)
+    fsdp = number(params, "ici_fsdp_parallelism", 1) or 1
     imported.canonical["module.parallel.fsdp"] = fsdp not in (1,)
     ep = plain(params.get("ici_expert_parallelism"))
     gpus = imported.gpus_per_node
-    imported.canonical["module.parallel.ep"] = gpus // (tp * pp) if ep == -1 else int(ep or 1)
+    imported.canonical["module.parallel.ep"] = gpus // (tp * pp) if ep == -1 else number(params, "ici_expert_parallelism", 1) or 1
     imported.consumed.update({"ici_tensor_parallelism", "ici_pipeline_parallelism", "ici_fsdp_parallelism",
                               "ici_expert_parallelism", "ici_data_parallelism", "dcn_data_parallelism"})
     # MaxText's batch is per device, model-parallel devices included
@@ -387,7 +405,7 @@ def map_megatron_bridge(module: TrainerModule, imported: Imported) -> None:
             imported.take(params, path, canonical, convert)
     lr = params.get("finetune_lr", params.get("lr"))
     if lr is not None:
-        imported.canonical["module.lr"] = float(plain(lr))
+        imported.canonical["module.lr"] = number(params, "finetune_lr" if "finetune_lr" in params else "lr", None, float)
     imported.consumed.update({"finetune_lr", "mock", "recipe", "flavor", "skip_save"})
     imported.canonical["module.data.source"] = "mock"
     if not plain(params.get("mock")):
@@ -462,29 +480,34 @@ def import_module(module: TrainerModule, primus_root, environ: dict, gpus_per_no
 
 
 def _pass_through(module: TrainerModule, imported: Imported, primus_root, environ: dict) -> None:
-    """What no table took: the experiment's overrides and what the model preset sets beyond Primus's generic model
-    defaults reach the backend verbatim (null: the backend's default, so nothing to pass); Primus-only keys go to
-    the header."""
+    """What no table took reaches the backend verbatim, with the value Primus's trainer receives (module.params, so a
+    module-preset value that shadows the model preset's, and a preset's mapping with an override merged in, arrive
+    as Primus passes them): the keys the experiment's overrides set, the keys written beside the module's
+    framework/config/model, and what the model preset sets beyond Primus's generic model defaults. A null is passed
+    as null, as Primus passes it, except to torchtitan, whose TOML job file has no null (its default applies).
+    Keys only Primus reads go to the header."""
     from primus_hydra.migrate.models import MEGATRON_ARCHITECTURE, TRAINING_CHOICES
 
+    nested = imported.backend == "torchtitan"
     extension = _preset_keys(primus_root, module.framework, environ, PRIMUS_EXTENSION_PRESETS)
     architecture = set(MEGATRON_ARCHITECTURE) | set(TRAINING_CHOICES) | {"group_query_attention"} \
         if imported.backend == "megatron" else set()
-    sources = [flatten(module.overrides) if imported.backend == "torchtitan" else dict(module.overrides)]
+    candidates = [*(flatten(module.overrides) if nested else module.overrides),
+                  *(flatten(module.module_keys) if nested else module.module_keys)]
     if imported.backend == "megatron":
         generic = _preset_keys(primus_root, "megatron", environ, GENERIC_MODEL_PRESETS, kind="models")
-        sources.append({key: value for key, value in module.model_preset.items()
-                        if key not in generic or plain(generic[key]) != plain(value)})
-    for source in sources:
-        for path, value in source.items():
-            if path in imported.consumed or path in architecture or path in imported.extra_args:
-                continue
-            top = path.split(".")[0]
-            if top in PRIMUS_ONLY or path in extension:
-                imported.primus_only[path] = plain(value)
-            elif plain(value) is not None:
-                imported.extra_args[path] = value
-
+        candidates += [key for key, value in module.model_preset.items()
+                       if key not in generic or plain(generic[key]) != plain(value)]
+    for path in dict.fromkeys(candidates):
+        if path in imported.consumed or path in architecture or path in imported.extra_args:
+            continue
+        value = _get(module.params, path)
+        if path.split(".")[0] in PRIMUS_ONLY or path in extension:
+            imported.primus_only[path] = module.module_keys.get(path) if value is _MISSING else value
+        elif value is _MISSING or value == {} or (nested and plain(value) is None):
+            continue  # not a key the trainer reads (a private `_` key), or nothing to pass
+        else:
+            imported.extra_args[path] = value
 
 
 _PRESET_CACHE: dict = {}

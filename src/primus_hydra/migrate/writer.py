@@ -1,54 +1,66 @@
-"""An imported experiment as files of a Hydra config dir: `<out>/experiment/<stem>.yaml` (`# @package _global_`)
-and, for a model the zoo does not have exactly, `<out>/model/<name>.yaml`. Existing files are replaced only when
-they were written by task=import (their first line says so); a file of the user's is never overwritten."""
+"""The texts of an imported experiment: `<out>/experiment/<name>.yaml` (`# @package _global_`), for a model the zoo
+does not have exactly `<out>/model/<name>.yaml`, and `<out>/primus_resolved/<name>.yaml` (every key of the module
+as Primus resolved it, for reference). Every value goes through migrate/emit.py; whether a file may be written is
+migrate/ledger.py's decision."""
 from __future__ import annotations
 
-import re
+import shlex
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from primus_hydra.errors import PrimusError
+from primus_hydra.config.secrets import REDACTED, is_secret_path
+from primus_hydra.migrate import emit
 from primus_hydra.migrate.mapping import Imported
-from primus_hydra.migrate.models import generated_model_text
-from primus_hydra.migrate.primus_yaml import EnvString, EnvValue, PrimusExperiment, TrainerModule, plain
+from primus_hydra.migrate.models import generated_model_tree
+from primus_hydra.migrate.primus_yaml import EnvString, EnvValue, PrimusExperiment, TrainerModule, plain, shown
 
 MARK = "# @package _global_"
 IMPORTED_MARK = "# Imported by primus-hydra task=import"
-SAFE_DEFAULT = re.compile(r"^[\w./:@+-]*$")
 RESOLVED_DIR = "primus_resolved"  # <out>/primus_resolved/<stem>.yaml: the module's every key as Primus resolved it
 
 
-def resolved_text(experiment: PrimusExperiment, module: TrainerModule) -> str:
-    header = (f"{IMPORTED_MARK}: modules.{module.name} of {experiment.path} as Primus's loader resolves it "
-              f"(module preset, model preset, overrides), for reference; nothing reads this file\n")
-    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-    return header + yaml.dump(plain(module.params), Dumper=dumper, sort_keys=False, default_flow_style=False)
+def run_command(out: Path, name: str) -> str:
+    """The command line that runs an imported experiment, quoted for a shell and for Hydra's override grammar."""
+    return f"python -m primus_hydra --config-dir {shlex.quote(str(out))} " \
+           f"{shlex.quote('experiment=' + hydra_value(name))}"
 
 
-class _Interpolation(str):
-    """A string written without quotes where YAML allows it (`${...}` needs none)."""
+def hydra_value(text: str) -> str:
+    """`text` as a value of a Hydra override (quoted where the grammar would read it otherwise: `,` `=` spaces)."""
+    import re
+
+    if re.fullmatch(r"[\w./+-]+", text):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def env_interpolation(value: EnvValue) -> str:
-    default = value.default or ""
-    if not SAFE_DEFAULT.match(default) or default == "":
-        default = "'" + default.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    # oc.decode types the text as Primus does ("4096" -> 4096, "true" -> true, "null" -> null)
-    return f"${{oc.decode:${{oc.env:{value.var},{default}}}}}"
+def resolved_text(experiment: PrimusExperiment, module: TrainerModule) -> tuple[str, bool]:
+    """The reference file, and whether it holds anything read from the environment (then it is written 0600).
+    A value read from the environment under a secret-looking name is `<redacted>`."""
+    holds_environment = False
+
+    def value_of(path: tuple, value: Any) -> Any:
+        nonlocal holds_environment
+        if isinstance(value, (EnvValue, EnvString)) and value.from_environment:
+            holds_environment = True
+            return REDACTED if is_secret_path(path) else plain(value)
+        return plain(value)
+
+    tree = _map_leaves(module.params, value_of)
+    header = emit.comment(f"{IMPORTED_MARK[2:]}: modules.{module.name} of {experiment.path} as Primus's loader "
+                          f"resolves it (module preset, model preset, overrides), for reference; nothing reads it")
+    where = f"{experiment.path}: modules.{module.name}"
+    return header + "\n" + emit.dump(emit.yaml_ready(tree, where), where), holds_environment
 
 
-def _yaml_ready(value: Any) -> Any:
-    if isinstance(value, EnvValue):
-        return env_interpolation(value)
-    if isinstance(value, EnvString):  # built with an env default inside: the text Primus would use
-        return str(value)
-    if isinstance(value, dict):
-        return {key: _yaml_ready(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_yaml_ready(item) for item in value]
-    return value
+def _map_leaves(node: Any, value_of, path: tuple = ()) -> Any:
+    if isinstance(node, dict):
+        return {key: _map_leaves(value, value_of, path + (str(key),)) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_map_leaves(value, value_of, path + (str(index),)) for index, value in enumerate(node)]
+    return value_of(path, node)
 
 
 def _nested(dotted: dict) -> dict:
@@ -79,55 +91,46 @@ def experiment_text(experiment: PrimusExperiment, module: TrainerModule, importe
         extra = _nested(imported.extra_args) if imported.backend == "torchtitan" else dict(imported.extra_args)
         body.setdefault("backend", {})["extra_args"] = extra
     if experiment.env:
-        body["platform"] = {"env": {key: str(plain(value)) for key, value in experiment.env.items()}}
-    text = yaml.safe_dump(_yaml_ready(body), sort_keys=False, default_flow_style=False, width=120)
-    return _header(experiment, module, imported, stem, out) + text
+        body["platform"] = {"env": {key: value if isinstance(value, (EnvValue, EnvString)) else str(plain(value))
+                                    for key, value in experiment.env.items()}}
+    where = f"{experiment.path}: modules.{module.name}"
+    return _header(experiment, module, imported, stem, out) + emit.dump(emit.yaml_ready(body, where), where)
 
 
 def _header(experiment: PrimusExperiment, module: TrainerModule, imported: Imported, stem: str, out: Path) -> str:
-    lines = [MARK, f"{IMPORTED_MARK} from {experiment.path}",
-             f"# Primus: modules.{module.name}, framework={module.framework}, config={module.config}, "
-             f"model={plain(module.model)}",
-             f"# Run: python -m primus_hydra --config-dir {out} experiment={stem}"]
+    lines = [f"{IMPORTED_MARK[2:]} from {experiment.path}",
+             f"Primus: modules.{module.name}, framework={module.framework}, config={module.config}, "
+             f"model={shown(module.model)}",
+             f"Run: {run_command(out, stem)}"]
     if isinstance(module.model, (EnvValue, EnvString)):
-        lines.append(f"# Primus picks the model preset from ${module.model.var} (default {module.model.default}); "
-                     f"this file was imported with the default")
+        lines.append(f"Primus picks the model preset from {shown(module.model)}; this file was imported with "
+                     f"{plain(module.model)}")
     where = "the experiment's env GPUS_PER_NODE" if "GPUS_PER_NODE" in experiment.env else \
         "Primus's GPUS_PER_NODE default"
-    lines.append(f"# launch.nproc_per_node: {imported.gpus_per_node}, {where} (the layout the experiment was written "
-                 f"for)")
-    launcher = {key: plain(value) for key, value in experiment.meta.items()}
-    lines.append("# Read only by Primus's own launcher: " + ", ".join(f"{key}={value}" for key, value in launcher.items())
-                 + " (this project's run dir is hydra.run.dir)")
+    lines.append(f"launch.nproc_per_node: {imported.gpus_per_node}, {where} (the layout the experiment was written for)")
+    launcher = ", ".join(f"{key}={shown(value)}" for key, value in experiment.meta.items())
+    lines.append(f"Read only by Primus's own launcher: {launcher} (this project's run dir is hydra.run.dir)")
     if imported.primus_only:
-        lines.append(f"# Read only by Primus itself (its logging and extensions), not imported "
+        lines.append(f"Read only by Primus itself (its logging and extensions), not imported "
                      f"({len(imported.primus_only)}):")
-        lines.extend(f"#   {key}: {_short(value)}" for key, value in imported.primus_only.items())
+        lines.extend(f"  {key}: {_short(value)}" for key, value in imported.primus_only.items())
     if imported.extra_args:
-        lines.append(f"# Passed through to {imported.backend} unchanged (backend.extra_args): {len(imported.extra_args)}")
-    lines.append(f"# Everything Primus resolved for this module, for reference: {RESOLVED_DIR}/{stem}.yaml")
-    for warning in imported.warnings:
-        lines.append(f"# Warning: {warning}")
-    return "\n".join(lines) + "\n"
+        lines.append(f"Passed through to {imported.backend} unchanged (backend.extra_args): {len(imported.extra_args)}")
+    lines.append(f"Everything Primus resolved for this module, for reference: {RESOLVED_DIR}/{stem}.yaml")
+    lines.extend(f"Warning: {warning}" for warning in imported.warnings)
+    return "\n".join([MARK] + [emit.comment(line) for line in lines]) + "\n"
 
 
 def _short(value: Any) -> str:
-    text = yaml.safe_dump(value, default_flow_style=True, width=10_000).strip().removesuffix("...").strip()
+    text = yaml.safe_dump(shown(value), default_flow_style=True, width=10_000).strip().removesuffix("...").strip()
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def write_if_ours(path: Path, text: str) -> None:
-    """Writes `path` unless a file that task=import did not write is there (then one line, nothing written)."""
-    if path.exists():
-        head = path.read_text(errors="replace").splitlines()[:2]
-        if not any(line.startswith((IMPORTED_MARK, "# Generated by task=import")) for line in head):
-            raise PrimusError(f"{path} exists and was not written by task=import; not overwritten (move it, or "
-                              f"choose another task.out)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
-def model_file(imported: Imported, source: str) -> tuple[str, str]:
-    return imported.model.name, generated_model_text(imported.model, source)
+def model_text(imported: Imported, source: str) -> str:
+    """<out>/model/<name>.yaml: the base zoo preset with the Primus numbers over it."""
+    choice = imported.model
+    changes = ", ".join(f"{key}={value}" for key, value in choice.generated.items())
+    header = "\n".join(emit.comment(line) for line in (
+        f"Generated by task=import from the Primus model preset {source}:", f"model={choice.zoo} with {changes}"))
+    where = f"model preset {source}"
+    return header + "\n" + emit.dump(emit.yaml_ready(generated_model_tree(choice), where), where)

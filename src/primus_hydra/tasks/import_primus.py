@@ -3,25 +3,36 @@
     python -m primus_hydra task=import task.source=<file or folder> [task.primus_root=<Primus checkout>]
         [task.out=./primus_conf]
 
-Reading follows Primus's own loader (migrate/primus_yaml.py); each key's canonical home is in migrate/mapping.py.
-Nothing runs and nothing but task.out is written; a file of the user's there is never overwritten.
+Reading follows Primus's own loader (migrate/primus_yaml.py, bounded by migrate/source_files.py); each key's
+canonical home is in migrate/mapping.py; every generated text goes through migrate/emit.py. An experiment is
+reported `ok` only after it composes and passes the rules every run is prepared against; its files are then
+written together, and only where migrate/ledger.py says nothing of the user's is replaced. Nothing runs, and
+nothing but task.out is written (no run dir).
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import shlex
+import shutil
+import signal
 import sys
+import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 from omegaconf import DictConfig
 
 from primus_hydra.errors import PrimusError
 from primus_hydra.tables import aligned_table
 
+PROGRESS_EVERY_S = 5.0
 
-class ImportFailedError(PrimusError):
-    exit_code = 1
+
+class ImportInterrupted(PrimusError):
+    exit_code = 130
 
 
 @dataclass
@@ -34,6 +45,7 @@ class ImportResult:
     passed_through: int = 0
     warnings: tuple = ()
     failure: str = ""
+    passed_keys: tuple = ()  # the keys passed through to the backend (backend.extra_args), for the check
 
 
 class ImportTask:
@@ -42,20 +54,28 @@ class ImportTask:
 
     def run(self) -> list[ImportResult]:
         task = self.cfg.task
-        if not task.get("source"):
-            raise PrimusError("task.source is not set: give a Primus experiment file or a folder of them "
-                              "(task.source=examples/megatron/configs/MI300X)")
-        source = Path(str(task.source)).expanduser()
-        if not source.exists():
-            raise PrimusError(f"task.source={source}: no such file or folder")
+        source = _checked_source(task.get("source"))
         root = find_primus_root(source, task.get("primus_root"))
-        out = Path(str(task.get("out") or "primus_conf")).expanduser()
+        out = _checked_out(task.get("out"))
         folder_mode = source.is_dir()
-        files = sorted(p for p in source.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file()) \
-            if folder_mode else [source]
+        files = list(source_files(source, out)) if folder_mode else [source]
         if folder_mode and not files:
             raise PrimusError(f"task.source={source}: no YAML files under it")
-        results = import_files(files, source if folder_mode else source.parent, root, out, dict(os.environ))
+        base = source if folder_mode else source.parent
+        session = ImportSession(root, out, dict(os.environ))
+        results: list[ImportResult] = []
+        progress = _Progress(len(files)) if folder_mode else None
+        try:
+            for path in files:
+                results.append(session.import_file(path, base))
+                if progress:
+                    progress.tick(results)
+        except KeyboardInterrupt:
+            written = sum(1 for result in results if result.experiment)
+            raise ImportInterrupted(f"interrupted after {len(results)} of {len(files)} file(s): {written} "
+                                    f"experiment(s) written into {out}, each whole; nothing else was changed") from None
+        finally:
+            session.close()
         failed = [result for result in results if result.failure]
         if folder_mode:
             print(summary_table(results, source))
@@ -63,11 +83,47 @@ class ImportTask:
             report_one(results[0], out)
         if failed:
             raise ImportFailedError(f"{len(failed)} of {len(results)} file(s) not imported"
-                                    + ("" if folder_mode else f": {failed[0].failure}"))
+                                    + ("" if folder_mode else f": {failed[0].source}: {failed[0].failure}"))
         if folder_mode:
-            print(f"imported {len(results)} experiment(s) into {out}; run one: python -m primus_hydra "
-                  f"--config-dir {out} experiment=<name>")
+            print(f"imported {len(results)} experiment(s) into {out}; run one: python -m primus_hydra --config-dir "
+                  f"{shlex.quote(str(out))} experiment=<name>")
         return results
+
+
+class ImportFailedError(PrimusError):
+    """Some files were not imported (each named): the user's to fix, exit 2."""
+
+
+def _checked_source(given) -> Path:
+    if given is None or not str(given).strip():
+        raise PrimusError("task.source is not set: give a Primus experiment file or a folder of them "
+                          "(task.source=examples/megatron/configs/MI300X)")
+    source = Path(str(given)).expanduser()
+    if not source.exists():
+        raise PrimusError(f"task.source={source}: no such file or folder")
+    return source
+
+
+def _checked_out(given) -> Path:
+    from primus_hydra.config.paths import writable_dir_failure
+
+    failure = writable_dir_failure("task.out", given, "give a folder to write the config dir into "
+                                                      "(task.out=primus_conf)")
+    if failure:
+        raise PrimusError(failure)
+    return Path(str(given).strip()).expanduser()
+
+
+def source_files(source: Path, out: Path) -> Iterator[Path]:
+    """Every *.yaml / *.yml under the folder, in sorted order, links to folders not followed, task.out left out
+    (an out dir inside the source is never read back as sources)."""
+    skipped = out.resolve()
+    for folder, subfolders, names in os.walk(source):
+        here = Path(folder)
+        subfolders[:] = sorted(name for name in subfolders if (here / name).resolve() != skipped)
+        for name in sorted(names):
+            if name.endswith((".yaml", ".yml")):
+                yield here / name
 
 
 def find_primus_root(source: Path, given: Optional[str]) -> Path:
@@ -84,52 +140,194 @@ def find_primus_root(source: Path, given: Optional[str]) -> Path:
 
 
 def import_files(files: list[Path], base: Path, root: Path, out: Path, environ: dict) -> list[ImportResult]:
-    from primus_hydra.migrate.mapping import FRAMEWORKS, import_module
-    from primus_hydra.migrate.primus_yaml import load_experiment, plain
-    from primus_hydra.migrate.writer import RESOLVED_DIR, experiment_text, resolved_text, write_if_ours
+    """Each file imported into `out` (names relative to `base`), as task=import does."""
+    session = ImportSession(root, out, environ)
+    try:
+        return [session.import_file(path, base) for path in files]
+    finally:
+        session.close()
 
-    cache: dict = {}
-    written: dict[str, str] = {}  # model files written by this import: name -> text
-    results = []
-    for path in files:
+
+class ImportSession:
+    """One import run: the files read, the names taken, the config dir's ledger and the staging folder in which
+    each experiment is composed before its files are written."""
+
+    def __init__(self, root: Path, out: Path, environ: dict):
+        from primus_hydra.migrate.ledger import Ledger
+
+        self.root, self.out, self.environ = root, out, environ
+        self.ledger = Ledger(out)
+        self.cache: dict = {}
+        self.names: dict[str, Path] = {}  # experiment name -> the source it was imported from, this run
+        self.models: dict[str, str] = {}  # generated model name -> its text, this run
+        self.staging = Path(tempfile.mkdtemp(prefix="primus_import_"))
+
+    def close(self) -> None:
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+    def import_file(self, path: Path, base: Path) -> ImportResult:
         result = ImportResult(path)
         try:
-            experiment = load_experiment(path, root, environ, cache, FRAMEWORKS)
-            if len(experiment.modules) != 1:
-                raise PrimusError(f"{path}: {len(experiment.modules)} trainer modules; an experiment here trains one")
-            module = experiment.modules[0]
-            imported = import_module(module, root, environ, gpus_per_node(experiment))
-            imported.warnings[:0] = experiment.warnings
-            name = path.relative_to(base).with_suffix("").as_posix()
-            if imported.model.name:
-                write_model_file(imported, f"{module.framework}/{plain(module.model)}", out, written)
-            target = out / "experiment" / f"{name}.yaml"
-            write_if_ours(target, experiment_text(experiment, module, imported, name, out))
-            write_if_ours(out / RESOLVED_DIR / f"{name}.yaml", resolved_text(experiment, module))
-            result.experiment, result.name, result.backend = target, name, imported.backend
-            result.model, result.passed_through = imported.model.preset, len(imported.extra_args)
-            result.warnings = tuple(imported.warnings)
+            self._import(path, base, result)
         except PrimusError as error:
             result.failure = str(error).replace(f"{path}: ", "", 1)
-        results.append(result)
-    return results
+        except RecursionError:
+            result.failure = "nested too deeply to read"
+        except Exception as error:  # noqa: BLE001 - one file's bug must not abort a folder's other files
+            result.failure = f"not imported: {type(error).__name__}: {error} (a bug of task=import: please report it)"
+        return result
+
+    def _import(self, path: Path, base: Path, result: ImportResult) -> None:
+        from primus_hydra.migrate.mapping import FRAMEWORKS, import_module
+        from primus_hydra.migrate.primus_yaml import load_experiment
+        from primus_hydra.migrate.writer import RESOLVED_DIR, experiment_text, resolved_text
+
+        name = experiment_name(path, base)
+        experiment = load_experiment(path, self.root, self.environ, self.cache, FRAMEWORKS)
+        if len(experiment.modules) != 1:
+            raise PrimusError(f"{path}: {len(experiment.modules)} trainer modules; an experiment here trains one")
+        module = experiment.modules[0]
+        imported = import_module(module, self.root, self.environ, gpus_per_node(experiment))
+        imported.warnings[:0] = experiment.warnings
+        if name in self.names:
+            raise PrimusError(f"experiment={name} is already the import of {self.names[name]} (this run); a name holds "
+                              f"one experiment: rename one of the two files")
+        source = str(path.resolve())
+        model = self._model_file(imported, module) if imported.model.name else None
+        files = {f"experiment/{name}.yaml": (experiment_text(experiment, module, imported, name, self.out), False)}
+        resolved, private = resolved_text(experiment, module)
+        files[f"{RESOLVED_DIR}/{name}.yaml"] = (resolved, private)
+        for relative in files:
+            self._check_replaceable(relative, source)
+        self._check_composes(name, files, model)
+        with _interrupt_deferred():
+            if model and not self.ledger.holds(*model):
+                self.ledger.write(*model, source=f"{module.framework}/{module.config}")
+            for relative, (text, private) in files.items():
+                self.ledger.write(relative, text, source, private=private)
+        self.names[name] = path
+        result.experiment, result.name, result.backend = self.out / f"experiment/{name}.yaml", name, imported.backend
+        result.model, result.passed_through = imported.model.preset, len(imported.extra_args)
+        result.warnings, result.passed_keys = tuple(imported.warnings), tuple(imported.extra_args)
+
+    def _check_replaceable(self, relative: str, source: str) -> None:
+        state = self.ledger.state(relative)
+        if state == "kept":
+            raise PrimusError(f"{self.out / relative} exists and is not what task=import wrote (edited since, or "
+                              f"yours); kept, not overwritten (move it, or choose another task.out)")
+        if state == "ours" and self.ledger.source_of(relative) != source:
+            raise PrimusError(f"{self.out / relative} holds the import of {self.ledger.source_of(relative)}; not "
+                              f"replaced by this file's (import their common folder, or choose another task.out)")
+
+    def _model_file(self, imported, module) -> tuple[str, str]:
+        """(relative path, text) of the generated model: the name it had, unless a file of that name holds other
+        numbers (then the name ends in a digest of them): a model file never changes once written."""
+        from primus_hydra.migrate.ledger import digest
+        from primus_hydra.migrate.writer import model_text
+
+        source = _plain_name(module.model)
+        base_name = imported.model.name
+        for name in (base_name, f"{base_name}_{digest(model_text(imported, source))[:8]}"):
+            imported.model.name = name
+            text, relative = model_text(imported, source), f"model/{name}.yaml"
+            ours = self.ledger.holds(relative, text) or self.models.get(name) == text
+            if ours or (self.ledger.state(relative) == "absent" and name not in self.models):
+                self.models[name] = text
+                return relative, text
+        raise PrimusError(f"{self.out / relative} exists with other numbers and is not task=import's; not replaced")
+
+    def _check_composes(self, name: str, files: dict, model: Optional[tuple]) -> None:
+        """The experiment composes from the config dir it is written into and passes the rules every run is
+        prepared against (those that depend on no machine); else one line, and nothing is written."""
+        from primus_hydra.migrate.ledger import _atomic_write
+
+        for relative, (text, _) in [*files.items(), *([(model[0], (model[1], False))] if model else [])]:
+            if relative.startswith(("experiment/", "model/")):
+                _atomic_write(self.staging / relative, text, 0o600)
+        failure = composition_failure(name, self.staging)
+        if failure:
+            raise PrimusError(f"the imported experiment does not compose: {failure}")
 
 
-def write_model_file(imported, source: str, out: Path, written: dict) -> None:
-    """<out>/model/<name>.yaml; two different generated models of one name in one import get distinct names
-    (the second one's name ends in a digest of its numbers), so that neither experiment's model changes."""
-    import hashlib
+def compose_imported(name: str, config_dir: Path, *extra: str) -> DictConfig:
+    """experiment=<name> composed as `--config-dir config_dir` composes it, without touching Hydra's global state
+    (a task=import runs inside the command line's own Hydra app)."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.utils import create_config_search_path
+    from hydra.types import RunMode
 
-    from primus_hydra.migrate.writer import model_file, write_if_ours
+    from primus_hydra.config.paths import find_conf_dir
+    from primus_hydra.config.schema import register_schemas
+    from primus_hydra.migrate.writer import hydra_value
 
-    name, text = model_file(imported, source)
-    body = text.split("\n", 2)[-1]  # without the header, which names the source
-    if name in written and written[name] != body:
-        imported.model.name = f"{name}_{hashlib.sha1(body.encode()).hexdigest()[:6]}"
-        name, text = model_file(imported, source)
-        body = text.split("\n", 2)[-1]
-    written[name] = body
-    write_if_ours(out / "model" / f"{name}.yaml", text)
+    register_schemas()
+    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(find_conf_dir()))
+    overrides = [f"experiment={hydra_value(name)}", f"hydra.searchpath=[{hydra_value('file://' + str(Path(config_dir).resolve()))}]",
+                 *extra]
+    return loader.load_configuration("config", overrides, RunMode.RUN)
+
+
+def composition_failure(name: str, config_dir: Path) -> Optional[str]:
+    """Why `experiment=<name>` from `config_dir` does not compose and validate (None: it does)."""
+    from primus_hydra.config.error_format import format_compose_error, is_compose_error
+    from primus_hydra.orchestrator.prepare import prepare, without_hydra_node
+
+    try:
+        prepare(without_hydra_node(compose_imported(name, config_dir)), on_this_machine=False, trains=False)
+    except PrimusError as error:
+        return "; ".join(str(error).splitlines())
+    except Exception as error:  # noqa: BLE001 - a composition error: reported as the check's result
+        if is_compose_error(error):
+            return format_compose_error(error)
+        return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    return None
+
+
+def experiment_name(path: Path, base: Path) -> str:
+    name = path.relative_to(base).with_suffix("").as_posix()
+    if any(not char.isprintable() for char in name):
+        raise PrimusError(f"{path!r}: its name holds a control character, which no experiment name may hold; rename "
+                          f"the file")
+    return name
+
+
+def _plain_name(value) -> str:
+    from primus_hydra.migrate.primus_yaml import plain
+
+    return str(plain(value))
+
+
+@contextlib.contextmanager
+def _interrupt_deferred() -> Iterator[None]:
+    """Ctrl-C while an experiment's files are written takes effect after the last of them: each is whole."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received = []
+    previous = signal.signal(signal.SIGINT, lambda *_: received.append(True))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        raise KeyboardInterrupt
+
+
+class _Progress:
+    """A line on stderr every few seconds while a folder imports."""
+
+    def __init__(self, total: int):
+        self.total, self.last = total, time.monotonic()
+
+    def tick(self, results: list[ImportResult]) -> None:
+        now = time.monotonic()
+        if now - self.last >= PROGRESS_EVERY_S and len(results) < self.total:
+            self.last = now
+            ok = sum(1 for result in results if not result.failure)
+            print(f"task=import: {len(results)} of {self.total} file(s) read, {ok} imported", file=sys.stderr,
+                  flush=True)
 
 
 def gpus_per_node(experiment) -> int:
@@ -139,54 +337,54 @@ def gpus_per_node(experiment) -> int:
 
     value = plain(experiment.env.get("GPUS_PER_NODE", GPUS_PER_NODE))
     try:
+        if isinstance(value, bool) or int(value) < 1:
+            raise ValueError
         return int(value)
     except (TypeError, ValueError):
         raise PrimusError(f"{experiment.path}: env GPUS_PER_NODE={value!r} is not a number of GPUs") from None
 
 
 def report_one(result: ImportResult, out: Path) -> None:
+    from primus_hydra.migrate.emit import comment
+    from primus_hydra.migrate.writer import run_command
+
     for warning in result.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+        print(f"warning: {comment(warning)[2:]}", file=sys.stderr)
     if result.failure:
         return
     print(f"wrote {result.experiment} (backend={result.backend}, model={result.model}, "
           f"{result.passed_through} key(s) passed through)")
-    print(f"run it: python -m primus_hydra --config-dir {out} experiment={result.name}")
+    print(f"run it: {run_command(out, result.name)}")
 
 
 def summary_table(results: list[ImportResult], base: Path) -> str:
+    from primus_hydra.migrate.emit import comment
+
     rows = []
     for result in results:
         status = f"skipped: {result.failure}" if result.failure else \
             ("ok" + (f", {len(result.warnings)} warning(s)" if result.warnings else ""))
-        rows.append((result.source.relative_to(base).as_posix(), result.backend, result.model,
-                     str(result.passed_through) if not result.failure else "-", status))
+        rows.append((comment(result.source.relative_to(base).as_posix())[2:], result.backend, result.model,
+                     str(result.passed_through) if not result.failure else "-", comment(status)[2:]))
     return aligned_table(("file", "backend", "model", "passed through", "status"), rows, rule=True)
 
 
-def dry_run_mismatches(name: str, out, framework: str, primus: dict, run_dir, gpus: int = 8) -> list[str]:
+def dry_run_mismatches(name: str, out, framework: str, primus: dict, run_dir, gpus: int = 8,
+                       passed: tuple = ()) -> list[str]:
     """Composes experiment=<name> from the config dir `out` (as `--config-dir out` does), dry-runs it into run_dir
-    and compares its exported arguments with Primus's; a run that fails is one entry saying why."""
-    from pathlib import Path
-
+    and compares its exported arguments with Primus's (the checked keys, and `passed`: the keys passed through);
+    a run that fails is one entry saying why."""
     import yaml
-    from hydra import compose, initialize_config_dir
 
-    from primus_hydra.config.paths import find_conf_dir
-    from primus_hydra.config.schema import register_schemas
     from primus_hydra.migrate.check import mismatches
     from primus_hydra.runtime.train_runtime import DRY_RUN_FILE
     from primus_hydra.tasks.train import TrainTask
 
-    register_schemas()
-    overrides = [f"experiment={name}", "task.dry_run=true", f"hydra.searchpath=[file://{Path(out).resolve()}]"]
     try:
-        with initialize_config_dir(config_dir=find_conf_dir(), version_base="1.3"):
-            cfg = compose(config_name="config", overrides=overrides)
-        TrainTask(cfg, run_dir=Path(run_dir)).run()
+        TrainTask(compose_imported(name, Path(out), "task.dry_run=true"), run_dir=Path(run_dir)).run()
     except PrimusError as error:
         return [f"dry run failed: {str(error).splitlines()[0]}"]
     except Exception as error:  # noqa: BLE001 - composition errors: reported as the check's result
         return [f"dry run failed: {type(error).__name__}: {str(error).splitlines()[0]}"]
     exported = yaml.safe_load((Path(run_dir) / DRY_RUN_FILE).read_text())
-    return mismatches(framework, primus, exported, gpus)
+    return mismatches(framework, primus, exported, gpus, passed)

@@ -133,12 +133,13 @@ def training_config(cfg: DictConfig, layout: ParallelLayout) -> dict:
 
 def mesh_config(cfg: DictConfig, layout: ParallelLayout) -> dict:
     p, nnodes = cfg.module.parallel, cfg.launch.nnodes
-    data_degree = layout.dp // p.ep  # Megatron carves ep out of dp; MaxText gives experts their own mesh axis
-    per_node = data_degree // nnodes if data_degree % nnodes == 0 else -1  # -1: MaxText fills the axis itself
+    # the data (or fsdp) axis takes what the other axes leave of a node's devices: -1, MaxText's "the rest", so the
+    # same config runs on another device count, as a Primus experiment's -1 does (ep is carved out of dp, as in
+    # Megatron, and has its own mesh axis in MaxText)
     return {
         "dcn_data_parallelism": nnodes,
-        "ici_data_parallelism": 1 if p.fsdp else per_node,
-        "ici_fsdp_parallelism": per_node if p.fsdp else 1,
+        "ici_data_parallelism": 1 if p.fsdp else -1,
+        "ici_fsdp_parallelism": -1 if p.fsdp else 1,
         "ici_tensor_parallelism": p.tp,
         "ici_pipeline_parallelism": p.pp,
         "ici_context_parallelism": p.cp,
