@@ -23,7 +23,6 @@ from primus_hydra.migrate.primus_yaml import ENV_REFERENCE, EnvString, EnvValue
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 HYDRA_KEY = re.compile(r"hydra|_[A-Za-z]+_")  # hydra's node, _target_, _recursive_, _convert_, _args_, _partial_
-_DECODABLE_TEXT = re.compile(r"[\w./@+-]+")
 _LOADER = get_yaml_loader()
 
 
@@ -58,8 +57,6 @@ def _decode_text(value: Any) -> str | None:
         text = "true" if value else "false"
     elif isinstance(value, (int, float)):
         text = repr(value)
-    elif isinstance(value, str) and _DECODABLE_TEXT.fullmatch(value):
-        text = value
     else:
         return None
     decoded = OmegaConf.create({"x": "${oc.decode:" + quoted(text) + "}"}).x
@@ -68,34 +65,40 @@ def _decode_text(value: Any) -> str | None:
 
 def _checked_name(var: str, where: str) -> str:
     if not ENV_NAME.fullmatch(var):
-        raise PrimusError(f"{where}: ${{{var}...}} does not name an environment variable (letters, digits and _ "
-                          f"only); not imported")
+        raise PrimusError(f"{where}: ${{{var}...}} reads an environment variable of a name a shell cannot set, and "
+                          f"it is set here; not imported")
     return var
 
 
 def env_read(value: EnvValue, where: str) -> Interpolation:
-    """`${VAR:default}` as an OmegaConf environment read that gives what Primus gives with VAR unset: decoded (a
-    number, boolean or null, and the text a variable then holds typed) where some text decodes to that value, else
-    the text itself."""
+    """`${VAR:default}` as an OmegaConf environment read that gives what Primus gives with VAR unset: decoded where
+    that is a number, a boolean or null (the variable's text is then typed), else text."""
+    if not ENV_NAME.fullmatch(value.var) and not value.from_environment:
+        return yaml_ready(value.value, where)  # `${oc.env:X}` in a Primus file is Primus's ${VAR:default}: the default
     var = _checked_name(value.var, where)
     if value.default is None:  # `${VAR}`: required, as Primus requires it
         form = "${oc.env:" + var + "}"
         return Interpolation(form if isinstance(value.value, str) else "${oc.decode:" + form + "}")
+    if isinstance(value.unset_value, str):  # text: whatever the variable holds is passed as text (a token too)
+        return Interpolation("${oc.env:" + var + "," + quoted(value.unset_value) + "}")
     text = _decode_text(value.unset_value)
-    if text is not None:
-        return Interpolation("${oc.decode:${oc.env:" + var + "," + quoted(text) + "}}")
-    if not isinstance(value.unset_value, str):  # Primus's types all have a decodable text; kept as a guard
+    if text is None:  # Primus's types all have a decodable text; kept as a guard
         raise PrimusError(f"{where}: ${{{var}:{value.default}}} cannot be written as an environment read")
-    return Interpolation("${oc.env:" + var + "," + quoted(value.unset_value) + "}")
+    return Interpolation("${oc.decode:${oc.env:" + var + "," + quoted(text) + "}}")
 
 
 def env_string(value: EnvString, where: str) -> Interpolation:
     """Text with `${VAR:default}` inside, as OmegaConf string interpolation of the same environment reads."""
     parts, last = [], 0
     for match in ENV_REFERENCE.finditer(value.template):
-        parts.append(escape_text(value.template[last:match.start()]))
-        var, default = _checked_name(match.group(1), where), match.group(2)
-        parts.append("${oc.env:" + var + ("," + quoted(default) if default is not None else "") + "}")
+        # backslashes right before an interpolation escape it in OmegaConf: doubled, they stay backslashes
+        parts.append(re.sub(r"(\\+)\Z", r"\1\1", escape_text(value.template[last:match.start()])))
+        var, default = match.group(1), match.group(2)
+        if not ENV_NAME.fullmatch(var) and default is not None and not value.from_environment:
+            parts.append(escape_text(default))  # no variable a shell can set: Primus uses the default
+        else:
+            var = _checked_name(var, where)
+            parts.append("${oc.env:" + var + ("," + quoted(default) if default is not None else "") + "}")
         last = match.end()
     parts.append(escape_text(value.template[last:]))
     return Interpolation("".join(parts))
