@@ -42,6 +42,10 @@ def primus_own(path: Path, environ: dict):
         os.environ.update(saved)
 
 
+def read_params(path: Path, root: Path, environ: dict) -> dict:
+    return plain(load_experiment(path, root, environ).modules[0].params)
+
+
 def outcome(function, *args):
     try:
         return ("ok", function(*args))
@@ -66,7 +70,7 @@ def main() -> None:
         maker = TreeMaker(index)
         path = maker.write(root, index)
         primus = outcome(primus_own, path, maker.environ)
-        ours = outcome(lambda: plain(load_experiment(path, root, maker.environ).modules[0].params))
+        ours = outcome(read_params, path, root, maker.environ)
         reference = outcome(primus_params, path, root, maker.environ)
         ours_agree += agree(ours, primus)
         refused += primus[0] == "refused"

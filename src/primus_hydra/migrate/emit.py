@@ -18,6 +18,7 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf._utils import get_yaml_loader
 
+from primus_hydra.config.secrets import is_secret_name
 from primus_hydra.errors import PrimusError
 from primus_hydra.migrate.primus_yaml import ENV_REFERENCE, EnvString, EnvValue
 
@@ -52,15 +53,23 @@ def quoted(text: str) -> str:
 def _decode_text(value: Any) -> str | None:
     """Text that OmegaConf's oc.decode turns into `value` exactly (None: no such text)."""
     if value is None:
-        text = "null"
+        candidates = ["null"]
     elif isinstance(value, bool):
-        text = "true" if value else "false"
+        candidates = ["true" if value else "false"]
     elif isinstance(value, (int, float)):
-        text = repr(value)
+        candidates = [repr(value)]
+    elif isinstance(value, str):
+        candidates = [value, quoted(value)]  # as it is where it decodes to itself, else a quoted literal
     else:
         return None
-    decoded = OmegaConf.create({"x": "${oc.decode:" + quoted(text) + "}"}).x
-    return text if same_value(decoded, value) else None
+    for text in candidates:
+        try:
+            decoded = OmegaConf.create({"x": "${oc.decode:" + quoted(text) + "}"}).x
+        except Exception:  # noqa: BLE001 - text oc.decode cannot parse (``, `a,b`): try the next
+            continue
+        if same_value(decoded, value):
+            return text
+    return None
 
 
 def _checked_name(var: str, where: str) -> str:
@@ -71,17 +80,18 @@ def _checked_name(var: str, where: str) -> str:
 
 
 def env_read(value: EnvValue, where: str) -> Interpolation:
-    """`${VAR:default}` as an OmegaConf environment read that gives what Primus gives with VAR unset: decoded where
-    that is a number, a boolean or null (the variable's text is then typed), else text."""
+    """`${VAR:default}` as an OmegaConf environment read that gives what Primus gives with VAR unset, decoded so
+    that the variable's text is typed as Primus types it (but for the text the two type differently: `+5`,
+    `1_000`, `nan`, `NULL`, `007`); a variable named as a secret is passed as its text."""
     if not ENV_NAME.fullmatch(value.var) and not value.from_environment:
         return yaml_ready(value.value, where)  # `${oc.env:X}` in a Primus file is Primus's ${VAR:default}: the default
     var = _checked_name(value.var, where)
     if value.default is None:  # `${VAR}`: required, as Primus requires it
         form = "${oc.env:" + var + "}"
         return Interpolation(form if isinstance(value.value, str) else "${oc.decode:" + form + "}")
-    if isinstance(value.unset_value, str):  # text: whatever the variable holds is passed as text (a token too)
-        return Interpolation("${oc.env:" + var + "," + quoted(value.unset_value) + "}")
     text = _decode_text(value.unset_value)
+    if isinstance(value.unset_value, str) and is_secret_name(var):  # a token is passed as the text it is
+        return Interpolation("${oc.env:" + var + "," + quoted(value.unset_value) + "}")
     if text is None:  # Primus's types all have a decodable text; kept as a guard
         raise PrimusError(f"{where}: ${{{var}:{value.default}}} cannot be written as an environment read")
     return Interpolation("${oc.decode:${oc.env:" + var + "," + quoted(text) + "}}")

@@ -71,8 +71,7 @@ class ImportTask:
                 if progress:
                     progress.tick(results)
         except KeyboardInterrupt:
-            written = sum(1 for result in results if result.experiment)
-            raise ImportInterrupted(f"interrupted after {len(results)} of {len(files)} file(s): {written} "
+            raise ImportInterrupted(f"interrupted after {len(results)} of {len(files)} file(s): {session.written} "
                                     f"experiment(s) written into {out}, each whole; nothing else was changed") from None
         finally:
             session.close()
@@ -160,6 +159,7 @@ class ImportSession:
         self.cache: dict = {}
         self.names: dict[str, Path] = {}  # experiment name -> the source it was imported from, this run
         self.models: dict[str, str] = {}  # generated model name -> its text, this run
+        self.written = 0  # experiments written, each with its files
         self.staging = Path(tempfile.mkdtemp(prefix="primus_import_"))
 
     def close(self) -> None:
@@ -205,6 +205,7 @@ class ImportSession:
                 self.ledger.write(*model, source=f"{module.framework}/{module.config}")
             for relative, (text, private) in files.items():
                 self.ledger.write(relative, text, source, private=private)
+            self.written += 1
         self.names[name] = path
         result.experiment, result.name, result.backend = self.out / f"experiment/{name}.yaml", name, imported.backend
         result.model, result.passed_through = imported.model.preset, len(imported.extra_args)
