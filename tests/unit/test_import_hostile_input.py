@@ -128,8 +128,9 @@ def test_environment_values_stay_environment_reads_and_secrets_are_redacted(tree
     resolved = out / "primus_resolved" / "s.yaml"
     assert yaml.safe_load(resolved.read_text())["wandb_api_key"] == "<redacted>"
     assert yaml.safe_load(resolved.read_text())["seq_length"] == 2048  # from the environment, not secret
-    assert stat.S_IMODE(resolved.stat().st_mode) == 0o600
-    assert stat.S_IMODE(result.experiment.stat().st_mode) == 0o644  # reads the environment; holds none of it
+    assert stat.S_IMODE(resolved.stat().st_mode) == stat.S_IMODE(result.experiment.stat().st_mode) == 0o600
+    plain_file = import_one(tree, experiment(tmp_path, "p.yaml", META + TRAINER), tmp_path / "out3")
+    assert stat.S_IMODE(plain_file.experiment.stat().st_mode) == 0o644  # nothing from the environment
 
 
 # -- resource bombs and odd files ------------------------------------------------------------------------------------

@@ -36,23 +36,19 @@ def hydra_value(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def resolved_text(experiment: PrimusExperiment, module: TrainerModule) -> tuple[str, bool]:
-    """The reference file, and whether it holds anything read from the environment (then it is written 0600).
-    A value read from the environment under a secret-looking name is `<redacted>`."""
-    holds_environment = False
-
+def resolved_text(experiment: PrimusExperiment, module: TrainerModule) -> str:
+    """The reference file: every value as Primus resolves it, but a value read from the environment under a
+    secret-looking name, which is `<redacted>`."""
     def value_of(path: tuple, value: Any) -> Any:
-        nonlocal holds_environment
-        if isinstance(value, (EnvValue, EnvString)) and value.from_environment:
-            holds_environment = True
-            return REDACTED if is_secret_path(path) else plain(value)
+        if isinstance(value, (EnvValue, EnvString)) and value.from_environment and is_secret_path(path):
+            return REDACTED
         return plain(value)
 
     tree = _map_leaves(module.params, value_of)
     header = emit.comment(f"{IMPORTED_MARK[2:]}: modules.{module.name} of {experiment.path} as Primus's loader "
                           f"resolves it (module preset, model preset, overrides), for reference; nothing reads it")
     where = f"{experiment.path}: modules.{module.name}"
-    return header + "\n" + emit.dump(emit.yaml_ready(tree, where), where), holds_environment
+    return header + "\n" + emit.dump(emit.yaml_ready(tree, where), where)
 
 
 def _map_leaves(node: Any, value_of, path: tuple = ()) -> Any:

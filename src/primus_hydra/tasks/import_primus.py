@@ -179,7 +179,7 @@ class ImportSession:
 
     def _import(self, path: Path, base: Path, result: ImportResult) -> None:
         from primus_hydra.migrate.mapping import FRAMEWORKS, import_module
-        from primus_hydra.migrate.primus_yaml import load_experiment
+        from primus_hydra.migrate.primus_yaml import from_environment, load_experiment
         from primus_hydra.migrate.writer import RESOLVED_DIR, experiment_text, resolved_text
 
         name = experiment_name(path, base)
@@ -193,16 +193,18 @@ class ImportSession:
             raise PrimusError(f"experiment={name} is already the import of {self.names[name]} (this run); a name holds "
                               f"one experiment: rename one of the two files")
         source = str(path.resolve())
+        # a file that holds anything decided by a variable that was set (a model chosen by $PRIMUS_MODEL, numbers
+        # the translation had to convert) is the user's only: 0600
+        private = any(from_environment(part) for part in (module.params, module.model, experiment.env))
         model = self._model_file(imported, module) if imported.model.name else None
-        files = {f"experiment/{name}.yaml": (experiment_text(experiment, module, imported, name, self.out), False)}
-        resolved, private = resolved_text(experiment, module)
-        files[f"{RESOLVED_DIR}/{name}.yaml"] = (resolved, private)
+        files = {f"experiment/{name}.yaml": (experiment_text(experiment, module, imported, name, self.out), private)}
+        files[f"{RESOLVED_DIR}/{name}.yaml"] = (resolved_text(experiment, module), private)
         for relative in files:
             self._check_replaceable(relative, source)
         self._check_composes(name, files, model)
         with _interrupt_deferred():
             if model and not self.ledger.holds(*model):
-                self.ledger.write(*model, source=f"{module.framework}/{module.config}")
+                self.ledger.write(*model, source=f"{module.framework}/{module.config}", private=private)
             for relative, (text, private) in files.items():
                 self.ledger.write(relative, text, source, private=private)
             self.written += 1
