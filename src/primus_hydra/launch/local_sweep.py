@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from primus_hydra.config.error_format import stop_with, user_error_lines
 from primus_hydra.config.paths import hydra_job_dir
 from primus_hydra.config.targets import task_class_of
-from primus_hydra.errors import SweepPointsFailed
+from primus_hydra.errors import PrimusError, SweepPointFailed, SweepPointsFailed
 from primus_hydra.launch.basic_sweep import save_sweep_record
 from primus_hydra.launch.sweep_compose import SweepComposer
 from primus_hydra.launch.sweep_labels import fixed_overrides, point_label, shown, varying_overrides
@@ -154,12 +154,20 @@ class LocalSweep:
 
     def run_here(self, points: list) -> list:
         """A task that only computes and prints (task=plan) runs its points in this process, one after the other:
-        no run dirs, no point processes, milliseconds a point."""
+        no run dirs, no point processes, milliseconds a point. A point whose run ends in a user error (a search
+        that finds no layout) prints its line and is a failed result; the points after it still run."""
         returns = []
         for point in points:
             task = task_class_of(point.config)(point.prepared.cfg, job=point.prepared,
                                               point={"num": point.job, "overrides": point.overrides})
-            returns.append(self._job_return(point, task.run(), ok=True))
+            try:
+                returns.append(self._job_return(point, task.run(), ok=True))
+            except PrimusError as error:
+                label = f"[job {point.job}: {shown(point.shown)}] "
+                lines = user_error_lines(error)
+                say("\n".join(f"error: {label}{line}" for line in lines))
+                failed = SweepPointFailed(f"{label}{' '.join(lines)}", error.exit_code)
+                returns.append(self._job_return(point, failed, ok=False))
         return returns
 
     def probe(self, points: list, plan):

@@ -42,6 +42,12 @@ class Hardware:
     def usable_memory_gib(self) -> float:
         return self.memory_gib * self.usable_memory_fraction
 
+    @property
+    def device_word(self) -> str:
+        """What one rank runs on, as the report names it: a GPU, or on the cpu entry a rank (a process sharing the
+        host's cores and memory with the node's other ranks)."""
+        return {"nvidia": "GPU", "amd": "GPU", "cpu": "rank"}.get(self.vendor, "device")
+
 
 def hardware_entries() -> list[str]:
     return sorted(path.stem for path in (Path(find_conf_dir()) / "hardware").glob("*.yaml"))
@@ -102,6 +108,8 @@ def resolve_hardware(entry: Any, *, precision: str, threads_per_rank: int, host_
     bandwidth = float(entry.memory_bandwidth_gbps)
     if entry.vendor == "cpu":  # the cpu entry gives one core's share: a rank streams with all of its threads
         bandwidth *= threads_per_rank
+    _check_resolved(entry, peak=float(peak), source=source, memory=float(memory), op_us=float(op_us),
+                    dtensor_us=float(dtensor_us))
     return Hardware(
         name=str(entry.name), vendor=str(entry.vendor), memory_gib=float(memory), peak_tflops=float(peak),
         peak_source=source, memory_bandwidth_gbps=bandwidth,
@@ -113,6 +121,25 @@ def resolve_hardware(entry: Any, *, precision: str, threads_per_rank: int, host_
         runtime_overhead_gib=float(entry.runtime_overhead_gib), op_overhead_us=float(op_us),
         dtensor_op_overhead_us=float(dtensor_us), overlaps_communication=bool(entry.overlaps_communication),
     )
+
+
+def _check_resolved(entry: Any, *, peak: float, source: str, memory: float, op_us: float, dtensor_us: float) -> None:
+    """The numbers that did not come from the entry (measured on this CPU, read from the measurement cache, the
+    host's memory) in the ranges the entry's own numbers are held to (a stale or damaged cache, a host without
+    memory to spare): one line naming where each came from."""
+    from primus_hydra.config.schema_hardware import HARDWARE_RANGES, PEAK_RANGE, out_of_range
+
+    checks = [(f"the peak ({source})", peak, PEAK_RANGE),
+              ("the memory per rank (hardware.memory_gib, or the host's available memory over its ranks)", memory,
+               HARDWARE_RANGES["memory_gib"]),
+              ("one op's host overhead (hardware.op_overhead_us, or the measured dispatch x op_dispatches)", op_us,
+               HARDWARE_RANGES["op_overhead_us"]),
+              ("one DTensor op's host overhead (hardware.dtensor_op_overhead_us, or the measured dispatch x "
+               "dtensor_op_dispatches)", dtensor_us, HARDWARE_RANGES["dtensor_op_overhead_us"])]
+    failures = [line for line in (out_of_range(f"hardware={entry.name}: {what}", value, allowed)
+                                  for what, value, allowed in checks) if line]
+    if failures:
+        raise ConfigValidationError(failures)
 
 
 OP_DISPATCH = "op_dispatch_us"  # the cache's key for measure_op_dispatch_us

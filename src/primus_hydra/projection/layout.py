@@ -7,6 +7,13 @@ from typing import Any, Optional
 from primus_hydra.config.layout import data_parallel_size, gradient_accumulation
 
 MEGATRON_LIKE = ("megatron", "megatron_bridge")
+# World sizes beyond real clusters. The largest built for training hold about 200,000 accelerators (2025) and the
+# step-time model (one ring per group, each device's share of its node's NICs, no congestion, no failures) was
+# checked on nothing near that: above LARGE_WORLD a projection is made but comes with a warning (most often a
+# typo: launch.nnodes=100000). Above MAX_WORLD it is refused: nothing that large exists, and the search's work
+# (divisors of the node, the smallest-world hint's sizes) grows with it.
+LARGE_WORLD = 1 << 18  # 262,144 ranks
+MAX_WORLD = 1 << 20  # 1,048,576 ranks
 VOCAB_PAD = {"megatron": 128, "megatron_bridge": 128}  # make_vocab_size_divisible_by
 
 

@@ -1,6 +1,7 @@
 """One projection: the config's layout on its world size, for one hardware entry, as the JSON task=projection prints."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,11 +30,12 @@ class Projection:
 
     @property
     def tokens_per_s(self) -> float:
-        return self.tokens_per_step / self.time.total
+        return self.tokens_per_step / self.time.total if self.time.total > 0 else math.inf  # refused when printed
 
     @property
     def mfu(self) -> float:
-        return self.flops_per_step / (self.time.total * self.layout.world * self.hardware.peak_tflops * 1e12)
+        available = self.time.total * self.layout.world * self.hardware.peak_tflops * 1e12
+        return self.flops_per_step / available if available > 0 else math.inf
 
     def to_dict(self) -> dict:
         layout = self.layout

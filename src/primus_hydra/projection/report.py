@@ -25,13 +25,14 @@ def describe(projection: Projection, model_name: str) -> str:
     comm = time["communication"]
     exposed = ", ".join(f"{key} {value:.3g}" for key, value in comm.items() if key != "total" and value > 0) or "none"
     hardware = projection.hardware
+    device = hardware.device_word
     verdict = "fits" if projection.fits else "DOES NOT FIT"
     return "\n".join([
         f"projection: {model_name}, backend={projection.layout.backend}, {projection.layout.precision}, "
         f"{projection.layout.world} x {hardware.name} ({layout_label(projection)})",
-        f"  parameters      {data['parameters']:,} total, {data['parameters_per_gpu']:,} on the most loaded GPU "
+        f"  parameters      {data['parameters']:,} total, {data['parameters_per_gpu']:,} on the most loaded {device} "
         f"(pipeline stage {data['most_loaded_stage']})",
-        f"  memory per GPU  weights {memory['weights']:.2f} + gradients {memory['gradients']:.2f} + optimizer "
+        f"  {'memory per ' + device:<15} weights {memory['weights']:.2f} + gradients {memory['gradients']:.2f} + optimizer "
         f"{memory['optimizer']:.2f} + activations {memory['activations']:.2f} + overhead {memory['overhead']:.2f} "
         f"= {memory['total']:.2f} GiB of {data['usable_memory_gib']:.1f} usable: {verdict}",
         f"  step            {time['total']:.4g} s = compute {time['compute']:.4g} + optimizer {time['optimizer']:.3g} "
@@ -42,7 +43,8 @@ def describe(projection: Projection, model_name: str) -> str:
 
 
 def search_table(ranked: list) -> str:
-    header = ["#", "tp", "pp", "vpp", "cp", "ep", "dp", "mb", "state", "recompute", "GiB/GPU", "tokens/s", "MFU"]
+    device = ranked[0].projection.hardware.device_word if ranked else "GPU"
+    header = ["#", "tp", "pp", "vpp", "cp", "ep", "dp", "mb", "state", "recompute", f"GiB/{device}", "tokens/s", "MFU"]
     rows = []
     for index, entry in enumerate(ranked, 1):
         p, layout = entry.projection, entry.projection.layout

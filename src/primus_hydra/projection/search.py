@@ -5,24 +5,31 @@ that halves-divides the sequence; pp over the divisors of the layer count, with 
 the interleaved schedule applies, and (megatron) powers of two with a lighter first stage where they do not divide; ep over the divisors of the expert count; the data-parallel rest; micro batches
 that divide the global batch; the backend's ways of sharding state (megatron: distributed optimizer or FSDP;
 torch and torchtitan: DDP or FSDP2); and the least recompute that fits (recompute only ever slows a step).
+backend=torch gets no cp or ep and pp only alone: what its adapter runs.
 The cheap rules prune; the ranked layouts are then checked, best first, with the real run's validation
 (orchestrator/prepare.py) until enough pass: the search never proposes a layout a run would refuse.
+When none passes, smallest_fitting_world names the smallest world size at which this same search finds one.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
-from primus_hydra.projection.hardware import Hardware
-from primus_hydra.projection.layout import MEGATRON_LIKE, Layout
-from primus_hydra.projection.project import Projection, project, workload_of
+from primus_hydra.projection.hardware import GIB, Hardware
+from primus_hydra.projection.layout import MAX_WORLD, MEGATRON_LIKE, Layout
+from primus_hydra.projection.memory import most_loaded_stage
+from primus_hydra.projection.project import Projection, hardware_overhead, project, workload_of
 
 RECOMPUTE_ORDER = ("none", "selective", "full")
 LONG_SEQUENCE = 8192  # cp is searched from this sequence length on
 
 
 def divisors(n: int, limit: Optional[int] = None) -> list[int]:
-    return [d for d in range(1, (limit or n) + 1) if n % d == 0]
+    """The divisors of n up to limit, ascending (pairs up to the square root: a node of 10^6 ranks costs 10^3 steps)."""
+    small = [d for d in range(1, math.isqrt(max(0, n)) + 1) if n % d == 0]
+    every = sorted(set(small + [n // d for d in small]))
+    return [d for d in every if d <= (limit or n)]
 
 
 def recompute_choices(backend: str) -> tuple[str, ...]:
@@ -52,15 +59,17 @@ def candidate_layouts(cfg: Any, base: Layout, world: int, *, require_batch_split
     for tp in divisors(base.nproc_per_node):
         if heads % tp or (not model.mla.enabled and kv % tp):
             continue
-        for cp in [c for c in (1, 2, 4, 8) if c == 1 or (seq >= LONG_SEQUENCE * c // 2 and seq % (2 * c) == 0)]:
+        for cp in _context_splits(backend, seq):
             if world % (tp * cp):
                 continue
             for pp, first in _pipeline_splits(backend, model.num_layers, world // (tp * cp)):
                 if world % (tp * cp * pp):
                     continue
                 dp = world // (tp * cp * pp)
+                if backend == "torch" and pp > 1 and (tp > 1 or dp > 1):
+                    continue  # backend=torch runs pp alone (its adapter's rule): cheap to prune, costly to validate
                 experts = model.moe.num_experts
-                for ep in (divisors(experts) if experts else [1]):
+                for ep in (divisors(experts) if experts and backend != "torch" else [1]):
                     if (world // pp) % ep:
                         continue
                     for mb in (1, 2, 4, 8, 16):
@@ -73,6 +82,12 @@ def candidate_layouts(cfg: Any, base: Layout, world: int, *, require_batch_split
                                                  grad_accum=grad_accum, vpp=vpp, recompute="none",
                                                  sequence_parallel=backend in MEGATRON_LIKE and tp > 1,
                                                  first_stage_layers=first, last_stage_layers=None, **state)
+
+
+def _context_splits(backend: str, seq: int) -> list[int]:
+    if backend == "torch":  # backend=torch implements neither cp nor ep (its adapter's rule)
+        return [1]
+    return [c for c in (1, 2, 4, 8) if c == 1 or (seq >= LONG_SEQUENCE * c // 2 and seq % (2 * c) == 0)]
 
 
 def _pipeline_splits(backend: str, layers: int, most: int) -> list[tuple[int, Optional[int]]]:
@@ -103,11 +118,18 @@ class Ranked:
 
 
 def least_recompute_that_fits(cfg: Any, layout: Layout, hardware: Hardware) -> Optional[Projection]:
-    last = None
+    fitting = least_fitting_recompute(workload_of(cfg), layout, hardware)
+    return None if fitting is None else project(cfg, fitting, hardware)
+
+
+def least_fitting_recompute(cfg: Any, layout: Layout, hardware: Hardware) -> Optional[Layout]:
+    """The layout with the least recompute whose most loaded stage fits (Projection.fits, without the step time)."""
+    work = workload_of(cfg)
+    usable, overhead = hardware.usable_memory_gib * GIB, hardware_overhead(hardware)
     for recompute in recompute_choices(layout.backend):
-        last = project(cfg, layout.with_(recompute=recompute), hardware)
-        if last.fits:
-            return last
+        candidate = layout.with_(recompute=recompute)
+        if most_loaded_stage(work.model, candidate, work.seq_length, overhead).total <= usable:
+            return candidate
     return None
 
 
@@ -160,15 +182,32 @@ def smallest_batch_split(cfg: Any, base: Layout) -> Optional[int]:
     return min(sizes) if sizes else None
 
 
-def smallest_fitting_world(cfg: Any, base: Layout, hardware: Hardware, max_nodes: int = 1 << 14) -> Optional[int]:
-    """The fewest ranks (whole nodes of nproc_per_node) on which some layout fits in memory, any batch split."""
-    cfg = workload_of(cfg)
-    nodes = max(1, base.world // base.nproc_per_node)
-    while nodes <= max_nodes:
-        nodes *= 2
-        world = nodes * base.nproc_per_node
+def smallest_fitting_world(cfg: Any, base: Layout, hardware: Hardware,
+                           rejects_at: Callable[[list[str], int], list[str]], max_world: int = MAX_WORLD) -> Optional[int]:
+    """The fewest ranks (whole nodes of nproc_per_node, other than base.world, up to max_world) at which `search`
+    finds a layout: one that splits the global batch, fits, and passes `rejects_at(overrides, world)` (the real
+    run's validation at that world size). The same test the search makes, so the world it names is one where a
+    search then succeeds; None when there is no such world."""
+    work = workload_of(cfg)
+    for world in _batch_splitting_worlds(work, base, max_world):
         scaled = base.with_(world=world)
-        for layout in candidate_layouts(cfg, scaled, world, require_batch_split=False):
-            if least_recompute_that_fits(cfg, layout.with_(world=world), hardware) is not None:
+        for layout in candidate_layouts(work, scaled, world):
+            fitting = least_fitting_recompute(work, layout, hardware)
+            if fitting is not None and not rejects_at(overrides_for(fitting), world):
                 return world
     return None
+
+
+def _batch_splitting_worlds(work: Any, base: Layout, max_world: int) -> list[int]:
+    """Every world size tp x cp x pp x dp (dp dividing the global batch) that fills whole nodes, ascending: the
+    only sizes at which candidate_layouts has a layout for this batch (tens of sizes, not every node count)."""
+    model, nproc = work.model, base.nproc_per_node
+    worlds = set()
+    for tp in divisors(nproc):
+        for cp in _context_splits(base.backend, work.seq_length):
+            for pp, _ in _pipeline_splits(base.backend, model.num_layers, model.num_layers):
+                for dp in divisors(work.global_batch_size):
+                    world = tp * cp * pp * dp
+                    if world % nproc == 0 and world <= max_world and world != base.world:
+                        worlds.add(world)
+    return sorted(worlds)

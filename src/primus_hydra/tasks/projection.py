@@ -6,7 +6,9 @@ the job on this machine and prints the measurement next to the projection.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -15,7 +17,8 @@ from typing import Optional
 from omegaconf import DictConfig, OmegaConf
 
 from primus_hydra.config.choices import auto_int
-from primus_hydra.errors import ConfigValidationError
+from primus_hydra.errors import ConfigValidationError, PrimusError
+from primus_hydra.projection.layout import LARGE_WORLD, MAX_WORLD
 
 
 class ProjectionTask:
@@ -29,9 +32,15 @@ class ProjectionTask:
         """The real run's validation for the cluster the projection is for: its world size, its device kind."""
         from primus_hydra.orchestrator.prepare import PreparedJob, prepare, without_hydra_node
 
-        world, gpu = projected_world_size(cfg), _targets_gpu(cfg)
+        world = projected_world_size(cfg)
+        failures = projection_input_failures(cfg, world)
+        if failures:
+            raise ConfigValidationError(failures)
+        gpu = _targets_gpu(cfg)
+        scale = [large_world_warning(cfg, world)] if world > LARGE_WORLD else []
         try:
-            return prepare(cfg, world_size=world, on_this_machine=False, trains=False, runs_on_gpu=gpu)
+            job = prepare(cfg, world_size=world, on_this_machine=False, trains=False, runs_on_gpu=gpu)
+            return dataclasses.replace(job, warnings=job.warnings + scale)
         except ConfigValidationError as error:
             if not cfg.task.search:
                 raise
@@ -43,14 +52,29 @@ class ProjectionTask:
                 OmegaConf.update(neutral, key, value if key != "module.global_batch_size" else world, merge=False)
         job = prepare(neutral, world_size=world, on_this_machine=False, trains=False, runs_on_gpu=gpu)
         note = f"the configured layout is refused ({refused[0]}); task.search looks for one that a run accepts"
-        return PreparedJob(without_hydra_node(cfg), None, None, job.warnings + [note])
+        return PreparedJob(without_hydra_node(cfg), None, None, job.warnings + scale + [note])
 
     def run(self) -> dict:
+        from primus_hydra.tasks.plan import _sweep_point
+
+        point = self.point or _sweep_point()
+        try:
+            data = self._project()
+        except PrimusError as error:
+            if point is not None:  # a sweep point's result: its line on stdout too, then the sweep's failed point
+                print(json.dumps({"point": point, "error": " ".join(str(error).splitlines())}), flush=True)
+            raise
+        print(json.dumps(data, indent=2, allow_nan=False) if point is None else
+              json.dumps({"point": point, **data}, allow_nan=False))
+        sys.stdout.flush()
+        return data
+
+    def _project(self) -> dict:
         from primus_hydra.orchestrator.prepare import HANDOFF, show_warnings
         from primus_hydra.projection.layout import layout_from_config
         from primus_hydra.projection.project import project
         from primus_hydra.projection.report import describe
-        from primus_hydra.tasks.plan import _sweep_point, handed_over_at
+        from primus_hydra.tasks.plan import handed_over_at
 
         job = self.job or HANDOFF.take(handed_over_at())
         if job is None:  # a sweep point of another launcher than primus_local
@@ -75,13 +99,57 @@ class ProjectionTask:
                                              "(see the warning above)"])
 
             data["calibration"] = calibrate(cfg, projection)
-        point = self.point or _sweep_point()
-        if point is None:
-            print(json.dumps(data, indent=2))
-        else:
-            print(json.dumps({"point": point, **data}))
-        sys.stdout.flush()
+        not_finite = non_finite_fields(data)
+        if not_finite:  # inside the ranges every projection is finite: this is a bug's or a measurement's
+            raise ConfigValidationError([f"the projection is not a finite number ({', '.join(not_finite[:4])}): "
+                                         f"check the hardware entry's numbers ({hardware.peak_source} = "
+                                         f"{hardware.peak_tflops:g} TFLOP/s) and the model's sizes"])
         return data
+
+
+def projection_input_failures(cfg: DictConfig, world: int) -> list[str]:
+    """What the run's own checks do not hold, one line each: task.top, the world size, every number of the
+    hardware entry (as overridden, then the entry hardware=auto picks) and the platform's peak, in their ranges
+    (config/schema_hardware.py: inside them every projection is finite)."""
+    from primus_hydra.config.schema_hardware import PEAK_RANGE, hardware_number_failures, out_of_range
+
+    failures = []
+    if int(cfg.task.top) < 1:
+        failures.append(f"task.top={cfg.task.top}: must be >= 1 (how many ranked layouts task.search prints)")
+    if world > MAX_WORLD:
+        failures.append(f"{world_size_shown(cfg, world)}: task=projection projects up to {MAX_WORLD:,} ranks (more "
+                        f"than any cluster built)")
+    failures += hardware_number_failures(cfg.hardware)
+    peak = cfg.platform.peak_tflops_per_device
+    if isinstance(peak, (int, float)) and peak > 0:  # <= 0 is config/validate.py's to refuse
+        failures += [line for line in [out_of_range("platform.peak_tflops_per_device", float(peak), PEAK_RANGE)] if line]
+    if failures or str(cfg.hardware.name) != "auto":
+        return failures
+    from primus_hydra.orchestrator.hardware_entry import configured_hardware_entry
+
+    entry = configured_hardware_entry(cfg)
+    return hardware_number_failures(entry, where=f" (conf/hardware/{entry.name}.yaml, the entry hardware=auto picked)")
+
+
+def world_size_shown(cfg: DictConfig, world: int) -> str:
+    return f"launch.nnodes x launch.nproc_per_node = {cfg.launch.nnodes} x {world // int(cfg.launch.nnodes)} = {world:,} ranks"
+
+
+def large_world_warning(cfg: DictConfig, world: int) -> str:
+    return (f"{world_size_shown(cfg, world)}: more than the largest clusters built (about 200,000 devices); the "
+            f"projection's network model was never checked at this scale (a mistyped launch.nnodes?)")
+
+
+def non_finite_fields(data, path: str = "") -> list[str]:
+    """The key paths of every NaN or infinite number in the projection's JSON (json.dumps would write `Infinity`,
+    which no JSON parser reads)."""
+    if isinstance(data, dict):
+        return [field for key, value in data.items() for field in non_finite_fields(value, f"{path}{key}.")]
+    if isinstance(data, list):
+        return [field for index, value in enumerate(data) for field in non_finite_fields(value, f"{path}{index}.")]
+    if isinstance(data, float) and not math.isfinite(data):
+        return [f"{path.rstrip('.')}={data}"]
+    return []
 
 
 # a layout every world size accepts: what the rest of a config is checked with when task.search replaces its layout
@@ -131,11 +199,16 @@ def target_hardware(cfg: DictConfig, layout, *, fresh_measurement: bool = False)
 
 def run_search(cfg: DictConfig, layout, hardware) -> dict:
     from primus_hydra.projection.report import search_table
-    from primus_hydra.projection.search import search, smallest_batch_split, smallest_fitting_world
+    from primus_hydra.projection.search import search, smallest_batch_split
 
     world, gpu = projected_world_size(cfg), hardware.vendor != "cpu"
-    ranked, projected, fitting = search(cfg, layout, hardware, top=int(cfg.task.top),
-                                        rejects=lambda overrides: rejected_by_validation(cfg, overrides, world, gpu))
+    refusals: list[list[str]] = []
+
+    def rejects(overrides: list[str]) -> list[str]:
+        refusals.append(rejected_by_validation(cfg, overrides, world, gpu))
+        return refusals[-1]
+
+    ranked, projected, fitting = search(cfg, layout, hardware, top=int(cfg.task.top), rejects=rejects)
     if projected == 0:
         split = smallest_batch_split(cfg, layout)
         hint = (f"the smallest global batch a layout of {layout.world} ranks splits is {split} (a multiple of its "
@@ -143,18 +216,34 @@ def run_search(cfg: DictConfig, layout, hardware) -> dict:
         raise ConfigValidationError([f"module.global_batch_size={cfg.module.global_batch_size}: no layout of "
                                      f"{layout.world} ranks splits it; {hint}"])
     if not ranked:
-        smallest = smallest_fitting_world(cfg, layout, hardware)
-        where = (f"the smallest world size where a layout fits is {smallest} ({smallest // layout.nproc_per_node} "
-                 f"nodes of {layout.nproc_per_node})" if smallest else "no world size up to 16384 nodes fits")
-        raise ConfigValidationError([
-            f"model {cfg.model.name} fits no layout of {layout.world} x {hardware.name} "
-            f"({hardware.usable_memory_gib:.1f} GiB usable each; {projected} layouts projected); {where}"])
+        found = (f"fits no layout of {layout.world} x {hardware.name} ({hardware.usable_memory_gib:.1f} GiB usable "
+                 f"each; {projected} layouts projected)" if not fitting else
+                 f"fits {fitting} of {projected} layouts of {layout.world} x {hardware.name} in memory, but a run "
+                 f"refuses each ({refusals[0][0]})")
+        raise ConfigValidationError([f"model {cfg.model.name} {found}; {smallest_world_hint(cfg, layout, hardware, gpu)}"])
     print(f"search: {projected} layouts projected, {fitting} fit {hardware.name}'s "
           f"{hardware.usable_memory_gib:.1f} GiB; the {len(ranked)} fastest that a run accepts:", file=sys.stderr)
     print(search_table(ranked), file=sys.stderr)
     print(f"best: python -m primus_hydra {' '.join(run_command(ranked[0].overrides))}", file=sys.stderr)
     return {"projected": projected, "fitting": fitting, "best_overrides": ranked[0].overrides,
             "top": [{"overrides": entry.overrides, **entry.projection.to_dict()} for entry in ranked]}
+
+
+def smallest_world_hint(cfg: DictConfig, layout, hardware, gpu: bool) -> str:
+    """Where the search would find a layout: the world size it names is validated there as a run would be."""
+    from primus_hydra.projection.search import smallest_fitting_world
+
+    nproc = layout.nproc_per_node
+
+    def rejects_at(overrides: list[str], world: int) -> list[str]:
+        return rejected_by_validation(cfg, [*overrides, f"launch.nnodes={world // nproc}"], world, gpu)
+
+    smallest = smallest_fitting_world(cfg, layout, hardware, rejects_at)
+    if smallest:
+        return (f"the smallest world size where a layout fits is {smallest} ({smallest // nproc} nodes of {nproc}): "
+                f"launch.nnodes={smallest // nproc}")
+    return (f"no world size of whole nodes of {nproc} up to {MAX_WORLD:,} ranks has a layout that fits and splits "
+            f"module.global_batch_size={cfg.module.global_batch_size}")
 
 
 def run_command(layout_overrides: list[str]) -> list[str]:
