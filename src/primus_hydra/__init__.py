@@ -5,11 +5,14 @@ never load Hydra for it:
 
     cfg = primus_hydra.compose(["model=llama_tiny", "module.train_iters=20"])
     loss = primus_hydra.run(cfg, "outputs/tiny")
+
+Both raise PrimusError (ConfigValidationError, with `.failures`, for a config the rules refuse).
 """
 from primus_hydra.config.paths import CheckoutConfFinder
+from primus_hydra.errors import ConfigValidationError, PrimusError
 
 __version__ = "0.1.0"
-__all__ = ["compose", "run", "__version__"]
+__all__ = ["compose", "run", "PrimusError", "ConfigValidationError", "__version__"]
 
 CheckoutConfFinder.install()  # `primus_hydra.conf` from a source checkout, too
 

@@ -21,6 +21,8 @@ from typing import Any, Iterator, Sequence, Union
 
 from omegaconf import DictConfig, open_dict, read_write
 
+from primus_hydra.errors import PrimusError
+
 CONF_MODULE = "primus_hydra.conf"
 JOB_NAME = "primus"
 
@@ -35,17 +37,15 @@ def compose(overrides: Sequence[str] = (), *, config_name: str = "config", valid
 
     from primus_hydra.config.error_format import format_compose_error, is_compose_error
     from primus_hydra.config.secrets import warn_about_literal_secrets
-    from primus_hydra.errors import PrimusError
     from primus_hydra.launch.external import overrides_for_external_launch
 
-    if isinstance(overrides, str):
-        raise TypeError(f"overrides is a list of strings, one override each: [{overrides!r}], not {overrides!r}")
-    overrides = list(overrides)
+    overrides = _override_strings(overrides)
     overrides += overrides_for_external_launch(overrides)
     warn_about_literal_secrets(overrides)
     try:
         with _own_global_hydra(), initialize_config_module(CONF_MODULE, job_name=JOB_NAME, version_base="1.3"):
             cfg = hydra_compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
+        _run_dir_as_a_value(cfg)
     except Exception as error:
         if isinstance(error, PrimusError) or not is_compose_error(error):
             raise
@@ -58,22 +58,63 @@ def compose(overrides: Sequence[str] = (), *, config_name: str = "config", valid
     return cfg
 
 
+class OverridesError(PrimusError, TypeError):
+    """compose() was given something other than a list of override strings (a TypeError too, as Python's own)."""
+
+
+def _override_strings(overrides: Any) -> list[str]:
+    if isinstance(overrides, str):
+        raise OverridesError(f"overrides is a list of strings, one override each: [{overrides!r}], not {overrides!r}")
+    try:
+        overrides = list(overrides)
+    except TypeError:
+        raise OverridesError(f"overrides={overrides!r}: must be a list of strings such as ['module.lr=1e-3']") from None
+    for index, override in enumerate(overrides):
+        if not isinstance(override, str):
+            raise OverridesError(f"overrides[{index}]={override!r} ({type(override).__name__}): overrides must be "
+                                 f"strings such as 'module.lr=1e-3'")
+    return overrides
+
+
+def _run_dir_as_a_value(cfg: DictConfig) -> None:
+    """hydra.run.dir as the folder run() will use. A `${hydra:...}` in it (the default's model name) reads the config
+    of a running job, which a composed config is not yet: it is resolved now against this config, the time of
+    `${now:...}` included (run() runs there; compose again for a new folder)."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    typed = OmegaConf.to_container(cfg.hydra.run, resolve=False).get("dir")
+    if "${hydra:" not in str(typed):
+        return
+    hydra_config = HydraConfig.instance()
+    previous, read_only = hydra_config.cfg, cfg.hydra._get_node_flag("readonly")
+    hydra_config.set_config(cfg)  # which makes cfg.hydra read-only
+    try:
+        run_dir = str(cfg.hydra.run.dir)
+    finally:
+        hydra_config.cfg = previous
+        OmegaConf.set_readonly(cfg.hydra, read_only)
+    with read_write(cfg.hydra):
+        cfg.hydra.run.dir = run_dir
+
+
 def run(cfg: DictConfig, run_dir: Union[str, os.PathLike, None] = None) -> Any:
     """Runs the task of `cfg` (from compose()) in `run_dir` (None: the config's hydra.run.dir) and returns what
     it returns: task.objective of a training run, the plan of task=plan, the projection of task=projection.
     `cfg` is not changed. A job Hydra would change into (hydra.job.chdir=true) runs in its run dir, and the working
-    directory is restored after it."""
+    directory is restored after it. A job that fails raises its error (a PrimusError for the user's mistakes) and,
+    when it trained nothing, leaves no run dir behind."""
     from hydra._internal.callbacks import Callbacks
-    from hydra.core.utils import run_job
+    from hydra.core.utils import JobStatus, run_job
     from hydra.types import HydraContext, RunMode
 
     from primus_hydra.config.paths import hydra_job_dir
     from primus_hydra.distributed_env import launch_environment_failures
-    from primus_hydra.errors import ConfigValidationError, PrimusError
+    from primus_hydra.errors import ConfigValidationError
     from primus_hydra.launch.run_dir_lock import RUN_DIR_LOCKS
     from primus_hydra.orchestrator.prepare import HANDOFF
     from primus_hydra.tasks import run_task
-    from primus_hydra.tasks.callback import prepare_single_run
+    from primus_hydra.tasks.callback import prepare_single_run, stay_in_working_dir_if_query
 
     if not isinstance(cfg, DictConfig) or "hydra" not in cfg:
         raise PrimusError("primus_hydra.run takes the config primus_hydra.compose returns (it has a `hydra` node); "
@@ -86,9 +127,12 @@ def run(cfg: DictConfig, run_dir: Union[str, os.PathLike, None] = None) -> Any:
         config.hydra.mode = RunMode.RUN  # as Hydra's run(): tasks tell a single run from a sweep point by it
         if run_dir is not None:
             config.hydra.run.dir = os.path.abspath(run_dir)
+    stay_in_working_dir_if_query(config)
     job_dir = hydra_job_dir(config, sweep=False)
+    made_here = not job_dir.exists()
     callbacks = Callbacks(config)
     config_name = config.hydra.job.config_name
+    completed = False
     try:
         prepare_single_run(config)  # the prepare callback's on_run_start, raising where the callback exits
         others = _without_prepare_callback(callbacks)
@@ -97,10 +141,36 @@ def run(cfg: DictConfig, run_dir: Union[str, os.PathLike, None] = None) -> Any:
             job_return = run_job(task_function=run_task, config=config, job_dir_key="hydra.run.dir",
                                  job_subdir_key=None, hydra_context=HydraContext(config_loader=None, callbacks=callbacks))
         others.on_run_end(config=config, config_name=config_name, job_return=job_return)
-        return job_return.return_value  # the task's exception, raised again, when it failed
+        if job_return.status != JobStatus.COMPLETED:  # Hydra's return_value would print "Error executing job" first
+            raise job_return._return_value
+        completed = True
+        return job_return._return_value
     finally:  # a job its task did not take (it failed first), and the run dir, are let go
         HANDOFF.take(job_dir)
         RUN_DIR_LOCKS.release(job_dir)
+        if not completed and made_here:
+            _remove_if_it_holds_no_result(job_dir, str(config.hydra.job.name))
+
+
+# what a job writes before its first step: a run dir that holds nothing else holds no result
+BOOKKEEPING = (".hydra", ".primus", "logs", "resources.json", "config_resolved.yaml", "backend_args.yaml", "tensorboard")
+
+
+def _remove_if_it_holds_no_result(job_dir, job_name: str) -> None:
+    """The run dir this run made, when it holds only what a job writes before its first step (its logs, Hydra's
+    records, an empty metrics file): a failed run leaves nothing. Anything else (a step's metrics, a checkpoint, a
+    file of the user's task) keeps the whole folder."""
+    import shutil
+
+    from primus_hydra.tasks.objective import METRICS_FILE
+
+    if not job_dir.is_dir():
+        return
+    for entry in job_dir.iterdir():
+        empty_metrics = entry.name == METRICS_FILE and entry.is_file() and entry.stat().st_size == 0
+        if entry.name not in (*BOOKKEEPING, f"{job_name}.log") and not empty_metrics:
+            return
+    shutil.rmtree(job_dir, ignore_errors=True)
 
 
 def _without_prepare_callback(callbacks):

@@ -1,5 +1,9 @@
 """hydra/launcher=primus_local passes Hydra's own launcher test suites, as Hydra's plugins do: any Hydra app's sweep
-(not only primus-hydra's) runs point by point in its own processes, with Hydra's run dirs, outputs and returns."""
+(not only primus-hydra's) runs point by point in its own processes, with Hydra's run dirs, outputs and returns.
+
+The launcher is chosen either way an app can: on the command line, or in the app's own defaults list (as experiment
+files do) with the sweep asked for by `-m` or by `hydra.mode: MULTIRUN` in the config. Without either a run is a
+single run for every launcher (Hydra's basic one too), and the sweep's dir and subdir do not apply."""
 from __future__ import annotations
 
 import pytest
@@ -15,6 +19,13 @@ class TestPrimusLocalLauncher(LauncherTestSuite):
     pass
 
 
-@pytest.mark.parametrize("task_launcher_cfg, extra_flags", [({}, ["-m", "hydra/launcher=primus_local"])])
+LAUNCHER_IN_DEFAULTS = {"defaults": [{"override hydra/launcher": "primus_local"}, "_self_"]}
+
+
+@pytest.mark.parametrize("task_launcher_cfg, extra_flags", [
+    ({}, ["-m", "hydra/launcher=primus_local"]),
+    (LAUNCHER_IN_DEFAULTS, ["-m"]),
+    ({**LAUNCHER_IN_DEFAULTS, "hydra": {"mode": "MULTIRUN"}}, []),
+], ids=["command_line", "app_defaults", "app_defaults_multirun_mode"])
 class TestPrimusLocalLauncherIntegration(IntegrationTestSuite):
     pass

@@ -13,6 +13,7 @@ from typing import Callable, List
 from omegaconf import DictConfig, OmegaConf
 
 from primus_hydra.config.choices import auto_int_failure
+from primus_hydra.config.derived_values import with_typed_sources
 from primus_hydra.config.layout import stage_layers
 from primus_hydra.config.validate_numbers import number_failures
 from primus_hydra.errors import ConfigValidationError
@@ -21,7 +22,15 @@ Rule = Callable[[DictConfig, List[str], List[str]], None]  # (cfg, failures, war
 
 
 def validate_config(cfg: DictConfig) -> list[str]:
-    """Raise ConfigValidationError listing every failed rule; return the warnings (one line each)."""
+    """Raise ConfigValidationError listing every failed rule; return the warnings (one line each). A line about a
+    value derived from another one names the key the user typed (config/derived_values.py)."""
+    try:
+        return _checked(cfg)
+    except ConfigValidationError as error:
+        raise ConfigValidationError(with_typed_sources(cfg, error.failures)) from None
+
+
+def _checked(cfg: DictConfig) -> list[str]:
     missing = sorted(_missing_keys(cfg))
     failures = [f"{key}: mandatory value is missing (???); set it on the command line, e.g. {key}=..." for key in missing]
     if failures:  # the other rules need complete values
@@ -212,9 +221,7 @@ def _sequence(cfg: DictConfig, failures: list[str], warnings: list[str]) -> None
 
 def _learning_rate(cfg: DictConfig, failures: list[str], warnings: list[str]) -> None:
     m = cfg.module
-    if m.lr <= 0:
-        failures.append(f"module.lr={m.lr}: must be > 0")
-    elif m.lr < m.min_lr:
+    if m.lr < m.min_lr:  # lr > 0 is a number rule (config/validate_numbers.py)
         failures.append(f"module.lr={m.lr} is below module.min_lr={m.min_lr}; lr must be >= min_lr")
     if m.warmup_iters > m.train_iters:  # a short smoke run of a long recipe: what Megatron and torchtitan allow too
         if cfg.backend.name == "torchtitan":  # its scheduler shortens the warmup instead

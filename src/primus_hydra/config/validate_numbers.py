@@ -21,7 +21,7 @@ POSITIVE = (  # > 0 (floats) or >= 1 (integers); `null` stays allowed where the 
     "model.mla.q_lora_rank", "model.mla.kv_lora_rank", "model.mla.qk_rope_head_dim", "model.mla.qk_nope_head_dim",
     "model.mla.v_head_dim", "model.moe.router_topk_scaling_factor", "model.moe.capacity_factor",
     "model.moe.shared_expert_ffn_hidden_size",
-    "module.lr_decay_iters", "backend.num_threads", "sweep.probe_steps", "module.eval_interval", "module.eval_iters",
+    "module.lr", "module.lr_decay_iters", "backend.num_threads", "sweep.probe_steps", "module.eval_interval", "module.eval_iters",
     "task.objective_window",
 )
 NON_NEGATIVE = (
@@ -32,9 +32,8 @@ NON_NEGATIVE = (
 
 
 def number_failures(cfg: DictConfig) -> list[str]:
-    not_finite = [(key, value, derived) for key, value, derived in _float_leaves(cfg) if not math.isfinite(value)]
-    typed = [entry for entry in not_finite if not entry[2]]  # min_lr=${...lr...} follows a bad lr: name the lr
-    failures = [f"{key}={value}: must be a finite number" for key, value, _ in typed or not_finite]
+    # a value derived from a bad one (min_lr=${...lr...}) is dropped by validate_config (config/derived_values.py)
+    failures = [f"{key}={value}: must be a finite number" for key, value in _float_leaves(cfg) if not math.isfinite(value)]
     if failures:  # the ranges below would repeat the same keys
         return failures
     for key in POSITIVE:
@@ -52,8 +51,8 @@ def number_failures(cfg: DictConfig) -> list[str]:
     return failures
 
 
-def _float_leaves(node: DictConfig, prefix: str = "") -> Iterator[tuple[str, float, bool]]:
-    """(key, value, whether the value comes from an interpolation) of every float in the config."""
+def _float_leaves(node: DictConfig, prefix: str = "") -> Iterator[tuple[str, float]]:
+    """(key, value) of every float in the config."""
     for key in node.keys():
         if key == "hydra" and not prefix:
             continue
@@ -64,7 +63,7 @@ def _float_leaves(node: DictConfig, prefix: str = "") -> Iterator[tuple[str, flo
         elif not OmegaConf.is_list(child) and not child._is_missing():
             value: Any = node[key]
             if isinstance(value, float):
-                yield path, value, child._is_interpolation()
+                yield path, value
 
 
 def _nullable(cfg: DictConfig, key: str) -> bool:

@@ -39,11 +39,12 @@ class PrepareJobCallback(Callback):
 def prepare_single_run(config: DictConfig) -> None:
     """The selected task prepares the job of `config` (composed with its `hydra` node) for its run dir, holds the
     run dir, shows the job's warnings and hands the job over (HANDOFF); raises what the preparation raises, having
-    written nothing. A task that runs no job (task=status) has nothing to prepare."""
+    written nothing. A task without `prepare_job` (another app's) has nothing to prepare."""
     from primus_hydra.config.paths import hydra_job_dir
     from primus_hydra.config.targets import task_class_of
     from primus_hydra.orchestrator.prepare import HANDOFF, show_warnings
 
+    stay_in_working_dir_if_query(config)
     prepare_job = getattr(task_class_of(config), "prepare_job", None)
     if prepare_job is None:
         return
@@ -55,3 +56,17 @@ def prepare_single_run(config: DictConfig) -> None:
     claim_run_dir(config, run_dir)
     show_warnings(job)
     HANDOFF.give(run_dir, job)
+
+
+def stay_in_working_dir_if_query(config: DictConfig) -> None:
+    """A task that writes nothing (`writes_nothing`: task=status, task=plan) runs in the current folder with no
+    `.hydra/`, whatever hydra.run.dir an experiment, the command line or run()'s run_dir gives: Hydra then makes
+    no folder for it."""
+    from omegaconf import open_dict, read_write
+
+    from primus_hydra.config.targets import task_class_of
+
+    if getattr(task_class_of(config), "writes_nothing", False):
+        with read_write(config.hydra), open_dict(config.hydra):
+            config.hydra.run.dir = "."
+            config.hydra.output_subdir = None

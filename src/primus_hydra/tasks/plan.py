@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 
 
 class PlanTask:
+    writes_nothing = True  # no run dir, whatever hydra.run.dir says (tasks/callback.py)
     # under -m (hydra/launcher=primus_local, set by conf/task/plan.yaml) the points run in the sweep's process
     runs_sweep_points_in_process = True
 

@@ -10,7 +10,7 @@ import json
 import os
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -35,15 +35,41 @@ class RunStatus:
     loss: Optional[float]
 
 
+@dataclass
+class StatusQuery:
+    """What task=status prepares: the query, checked before anything runs (the local sweep reads these fields)."""
+
+    cfg: DictConfig  # without the `hydra` node
+    plan: None = None
+    warnings: list = field(default_factory=list)
+
+
 class StatusTask:
-    def __init__(self, cfg: DictConfig):
-        self.cfg = cfg
+    writes_nothing = True  # a query: no run dir, whatever hydra.run.dir says (tasks/callback.py)
+    # under -m (hydra/launcher=primus_local, set by conf/task/status.yaml) the points run in the sweep's process
+    runs_sweep_points_in_process = True
+
+    def __init__(self, cfg: DictConfig, job: Optional[StatusQuery] = None, point: Optional[dict] = None):
+        self.cfg, self.job, self.point = cfg, job, point
+
+    @classmethod
+    def prepare_job(cls, cfg: DictConfig, run_dir: Optional[Path], *, plan=None,
+                    sweep_points: Optional[int] = None) -> StatusQuery:
+        from primus_hydra.orchestrator.prepare import without_hydra_node
+
+        query = without_hydra_node(cfg)
+        query_roots(query)
+        return StatusQuery(query)
 
     def run(self) -> list[RunStatus]:
-        roots = [Path(self.cfg.task.runs)] if self.cfg.task.runs else default_roots()
-        missing = [str(root) for root in roots if self.cfg.task.runs and not root.exists()]
-        if missing:
-            raise PrimusError(f"task.runs={missing[0]}: no such directory; give a run or sweep dir")
+        if self.job is None:  # the single run's query, checked by the callback: nothing more to hand over
+            from primus_hydra.orchestrator.prepare import HANDOFF
+            from primus_hydra.tasks.plan import handed_over_at
+
+            HANDOFF.take(handed_over_at())
+        roots = query_roots(self.cfg)
+        if self.point is not None:
+            print(f"[job {self.point['num']}: {' '.join(self.point['overrides'])}]", flush=True)
         run_dirs = find_submitted_runs(roots)
         records = [read_submission(run_dir) or {} for run_dir in run_dirs]
         states, unknown, failure = slurm_states([str(record["job_id"]) for record in records if "job_id" in record])
@@ -67,6 +93,16 @@ def slurm_states(job_ids: list[str]) -> tuple[dict[str, str], str, Optional[Slur
         return accounted_states(job_ids), NOT_IN_SACCT, None
     except SlurmQueryError as error:
         return {}, "UNKNOWN (sacct failed)", error
+
+
+def query_roots(cfg: DictConfig) -> list[Path]:
+    """The folders task.runs asks about (every submitted run under the output roots when null)."""
+    if not cfg.task.runs:
+        return default_roots()
+    root = Path(cfg.task.runs)
+    if not root.is_dir():
+        raise PrimusError(f"task.runs={root}: no such directory; give a run or sweep dir")
+    return [root]
 
 
 def default_roots() -> list[Path]:

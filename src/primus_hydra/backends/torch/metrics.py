@@ -19,14 +19,47 @@ EVAL_LOSS = "eval_loss"  # a step's record has it when module.eval_interval eval
 LOSS_PLOT_FILE = "loss_curve.png"
 
 
-def cpu_matmul_peak_tflops(dtype: torch.dtype) -> float:
-    """The measured matmul peak of this CPU at this thread count, cached per machine (measuring costs start-up time)."""
+def cpu_matmul_peak_tflops(dtype: torch.dtype, *, fresh: bool = False, windows: int = 1) -> float:
+    """The measured matmul peak of this CPU at this thread count, cached per machine (measuring costs start-up time):
+    the cache's value, or the best of `windows` measurements (`fresh`: measured whatever the cache holds)."""
     threads = torch.get_num_threads()
-    cached = cached_peak(threads, str(dtype))
-    if cached is None:
-        cached = measure_matmul_peak_tflops(torch.device("cpu"), dtype)
-        store_peak(threads, str(dtype), cached)
-    return cached
+    cached = None if fresh else cached_peak(threads, str(dtype))
+    if cached is not None:
+        return cached
+    measured = max(measure_matmul_peak_tflops(torch.device("cpu"), dtype) for _ in range(windows))
+    store_peak(threads, str(dtype), measured)
+    return measured
+
+
+class MfuBaseline:
+    """The MFU denominator: platform.peak_tflops_per_device, a vendor's table, or (`measured_dtype` set) this CPU's
+    measured matmul peak. A step faster than a measured peak shows it was measured low (a busy machine, another job):
+    it is measured again, once a run and by the rank that logs, and a step that still beats it reads as it ran, above
+    100 %, with one warning that the baseline is stale. A step's measurement is never clamped to the baseline."""
+
+    REMEASURE_WINDOWS = 4  # the best of four 0.25 s windows: a moment's load lowers one window, not the peak
+
+    def __init__(self, tflops: Optional[float], *, measured_dtype: Optional[torch.dtype] = None,
+                 remeasure: bool = False):
+        self.tflops, self.measured_dtype = tflops, measured_dtype
+        self.remeasure = remeasure and measured_dtype is not None
+        self.stale_said = False
+
+    def mfu(self, step_tflops: float, step: int) -> Optional[float]:
+        if not self.tflops:
+            return None
+        if step_tflops > self.tflops and self.remeasure:
+            self.remeasure = False
+            measured = cpu_matmul_peak_tflops(self.measured_dtype, fresh=True, windows=self.REMEASURE_WINDOWS)
+            log.info("MFU baseline: step %d ran %.3f TFLOP/s, above the measured peak %.3f: measured again, %.3f TFLOP/s",
+                     step, step_tflops, self.tflops, measured)
+            self.tflops = max(self.tflops, measured)
+        if step_tflops > self.tflops and self.measured_dtype is not None and not self.stale_said:
+            self.stale_said = True
+            log.warning("MFU baseline is stale: step %d ran %.3f TFLOP/s per rank, above this CPU's measured matmul "
+                        "peak %.3f TFLOP/s, so MFU reads above 100 %%; set platform.peak_tflops_per_device for a fixed "
+                        "baseline", step, step_tflops, self.tflops)
+        return step_tflops / self.tflops
 
 
 def measure_matmul_peak_tflops(device: torch.device, dtype: torch.dtype, seconds: float = 0.25) -> float:

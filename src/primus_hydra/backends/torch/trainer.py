@@ -25,7 +25,7 @@ from primus_hydra.backends.torch.distributed import (
     reshard_after_forward_only,
 )
 from primus_hydra.backends.torch.foreign_checkpoints import weights_in_native_format
-from primus_hydra.backends.torch.metrics import MetricsLogger, cpu_matmul_peak_tflops
+from primus_hydra.backends.torch.metrics import MetricsLogger, MfuBaseline, cpu_matmul_peak_tflops
 from primus_hydra.backends.torch.model import build_model_on_meta, materialize
 from primus_hydra.backends.torch.optim import build_optimizer, learning_rate
 from primus_hydra.backends.torch.parallelize import shard, wrap_data_parallel
@@ -74,16 +74,16 @@ class TorchTrainer(StepLoopTrainer):
         self.parallel = init_parallel_state(args.layout, self.device, self.dist, args.timeout_s)
         self.autocast_dtype = torch.bfloat16 if module.precision == "bf16" else None
         self.catch_stop_signals()
-        peak = args.peak_tflops_per_device
+        peak, measured_dtype = args.peak_tflops_per_device, None
         if peak is None and self.device.type == "cpu":
-            peak = cpu_matmul_peak_tflops(self.autocast_dtype or torch.float32)
+            measured_dtype = self.autocast_dtype or torch.float32
+            peak = cpu_matmul_peak_tflops(measured_dtype)
             log.info("MFU baseline: measured CPU matmul peak %.3f TFLOP/s (set platform.peak_tflops_per_device to override)", peak)
-        self.peak_tflops = peak
+        self.mfu_baseline = MfuBaseline(peak, measured_dtype=measured_dtype, remeasure=self.dist.is_main)
         self.peak_memory = PeakMemory(self.device, args.measure_memory)
         # before the model is built: on the CPU it counts allocations from here; after the matmul-peak measurement
         # (its 1024x1024 matrices, when this thread count is not cached yet, are not the job's memory)
         self.peak_memory.start()
-        self.peak_is_measured = args.peak_tflops_per_device is None
         layout = args.layout
         log.info("device: %s | precision: %s | torch %s | threads %d | layout: world %d = pp %d x dp %d x tp %d%s",
                  self.device, module.precision, torch.__version__, torch.get_num_threads(), layout.world_size,
@@ -151,13 +151,10 @@ class TorchTrainer(StepLoopTrainer):
         elapsed = time.perf_counter() - started
         batch_tokens = module.global_batch_size * module.seq_length
         tflops = self.flops_per_token * batch_tokens / args.layout.world_size / elapsed / 1e12  # per rank, as MFU is
-        if self.peak_is_measured and self.peak_tflops and tflops > self.peak_tflops:
-            # a measured peak is a lower bound (a busy machine, a small matmul): the best step seen replaces it
-            self.peak_tflops = tflops
         record = {
             "step": step + 1, "loss": loss_value, "lr": lr, "grad_norm": grad_norm,
-            "tokens_per_s": batch_tokens / elapsed, "tflops": tflops,
-            "mfu": tflops / self.peak_tflops if self.peak_tflops else None, "step_time_s": elapsed,
+            "tokens_per_s": batch_tokens / elapsed, "tflops": tflops, "mfu": self.mfu_baseline.mfu(tflops, step + 1),
+            "step_time_s": elapsed,
         }
         peaks = self.peak_memory.after_step()
         if peaks is not None:

@@ -30,7 +30,7 @@ from primus_hydra.backends.torch.distributed import (
     join_process_group,
     reshard_after_forward_only,
 )
-from primus_hydra.backends.torch.metrics import MetricsLogger
+from primus_hydra.backends.torch.metrics import MetricsLogger, MfuBaseline
 from primus_hydra.backends.torch.step_loop import StepLoopTrainer
 from primus_hydra.backends.torch.trainer import resolve_device
 from primus_hydra.backends.torchtitan.byte_tokenizer import TOKENIZER_DIR, write_byte_tokenizer
@@ -90,7 +90,10 @@ class TorchTitanTrainer(StepLoopTrainer):
         self.titan.metrics_processor.logger = self.step_metrics
         # the MFU denominator: platform.peak_tflops_per_device, else torchtitan's (its table on GPUs, the measured
         # matmul peak on the CPU: patch torchtitan.cpu.peak_flops)
-        self.peak_tflops = self.cfg.platform.peak_tflops_per_device or self.titan.metrics_processor.gpu_peak_flops / 1e12
+        platform_peak = self.cfg.platform.peak_tflops_per_device
+        measured = not platform_peak and self.device.type == "cpu"  # the patch's measurement: measured again if beaten
+        self.mfu_baseline = MfuBaseline(platform_peak or self.titan.metrics_processor.gpu_peak_flops / 1e12,
+                                        measured_dtype=torch.float32 if measured else None, remeasure=self.dist.is_main)
         module = self.cfg.module
         self.checkpoints = CheckpointManager(Path(module.checkpoint.dir or self.run_dir / "checkpoints"))
         self.start_step = 0
@@ -178,8 +181,7 @@ class TorchTitanTrainer(StepLoopTrainer):
         batch_tokens = module.global_batch_size * module.seq_length
         tflops = float(metrics["tflops"])
         return {"step": step + 1, "loss": loss, "lr": float(metrics["lr"]), "grad_norm": float(metrics["grad_norm"]),
-                "tokens_per_s": batch_tokens / elapsed, "tflops": tflops,
-                "mfu": tflops / self.peak_tflops if self.peak_tflops else None,
+                "tokens_per_s": batch_tokens / elapsed, "tflops": tflops, "mfu": self.mfu_baseline.mfu(tflops, step + 1),
                 "memory_gib": float(metrics["memory/max_reserved(GiB)"]), "step_time_s": elapsed}
 
     # -- checkpoints ------------------------------------------------------------------------------------
