@@ -49,6 +49,8 @@ class ImportResult:
 
 
 class ImportTask:
+    writes_nothing = True  # but task.out: no run dir, whatever hydra.run.dir says (tasks/callback.py)
+
     def __init__(self, cfg: DictConfig):
         self.cfg = cfg
 

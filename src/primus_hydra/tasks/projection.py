@@ -23,6 +23,8 @@ from primus_hydra.projection.layout import LARGE_WORLD, MAX_WORLD
 
 class ProjectionTask:
     runs_sweep_points_in_process = True  # see task=plan
+    writes_nothing = True  # a query: no run dir, whatever hydra.run.dir says (tasks/callback.py); calibration
+    # runs in a temporary run dir of its own
 
     def __init__(self, cfg: DictConfig, job=None, point: Optional[dict] = None):
         self.cfg, self.job, self.point = cfg, job, point
