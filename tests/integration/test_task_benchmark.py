@@ -25,16 +25,24 @@ def test_gemm_tflops_agree_with_a_plain_matmul_loop():
     size, device = 512, torch.device("cpu")
     a, b = torch.randn(size, size), torch.randn(size, size)
 
-    def plain() -> float:  # the test's own loop: 20 products, wall time
+    def plain() -> float:  # the test's own loop: 20 products, each timed; their median (a shared machine preempts some)
         for _ in range(3):
             a @ b
-        start = time.perf_counter()
+        times = []
         for _ in range(20):
+            start = time.perf_counter()
             a @ b
-        return 2 * size ** 3 * 20 / (time.perf_counter() - start) / 1e12
+            times.append(time.perf_counter() - start)
+        return 2 * size ** 3 / sorted(times)[10] / 1e12
 
-    ours = max(measure(size, size, size, "fp32", device, warmup=3, iters=20, peak_tflops=None)["tflops"] for _ in range(3))
-    reference = max(plain() for _ in range(3))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # two threads on two busy cores wait for each other: 100x swings, in both loops
+    try:
+        ours = max(measure(size, size, size, "fp32", device, warmup=3, iters=20, peak_tflops=None)["tflops"]
+                   for _ in range(3))
+        reference = max(plain() for _ in range(3))
+    finally:
+        torch.set_num_threads(threads)
     assert abs(ours / reference - 1) <= 0.30, (ours, reference)
 
 

@@ -94,13 +94,16 @@ def net_root(tmp_path: Path, interfaces=("lo", "eth0"), hcas=()) -> Path:
 
 
 def test_interface_variables_must_name_existing_interfaces(tmp_path):
-    root = net_root(tmp_path)
-    ok = network_checks({"NCCL_SOCKET_IFNAME": "eth", "GLOO_SOCKET_IFNAME": "=lo"}, sys_root=root)
+    interfaces = {"lo": True, "eth0": True}  # name: has an IP address
+    ok = network_checks({"NCCL_SOCKET_IFNAME": "eth", "GLOO_SOCKET_IFNAME": "lo"}, sys_root=tmp_path,
+                        interfaces=interfaces)
     assert statuses(ok, "net.NCCL_SOCKET_IFNAME") == ["PASS"] and statuses(ok, "net.GLOO_SOCKET_IFNAME") == ["PASS"]
-    bad = network_checks({"NCCL_SOCKET_IFNAME": "ib0,eth0"}, sys_root=root)
+    bad = network_checks({"NCCL_SOCKET_IFNAME": "ib"}, sys_root=tmp_path, interfaces=interfaces)
     (check,) = [c for c in bad if c.name == "net.NCCL_SOCKET_IFNAME"]
-    assert check.status == "FAIL" and "no interface ib0 on this node (it has eth0, lo)" in check.detail
-    exact = network_checks({"NCCL_SOCKET_IFNAME": "=eth"}, sys_root=root)  # `=`: exact names, eth0 is not eth
+    assert check.status == "FAIL" and check.detail == ("NCCL_SOCKET_IFNAME=ib: no network interface whose name starts "
+                                                       "with ib on this machine (it has eth0, lo); name one of them or "
+                                                       "unset it")
+    exact = network_checks({"NCCL_SOCKET_IFNAME": "=eth"}, sys_root=tmp_path, interfaces=interfaces)  # `=`: eth0 is not eth
     assert statuses(exact, "net.NCCL_SOCKET_IFNAME") == ["FAIL"]
 
 

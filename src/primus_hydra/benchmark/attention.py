@@ -5,11 +5,12 @@ FLOPs (causal: half the score matrix): forward 4 b heads s^2 d / 2; backward 2.5
 count: the two products again, twice for the gradients, and the recomputed scores)."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 import torch.nn.functional as F
 
+from primus_hydra.benchmark.cases import AttentionCase
 from primus_hydra.benchmark.dtypes import DTYPES
 from primus_hydra.benchmark.timing import median_seconds
 
@@ -23,16 +24,13 @@ def sdpa_backends() -> dict[str, Any]:
             "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
 
 
-def measure(model: Any, *, batch: int, seq: int, tp: int, dtype_name: str, device: torch.device, warmup: int,
-            iters: int, peak_tflops: Optional[float]) -> list[dict]:
+def measure(case: AttentionCase, device: torch.device, *, warmup: int, iters: int, peak_tflops: Optional[float],
+            tick: Optional[Callable[[], None]] = None) -> list[dict]:
     """One record per SDPA backend that runs these shapes on this device (the others are skipped, named)."""
     from torch.nn.attention import sdpa_kernel
 
-    from primus_hydra.config.model_math import attention_head_dim
-
-    heads, kv_heads = model.num_attention_heads // tp, max(1, model.num_kv_heads // tp)
-    head_dim = attention_head_dim(model)
-    dtype = DTYPES[dtype_name]
+    batch, heads, kv_heads, head_dim, seq = case.batch, case.heads, case.kv_heads, case.head_dim, case.seq
+    dtype = DTYPES[case.dtype]
     q = torch.randn(batch, heads, seq, head_dim, device=device, dtype=dtype, requires_grad=True)
     k = torch.randn(batch, kv_heads, seq, head_dim, device=device, dtype=dtype, requires_grad=True)
     v = torch.randn(batch, kv_heads, seq, head_dim, device=device, dtype=dtype, requires_grad=True)
@@ -53,8 +51,8 @@ def measure(model: Any, *, batch: int, seq: int, tp: int, dtype_name: str, devic
         except RuntimeError as error:  # this backend has no kernel for these shapes or this device
             records.append({"backend": name, "available": False, "reason": str(error).splitlines()[0][:160]})
             continue
-        fwd = median_seconds(lambda: forward().detach(), device, warmup=warmup, iters=iters)
-        both = median_seconds(forward_backward, device, warmup=warmup, iters=iters)
+        fwd = median_seconds(lambda: forward().detach(), device, warmup=warmup, iters=iters, tick=tick)
+        both = median_seconds(forward_backward, device, warmup=warmup, iters=iters, tick=tick)
         bwd = max(both - fwd, 1e-12)
         record = {"backend": name, "available": True, "batch": batch, "heads": heads, "kv_heads": kv_heads,
                   "head_dim": head_dim, "seq": seq, "dtype": str(dtype), "forward_s": fwd, "backward_s": bwd,

@@ -16,7 +16,8 @@ import torch.distributed as dist
 
 from primus_hydra.backends.torch.distributed import all_gather_objects
 from primus_hydra.benchmark import collectives, gemm
-from primus_hydra.benchmark.preflight_checks import Check, gpu_checks, host_checks, network_checks
+from primus_hydra.benchmark.cases import PREFLIGHT_ALL_REDUCE_BYTES, PREFLIGHT_GEMM, CollectiveCase
+from primus_hydra.benchmark.preflight_checks import Check, gpu_checks, host_checks, network_checks, write_probe
 from primus_hydra.benchmark.worker import MeasuringWorker
 from primus_hydra.errors import PrimusError
 
@@ -26,7 +27,6 @@ RESULTS_FILE, REPORT_FILE = "preflight.json", "preflight.md"
 WARN_BELOW, FAIL_BELOW = 0.70, 0.40  # of the hardware entry's expected number
 SLOW_NODE = 0.80  # of the median of the nodes
 CLOCK_WARN_S, CLOCK_FAIL_S = 0.5, 5.0
-ALL_REDUCE_BYTES = 16 * 1024 * 1024
 
 
 class PreflightFailed(PrimusError):
@@ -64,7 +64,7 @@ class PreflightRunner(MeasuringWorker):
         if self.layout.world_size > 1:
             measured["all_reduce_busbw_gbps"] = self._all_reduce_busbw()
             checks.append(versus("perf.all_reduce", measured["all_reduce_busbw_gbps"], self._expected_bandwidth(),
-                                 "GB/s bus bandwidth", f"{ALL_REDUCE_BYTES // 2 ** 20} MiB over {self.layout.world_size} ranks"))
+                                 "GB/s bus bandwidth", f"{PREFLIGHT_ALL_REDUCE_BYTES // 2 ** 20} MiB over {self.layout.world_size} ranks"))
         for check in checks:
             check.node = self.node
         nodes = all_gather_objects({"node": self.node, "time": time.time(), "checks": [c.as_dict() for c in checks],
@@ -87,22 +87,20 @@ class PreflightRunner(MeasuringWorker):
     def _shared_dir_check(self) -> Check:
         """Node 0 writes a file in the shared dir (task.shared_dir, default: the run dir); every node must see it."""
         folder = Path(str(self.cfg.task.shared_dir or self.run_dir))
-        token = f"{os.getpid()}-{time.time_ns()}"
-        probe = folder / ".primus_preflight_shared"
+        name = ".primus_preflight_shared"
+        token, problem = f"{os.getpid()}-{time.time_ns()}", None
         if self.dist.rank == 0:
-            try:
-                folder.mkdir(parents=True, exist_ok=True)
-                probe.write_text(token)
-            except OSError as error:
-                token = ""
-                log.warning("preflight: cannot write %s: %s", probe, error)
-        token = all_gather_objects({"token": token})[0]["token"]
-        seen = probe.is_file() and probe.read_text() == token and bool(token)
+            problem = write_probe(folder, name, token, keep=True)
+        written = all_gather_objects({"token": token, "problem": problem})[0]
+        seen = written["problem"] is None and (folder / name).is_file() and (folder / name).read_text() == written["token"]
         self._barrier()
-        if self.dist.rank == 0 and probe.exists():
-            probe.unlink()
+        if self.dist.rank == 0 and written["problem"] is None:
+            (folder / name).unlink(missing_ok=True)
+        if written["problem"] is not None:
+            return Check("shared_dir", "FAIL", f"node 0 cannot write a file in {folder}: {written['problem']}")
         if self.layout.world_size == 1:
-            return Check("shared_dir", "PASS" if seen else "FAIL", f"{folder} is writable (one node: nothing to share)")
+            return Check("shared_dir", "PASS" if seen else "FAIL", f"{folder} is writable (one node: nothing to share)"
+                         if seen else f"node 0 wrote {folder / name} but does not read it back")
         return Check("shared_dir", "PASS" if seen else "FAIL",
                      f"sees the file node 0 wrote in {folder}" if seen else
                      f"does not see the file node 0 wrote in {folder}: the run dir must be shared by every node")
@@ -113,7 +111,7 @@ class PreflightRunner(MeasuringWorker):
         return f"{size}^3 {dtype} matmul"
 
     def _gemm_case(self) -> tuple[int, str]:
-        return (8192, "bf16") if self.device.type == "cuda" else (1024, "fp32")
+        return PREFLIGHT_GEMM[self.device.type == "cuda"]
 
     def _gemm_tflops(self) -> float:
         size, dtype = self._gemm_case()
@@ -134,8 +132,8 @@ class PreflightRunner(MeasuringWorker):
         return float(peak) * float(entry.matmul_efficiency) if peak else None
 
     def _all_reduce_busbw(self) -> float:
-        return collectives.measure("all_reduce", ALL_REDUCE_BYTES, None, self.device, warmup=2, iters=5,
-                                   label="world")["busbw_gbps"]
+        case = CollectiveCase("all_reduce", PREFLIGHT_ALL_REDUCE_BYTES, "world", self.layout.world_size)
+        return collectives.measure(case, None, self.device, warmup=2, iters=5)["busbw_gbps"]
 
     def _expected_bandwidth(self) -> Optional[float]:
         entry = self._hardware()

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from primus_hydra.orchestrator.gpu_probe import detect_gpu_model, detect_gpus, run_tool, run_tool_json
+from primus_hydra.orchestrator.network_interfaces import interface_problem, machine_interfaces
 
 GIB = 1024.0 ** 3
 DISK_FAIL_GIB, DISK_WARN_GIB = 1.0, 10.0
@@ -50,22 +51,78 @@ def host_checks(environ: Mapping[str, str], folders: dict[str, Path], sys_root: 
 
 
 def folder_checks(label: str, folder: Path) -> list[Check]:
-    """Free space where a run writes, and that it can write there (a probe file, removed again)."""
+    """Free space where a run writes, and that it can write there: a probe file written and removed, in the folder
+    itself (created for the probe when missing, and removed again)."""
+    folder = Path(folder)
+    existing = nearest_existing(folder)
+    free = shutil.disk_usage(existing).free / GIB
+    status = "FAIL" if free < DISK_FAIL_GIB else "WARN" if free < DISK_WARN_GIB else "PASS"
+    where = f"under {folder}" if existing == folder else f"under {existing} ({folder} does not exist yet)"
+    checks = [Check(f"disk.{label}", status, f"{free:.1f} GiB free {where} (FAIL below {DISK_FAIL_GIB:g}, "
+                                              f"WARN below {DISK_WARN_GIB:g})")]
+    problem = write_probe(folder, f".primus_preflight_write_{os.getpid()}")
+    if problem:
+        checks.append(Check(f"writable.{label}", "FAIL", f"{folder}: {problem}"))
+    else:
+        checks.append(Check(f"writable.{label}", "PASS", f"{folder} is writable" if existing == folder else
+                            f"{folder} can be created and written"))
+    return checks
+
+
+def nearest_existing(folder: Path) -> Path:
     existing = Path(folder)
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
-    free = shutil.disk_usage(existing).free / GIB
-    status = "FAIL" if free < DISK_FAIL_GIB else "WARN" if free < DISK_WARN_GIB else "PASS"
-    checks = [Check(f"disk.{label}", status, f"{free:.1f} GiB free under {folder} (FAIL below {DISK_FAIL_GIB:g}, "
-                                              f"WARN below {DISK_WARN_GIB:g})")]
-    probe = existing / f".primus_preflight_write_{os.getpid()}"
+    return existing
+
+
+def write_probe(folder: Path, name: str, text: str = "preflight", keep: bool = False) -> Optional[str]:
+    """Write `text` to folder/name (creating the missing folders), then remove it and the folders it created unless
+    `keep`; None when that worked, else what failed and why, exactly (the call, the path, the OS's reason)."""
+    created: list[Path] = []
     try:
-        probe.write_text("preflight")
-        probe.unlink()
-        checks.append(Check(f"writable.{label}", "PASS", f"{existing} is writable"))
+        created = create_missing(folder)
+        (folder / name).write_text(text)
     except OSError as error:
-        checks.append(Check(f"writable.{label}", "FAIL", f"{existing} is not writable ({error.strerror or error})"))
-    return checks
+        remove_created(created)
+        return os_error_text(error)
+    if not keep:
+        (folder / name).unlink(missing_ok=True)
+        remove_created(created)
+    return None
+
+
+def create_missing(folder: Path) -> list[Path]:
+    """mkdir of each missing folder from the top down; the folders it created, in that order."""
+    missing = []
+    for parent in [Path(folder), *Path(folder).parents]:
+        if parent.exists():
+            break
+        missing.append(parent)
+    created = []
+    try:
+        for path in reversed(missing):
+            path.mkdir()
+            created.append(path)
+    except OSError:
+        remove_created(created)
+        raise
+    return created
+
+
+def remove_created(created: list[Path]) -> None:
+    for path in reversed(created):
+        try:
+            path.rmdir()
+        except OSError:
+            pass  # something else wrote into it meanwhile: it stays
+
+
+def os_error_text(error: OSError) -> str:
+    """`cannot create /x/y: Permission denied`: the operation from the error's kind, the path, the OS's reason."""
+    path = error.filename or "?"
+    action = "cannot create" if not Path(path).exists() else "cannot write"
+    return f"{action} {path}: {error.strerror or error}"
 
 
 # -- GPUs -------------------------------------------------------------------------------------------------------
@@ -152,26 +209,22 @@ def gpu_checks(environ: Mapping[str, str], processes_per_node: Optional[int], sy
 
 
 # -- network and environment ----------------------------------------------------------------------------------
-def _interface_names(value: str) -> tuple[list[str], bool]:
-    """NCCL's syntax: a comma list of prefixes; `=` makes them exact, `^` excludes them."""
-    exact = value.startswith("=") or value.startswith("^=")
-    names = [name for name in value.lstrip("^=").split(",") if name]
-    return names, exact
-
-
-def network_checks(environ: Mapping[str, str], sys_root: Path = Path("/sys")) -> list[Check]:
-    interfaces = sorted(path.name for path in (sys_root / "class" / "net").glob("*"))
+def network_checks(environ: Mapping[str, str], sys_root: Path = Path("/sys"),
+                   interfaces: Optional[Mapping[str, bool]] = None) -> list[Check]:
+    """interfaces: name -> has an IP address (default: this machine's, read under sys_root)."""
+    interfaces = machine_interfaces(sys_root) if interfaces is None else interfaces
     hcas = sorted(path.name for path in (sys_root / "class" / "infiniband").glob("*"))
     checks = []
     for variable in SOCKET_VARIABLES:
         value = environ.get(variable)
-        if not value or value.startswith("^"):
+        if not value or value.startswith("^"):  # an exclusion leaves the library every other interface
             continue
-        names, exact = _interface_names(value)
-        missing = [name for name in names if not any(i == name if exact else i.startswith(name) for i in interfaces)]
-        checks.append(Check(f"net.{variable}", "FAIL" if missing else "PASS",
-                            f"{variable}={value}: no interface {', '.join(missing)} on this node (it has "
-                            f"{', '.join(interfaces) or 'none'})" if missing else f"{variable}={value} names existing interfaces"))
+        if variable == "GLOO_SOCKET_IFNAME" and len(value) == 1:
+            checks.append(Check(f"net.{variable}", "WARN", f"{variable}={value}: one character, which torch ignores"))
+            continue
+        problem = interface_problem(variable, value, interfaces)
+        checks.append(Check(f"net.{variable}", "FAIL" if problem else "PASS",
+                            problem or f"{variable}={value} names an interface of this node"))
     for variable in HCA_VARIABLES:
         value = environ.get(variable)
         if not value:

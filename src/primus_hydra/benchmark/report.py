@@ -37,8 +37,10 @@ def table(suite: str, records: list[dict]) -> str:
     else:
         header = ["op", "group", "ranks", "bytes", "us", "algbw GB/s", "busbw GB/s", "correct"]
         rows = [[r["op"], r["group"], str(r["world_size"]), f"{r['bytes']:,}", f"{r['time_s'] * 1e6:.1f}",
-                 _gib_per_s(r["algbw_gbps"]), _gib_per_s(r["busbw_gbps"]), "yes" if r["correct"] else "NO"]
-                for r in records]
+                 _gib_per_s(r["algbw_gbps"]), _gib_per_s(r["busbw_gbps"]),
+                 "yes" if r["correct"] else f"NO ({r['mismatched_elements']:,} elements wrong)"] for r in records]
+        notes = sorted({r["note"] for r in records if r.get("note")})
+        return aligned_table(header, rows, rule=True) + "".join(f"\nnote: {note}" for note in notes)
     return aligned_table(header, rows, rule=True)
 
 

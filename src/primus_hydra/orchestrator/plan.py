@@ -144,6 +144,13 @@ def build_resource_plan(cfg: DictConfig, resources: MachineResources | None = No
     return plan_from_inputs(plan_inputs(cfg, resources.num_gpus), resources, sweep_points=sweep_points, environ=environ)
 
 
+def with_working_set(plan: ResourcePlan, gib: float, environ: Mapping[str, str] = os.environ) -> ResourcePlan:
+    """The same plan sized by `gib` per rank instead of a training step's working set (a job that does not train:
+    task=benchmark's largest case)."""
+    return plan_from_inputs(replace(plan.inputs, estimate_gib=gib), plan.resources, sweep_points=plan.sweep_points,
+                            environ=environ)
+
+
 def plan_from_inputs(inputs: PlanInputs, resources: MachineResources, *, sweep_points: int = 1,
                      environ: Mapping[str, str] = os.environ, measured: Optional[tuple[float, Optional[float]]] = None,
                      ) -> ResourcePlan:

@@ -24,8 +24,9 @@ from primus_hydra.config.layout import ParallelLayout, configured_world_size, pa
 from primus_hydra.config.paths import chdir_launch_dir, make_user_paths_absolute, run_dir_failures
 from primus_hydra.config.validate import validate_config
 from primus_hydra.errors import ConfigValidationError
-from primus_hydra.orchestrator.fit_checks import fit_failures
-from primus_hydra.orchestrator.plan import ResourcePlan, build_resource_plan
+from primus_hydra.orchestrator.fit_checks import MemoryNeed, fit_failures
+from primus_hydra.orchestrator.network_interfaces import socket_interface_failures
+from primus_hydra.orchestrator.plan import ResourcePlan, build_resource_plan, with_working_set
 from primus_hydra.orchestrator.resource_checks import (
     master_address_failures,
     override_failures,
@@ -56,7 +57,8 @@ def without_hydra_node(cfg: DictConfig) -> DictConfig:
 
 def prepare(cfg: DictConfig, *, run_dir: Optional[Path] = None, world_size: Optional[int] = None,
             plan: Optional[ResourcePlan] = None, sweep_points: int = 1, on_this_machine: bool = True,
-            launched: bool = False, trains: bool = True, runs_on_gpu: Optional[bool] = None) -> PreparedJob:
+            launched: bool = False, trains: bool = True, runs_on_gpu: Optional[bool] = None,
+            memory_need: Optional[MemoryNeed] = None) -> PreparedJob:
     """The job `cfg` describes, checked and planned; ConfigValidationError (every failed check, one line each).
 
     run_dir: where it will write (None when unknown). world_size: fixed by who starts the ranks (a torchrun/srun
@@ -66,6 +68,7 @@ def prepare(cfg: DictConfig, *, run_dir: Optional[Path] = None, world_size: Opti
     started by a launcher that owns the machine: no plan either.
     trains: the job will train (not a dry run, not a plan): its library and the files it reads must be there.
     runs_on_gpu: where the job's backend will run when no plan says it (task=projection: its hardware entry).
+    memory_need: what a rank of a job that does not train holds (task=benchmark): the plan and the fit check use it.
     """
     job = without_hydra_node(cfg)
     launch_dir = chdir_launch_dir(cfg)
@@ -81,6 +84,7 @@ def prepare(cfg: DictConfig, *, run_dir: Optional[Path] = None, world_size: Opti
     auto_knobs = frozenset(key for key in AUTO_KNOBS if is_auto(OmegaConf.select(job, key)))
     if on_this_machine and not launched:
         plan = plan if plan is not None else build_resource_plan(job, sweep_points=sweep_points)
+        plan = with_working_set(plan, memory_need.gib) if memory_need is not None else plan
         _resolve_auto_knobs(job, plan, auto_knobs)
     world = world_size if world_size is not None else configured_world_size(job)
     if world is None:
@@ -89,12 +93,13 @@ def prepare(cfg: DictConfig, *, run_dir: Optional[Path] = None, world_size: Opti
     if on_this_machine and not launched and trains:
         failures += _device_count_failures(job, plan)
         failures += master_address_failures(job) if layout.world_size > 1 else []
+        failures += socket_interface_failures(on_gpu=_runs_on_gpu(job, plan)) if layout.world_size > 1 else []
     if plan is not None and not launched and not job.task.get("dry_run", False):
-        failures += fit_failures(job, plan)
+        failures += fit_failures(job, plan, memory_need)
     adapter = load_adapter(job, layout, run_dir)
     adapter.runs_on_gpu = runs_on_gpu
     if plan is not None:
-        adapter.runs_on_gpu = job.platform.device == "cuda" or (job.platform.device == "auto" and plan.resources.num_gpus > 0)
+        adapter.runs_on_gpu = _runs_on_gpu(job, plan)
     failures += adapter.validate()
     warnings += adapter.warnings()
     failures += patch_failures(job)
@@ -129,10 +134,14 @@ def replan(job: PreparedJob, plan: ResourcePlan) -> PreparedJob:
     return PreparedJob(cfg, job.layout, plan, job.warnings, job.auto_knobs)
 
 
+def _runs_on_gpu(job: DictConfig, plan: ResourcePlan) -> bool:
+    return job.platform.device == "cuda" or (job.platform.device == "auto" and plan.resources.num_gpus > 0)
+
+
 def _device_count_failures(job: DictConfig, plan: ResourcePlan) -> list[str]:
     gpus = plan.resources.num_gpus
     nproc = auto_int(job.launch.nproc_per_node)
-    wants_gpu = job.platform.device == "cuda" or (job.platform.device == "auto" and gpus > 0)
+    wants_gpu = _runs_on_gpu(job, plan)
     if job.platform.device == "cuda" and gpus == 0:
         return ["platform.device=cuda but this machine shows no GPU (nvidia-smi, amd-smi, rocm-smi, visible-devices "
                 "variables); use platform.device=cpu"]

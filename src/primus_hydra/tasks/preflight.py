@@ -1,5 +1,6 @@
 """task=preflight: one process per node (benchmark/preflight.py) checks the node and the cluster before a long job,
-through the same launchers as training (this machine, or every node of a Slurm job)."""
+through the same launchers as training (this machine, or every node of a Slurm job). Its memory check is for what
+the checks allocate (a GEMM and an all_reduce, benchmark/cases.py), not for training the configured model."""
 from __future__ import annotations
 
 import copy
@@ -8,7 +9,11 @@ from typing import Optional
 
 from omegaconf import DictConfig, open_dict, read_write
 
+from primus_hydra.benchmark.cases import GIB, largest, preflight_cases
 from primus_hydra.config.choices import auto_int
+from primus_hydra.orchestrator.fit_checks import MemoryNeed
+from primus_hydra.orchestrator.working_set import CONTEXT_OVERHEAD_GIB
+from primus_hydra.tasks.benchmark import runs_on_cpu
 from primus_hydra.tasks.train import TrainTask
 
 
@@ -29,7 +34,15 @@ def one_process_per_node(cfg: DictConfig) -> DictConfig:
     return job
 
 
+def preflight_memory_need(cfg: DictConfig) -> MemoryNeed:
+    case = largest(preflight_cases(not runs_on_cpu(cfg), int(cfg.launch.nnodes)))
+    return MemoryNeed(case.nbytes / GIB + CONTEXT_OVERHEAD_GIB,
+                      f"task=preflight: its largest measurement, {case.label}, holds {case.nbytes / GIB:.1f} GiB",
+                      "free memory on this node")
+
+
 class PreflightTask(TrainTask):
     @classmethod
     def prepare_job(cls, cfg: DictConfig, run_dir: Optional[Path], *, plan=None, sweep_points: int = 1):
-        return super().prepare_job(one_process_per_node(cfg), run_dir, plan=plan, sweep_points=sweep_points)
+        return super().prepare_job(one_process_per_node(cfg), run_dir, plan=plan, sweep_points=sweep_points,
+                                   memory_need=preflight_memory_need(cfg))

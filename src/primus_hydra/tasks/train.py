@@ -22,8 +22,10 @@ class TrainTask:
         self.job = job
 
     @classmethod
-    def prepare_job(cls, cfg: DictConfig, run_dir: Optional[Path], *, plan=None, sweep_points: int = 1) -> PreparedJob:
-        """Prepared for where it will run: as a rank of a running job, as a Slurm job, or on this machine."""
+    def prepare_job(cls, cfg: DictConfig, run_dir: Optional[Path], *, plan=None, sweep_points: int = 1,
+                    memory_need=None) -> PreparedJob:
+        """Prepared for where it will run: as a rank of a running job, as a Slurm job, or on this machine.
+        memory_need: what a rank of a job that does not train holds (orchestrator/fit_checks.py: MemoryNeed)."""
         from primus_hydra.distributed_env import detect_distributed_env
         from primus_hydra.orchestrator.prepare import prepare
 
@@ -36,7 +38,8 @@ class TrainTask:
             from primus_hydra.launch.slurm.job_shape import job_shape
 
             return prepare(cfg, run_dir=run_dir, world_size=job_shape(cfg, slurm).world_size, on_this_machine=False)
-        return prepare(cfg, run_dir=run_dir, plan=plan, sweep_points=sweep_points, trains=not dry_run)
+        return prepare(cfg, run_dir=run_dir, plan=plan, sweep_points=sweep_points, trains=not dry_run,
+                       memory_need=memory_need)
 
     @classmethod
     def claim_run_dir(cls, cfg: DictConfig, run_dir: Path, *, check_only: bool = False) -> None:
