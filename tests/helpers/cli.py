@@ -31,3 +31,19 @@ def run_dirs(root: Path) -> list[Path]:
 
 def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("error:")]
+
+
+# `python -m primus_hydra` that says at exit whether torch was imported: a job refused while it is prepared never is
+_REPORTING_TORCH = ("import atexit, runpy, sys\n"
+                    "atexit.register(lambda: print('TORCH_IMPORTED=%s' % ('torch' in sys.modules), file=sys.stderr))\n"
+                    "sys.argv = ['primus_hydra', *sys.argv[1:]]\n"
+                    "runpy.run_module('primus_hydra', run_name='__main__', alter_sys=True)\n")
+
+
+def primus_reporting_torch(*args: str, cwd: Path, env: Optional[dict] = None,
+                           timeout: float = 240) -> tuple[subprocess.CompletedProcess, bool]:
+    """`primus(...)`, and whether the process imported torch."""
+    Path(cwd).mkdir(parents=True, exist_ok=True)
+    result = subprocess.run([sys.executable, "-c", _REPORTING_TORCH, *args], capture_output=True, text=True,
+                            env=clean_env(env), timeout=timeout, cwd=cwd)
+    return result, "TORCH_IMPORTED=True" in result.stderr

@@ -94,7 +94,8 @@ def test_corrupt_resume_checkpoint_names_the_file(compose_config, tmp_path):
 
 def test_checkpoint_of_another_model_does_not_fit(compose_config, tmp_path):
     train(compose_config, tmp_path / "a", "module.train_iters=2")
-    with pytest.raises(CheckpointError, match="does not fit model moe_tiny"):
+    with pytest.raises(ConfigValidationError, match=r"holds the weights of model=llama_tiny \([\d,]+ parameters\); this "
+                                                    r"run builds model=moe_tiny with [\d,]+: they cannot load into it"):
         train(compose_config, tmp_path / "b", "model=moe_tiny", "module.train_iters=2",
               f"module.checkpoint.load={tmp_path / 'a' / 'checkpoints'}")
 

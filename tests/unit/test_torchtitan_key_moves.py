@@ -54,7 +54,8 @@ def test_the_installed_torchtitan_reads_the_moved_key_as_set(compose_config, tmp
     from primus_hydra.backends.torchtitan.job_file import TOML_FILE, parse_job_file
 
     cfg = compose_config("backend=torchtitan", "module.data.source=mock", "backend.job_format=toml", OLD_NAME)
-    assert load_adapter(cfg, parallel_layout(cfg, 1)).training_failures() == []  # checked before launch, after patches
+    adapter = load_adapter(cfg, parallel_layout(cfg, 1))
+    assert adapter.training_failures() + adapter.library_failures() == []  # checked before launch, after patches
     run_job(compose_config("task.dry_run=true", "backend=torchtitan", "module.data.source=mock",
                            "backend.job_format=toml", OLD_NAME), tmp_path)
     assert parse_job_file(tmp_path / TOML_FILE).debug.moe_force_load_balance is True
@@ -63,5 +64,6 @@ def test_the_installed_torchtitan_reads_the_moved_key_as_set(compose_config, tmp
 @needs_torchtitan
 def test_a_key_no_release_knows_is_one_line_before_launch(compose_config):
     cfg = compose_config("backend=torchtitan", "module.data.source=mock", "+backend.extra_args.debug.bogus_switch=1")
-    failures = load_adapter(cfg, parallel_layout(cfg, 1)).training_failures()
+    adapter = load_adapter(cfg, parallel_layout(cfg, 1))
+    failures = adapter.training_failures() + adapter.library_failures()
     assert len(failures) == 1 and failures[0].startswith("backend=torchtitan: torchtitan 0.2.2 does not know bogus_switch")

@@ -125,6 +125,11 @@ class BackendAdapter(ABC):
         """What keeps a real run of this backend from training here (checked before it starts)."""
         return self.requirement_failures()
 
+    def library_failures(self) -> list[str]:
+        """The backend library's own checks of the translated arguments, which import it (and torch): run when the
+        job is prepared only once every other check has passed, so that a refused job never imports them."""
+        return []
+
     def requirement_failures(self) -> list[str]:
         """The modules a real run imports, looked up without importing them (in the source tree too): one line
         naming what is missing and how to get it. The runtime imports them for real (prepare_backend)."""

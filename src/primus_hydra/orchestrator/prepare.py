@@ -105,6 +105,7 @@ def prepare(cfg: DictConfig, *, run_dir: Optional[Path] = None, world_size: Opti
     failures += patch_failures(job)
     if on_this_machine and trains:
         failures += input_path_failures(job) + adapter.training_failures()
+        failures += [] if failures else adapter.library_failures()  # they import the library: only for a sound job
     if failures:
         raise ConfigValidationError(failures)
     return PreparedJob(job, layout, plan, warnings + (list(plan.warnings) if plan is not None else []), auto_knobs)

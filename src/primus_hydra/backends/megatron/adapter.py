@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
+from typing import Optional
 
 from primus_hydra.backends.base import BaseTrainer
 from primus_hydra.backends.external import ExternalBackendAdapter
+from primus_hydra.backends.extra_args_types import extra_args_type_failures
 from primus_hydra.backends.megatron.args import build_megatron_args
-from primus_hydra.backends.megatron.config_fields import transformer_config_fields
+from primus_hydra.backends.megatron.config_fields import transformer_config_types
 from primus_hydra.backends.megatron.core_config import FIELD_RENAMES
 from primus_hydra.backends.megatron.cpu_patches import cpu_support_failure
 from primus_hydra.backends.megatron.datasets import dataset_failures
@@ -18,16 +21,23 @@ from primus_hydra.backends.megatron.megatron_lm import (
     parse_with_megatron,
     version_failure,
 )
+from primus_hydra.backends.torch.data_sources import data_source_warnings
+from primus_hydra.backends.torch.run_dir_checks import checkpoint_load_warnings, existing_run_failures
 from primus_hydra.config.targets import load_target
 from primus_hydra.errors import BackendUnavailableError, PrimusError
 
 TRAINER_NAMES = ("auto", "core", "megatron_lm")
 CORE_TRAINER = "primus_hydra.backends.megatron.core_trainer.MegatronCoreTrainer"
 MEGATRON_LM_TRAINER = "primus_hydra.backends.megatron.megatron_lm_trainer.MegatronLMTrainer"
-# arguments the core trainer reads beyond TransformerConfig's fields (GPTModel, the optimizer, the layer spec)
-CORE_TRAINER_ARGS = frozenset({"make_vocab_size_divisible_by", "use_distributed_optimizer", "transformer_impl",
-                               "untie_embeddings_and_output_weights", "use_rope_scaling", "rope_scaling_factor",
-                               "rotary_seq_len_interpolation_factor", "swiglu", "group_query_attention"})
+# arguments the core trainer reads beyond TransformerConfig's fields (GPTModel, the optimizer, the layer spec), with
+# the types Megatron-LM's parser gives them (megatron/training/arguments.py: type=int, type=float, store_true, choices)
+CORE_TRAINER_ARGS = {"make_vocab_size_divisible_by": "int", "use_distributed_optimizer": "bool",
+                     "transformer_impl": "Literal['local', 'transformer_engine', 'inference_optimized']",
+                     "untie_embeddings_and_output_weights": "bool", "use_rope_scaling": "bool",
+                     "rope_scaling_factor": "float", "rotary_seq_len_interpolation_factor": "int", "swiglu": "bool",
+                     "group_query_attention": "bool"}
+# what the core trainer takes beyond a field's own type (core_config.moe_layer_pattern parses pattern strings)
+CORE_TRAINER_CONVERSIONS = {"moe_layer_freq": "Union[int, List[int], str]"}
 
 
 class MegatronAdapter(ExternalBackendAdapter):
@@ -55,8 +65,17 @@ class MegatronAdapter(ExternalBackendAdapter):
             checkout = False
         return "megatron_lm" if checkout and not self.on_cpu else "core"
 
+    def checkpoint_dir(self) -> Path:
+        """Where the core trainer keeps its step folders: Megatron's `save` (module.checkpoint.dir, extra_args.save),
+        else <run_dir>/checkpoints."""
+        return Path(self.convert_config().get("save") or self.run_dir / "checkpoints")
+
     def validate(self) -> list[str]:
         failures = super().validate()
+        if self.trainer_name == "core":  # values of another type than megatron-core's, found before it fails on them
+            failures += extra_args_type_failures(self.cfg.backend.extra_args, self._declared_type, failures)
+            if self.run_dir is not None:  # what the core trainer would find on disk and refuse
+                failures += existing_run_failures(self.cfg, self.run_dir, self.checkpoint_dir(), self.name)
         cfg, backend, p, model = self.cfg, self.cfg.backend, self.cfg.module.parallel, self.cfg.model
         if p.fsdp:  # Megatron's own asserts for --use-torch-fsdp2, reported before any GPU starts
             if p.pp > 1 or p.ep > 1:
@@ -97,12 +116,17 @@ class MegatronAdapter(ExternalBackendAdapter):
             )
         return failures
 
+    def warnings(self) -> list[str]:
+        if self.trainer_name != "core":
+            return []
+        return checkpoint_load_warnings(self.cfg) + data_source_warnings(self.cfg)
+
     def training_failures(self) -> list[str]:
         failures = super().training_failures()
         if failures:
             return failures
         if self.trainer_name == "megatron_lm":
-            return self._megatron_lm_failures()
+            return self._megatron_lm_checkout_failures()
         model = self.cfg.model
         has_te = importlib.util.find_spec("transformer_engine") is not None
         if model.mla.enabled and not has_te:
@@ -115,10 +139,14 @@ class MegatronAdapter(ExternalBackendAdapter):
             failure = cpu_support_failure(self.detect_backend_version())
             failures += [failure] if failure else []
         if self.trainer_name == "core":
-            failures += dataset_failures(self.cfg)
-        if self.trainer_name == "core" and not failures:  # megatron-core's own checks last: they import it
-            failures += self._unread_extra_args() or self._transformer_config_failures()
+            failures += dataset_failures(self.cfg) + self._unread_extra_args()
         return failures
+
+    def library_failures(self) -> list[str]:
+        """megatron-core's (or Megatron-LM's) own checks of the arguments: they import it, and torch."""
+        if self.trainer_name == "megatron_lm":
+            return self._megatron_lm_parser_failures()
+        return self._transformer_config_failures() if self.trainer_name == "core" else []
 
     def _transformer_config_failures(self) -> list[str]:
         """megatron-core's own checks of the arguments (TransformerConfig.__post_init__), run here, before any worker
@@ -138,7 +166,7 @@ class MegatronAdapter(ExternalBackendAdapter):
             return [f"backend=megatron: megatron-core refuses these arguments: {reason}"]
         return []
 
-    def _megatron_lm_failures(self) -> list[str]:
+    def _megatron_lm_checkout_failures(self) -> list[str]:
         root = self.find_backend_path()
         if not is_megatron_lm_checkout(root):
             return ["backend.trainer=megatron_lm needs a Megatron-LM checkout (with megatron/training): set "
@@ -149,8 +177,12 @@ class MegatronAdapter(ExternalBackendAdapter):
         if self.on_cpu:
             return ["backend.trainer=megatron_lm: Megatron-LM's pretrain() needs CUDA GPUs; on the CPU use "
                     "backend.trainer=core (megatron-core in this project's loop)"]
+        return []
+
+    def _megatron_lm_parser_failures(self) -> list[str]:
         from primus_hydra.backends.megatron.core_config import environment_unchanged
 
+        root = self.find_backend_path()
         try:  # the checkout's own parser on the flags, here, before any GPU starts
             with environment_unchanged():
                 parser = megatron_lm_parser(root)
@@ -164,13 +196,23 @@ class MegatronAdapter(ExternalBackendAdapter):
 
     def _unread_extra_args(self) -> list[str]:
         """An extra argument the core trainer would silently ignore (Primus's silently ignored keys): one line."""
-        fields = transformer_config_fields()
+        fields = transformer_config_types()
         if not fields:
             return []
-        read = fields | CORE_TRAINER_ARGS | set(FIELD_RENAMES)
+        read = set(fields) | set(CORE_TRAINER_ARGS) | set(FIELD_RENAMES)
         return [f"backend.extra_args.{key}: backend.trainer=core reads no argument of that name (megatron-core's "
                 f"TransformerConfig has no such field), so it would be ignored; use a TransformerConfig field name"
                 for key in self.cfg.backend.extra_args if key not in read]
+
+    def _declared_type(self, key: str) -> Optional[tuple[str, str]]:
+        """The type the core trainer's reader declares for an extra argument (TransformerConfig's field, or
+        Megatron-LM's parser for the others), and where."""
+        fields, field = transformer_config_types(), FIELD_RENAMES.get(key, key)
+        if key in CORE_TRAINER_CONVERSIONS:
+            return CORE_TRAINER_CONVERSIONS[key], "the core trainer's moe_layer_freq"
+        if key in CORE_TRAINER_ARGS:
+            return CORE_TRAINER_ARGS[key], f"Megatron-LM's --{key.replace('_', '-')}"
+        return (fields[field], f"megatron-core's TransformerConfig.{field}") if field in fields else None
 
     def convert_config(self) -> dict:
         return build_megatron_args(self.cfg, self.layout)

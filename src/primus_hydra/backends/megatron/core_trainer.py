@@ -27,9 +27,10 @@ from primus_hydra.backends.megatron.datasets import training_batches
 from primus_hydra.backends.megatron.lr_schedule import build_lr_scheduler
 from primus_hydra.backends.megatron.native_init import init_like_native
 from primus_hydra.backends.megatron.sharded_weights import load_full_weights, native_weights_for
-from primus_hydra.backends.torch.checkpoint import CheckpointManager
+from primus_hydra.backends.torch.checkpoint import CheckpointManager, describe_failure
 from primus_hydra.backends.torch.checkpoint_paths import TRAINER_STATE, read_meta
 from primus_hydra.backends.torch.distributed import destroy_parallel_state, join_process_group
+from primus_hydra.backends.torch.foreign_checkpoints import weights_in_native_format
 from primus_hydra.backends.torch.metrics import MetricsLogger
 from primus_hydra.backends.torch.step_loop import StepLoopTrainer
 from primus_hydra.backends.torch.trainer import resolve_device
@@ -284,18 +285,29 @@ class MegatronCoreTrainer(StepLoopTrainer):
             source, _ = self.checkpoints.find(ckpt.load, "module.checkpoint.load")
             if read_meta(source)[0].get("backend") == "megatron":
                 self._load_megatron(source, "module.checkpoint.load", with_optimizer=False)
-            else:
-                full = native_weights_for(source, self.cfg.model, self.model)
+            else:  # a native step as it is, a torchtitan one converted to native first
+                with weights_in_native_format(source, self.run_dir, self.cfg.model) as native_step:
+                    full = native_weights_for(native_step, self.cfg.model, self.model)
                 for chunk in self.chunks:
                     load_full_weights(chunk, full)
             self.optimizer.reload_model_params()  # main (fp32) copies of bf16 weights follow the loaded weights
             log.info("initial weights loaded from %s", source)
 
+    def _load_failure(self, key: str, path: Path, error: BaseException) -> CheckpointError:
+        """One line: the first words of megatron-core's reason (a missing key lists every key of the checkpoint)."""
+        cause = describe_failure(error)
+        cause = cause if len(cause) <= 240 else cause[:240] + "..."
+        return CheckpointError(f"{key}: {path} cannot be loaded into model {self.cfg.model.name} ({cause})")
+
     def _load_megatron(self, path: Path, key: str, with_optimizer: bool) -> None:
         from megatron.core import dist_checkpointing
+        from torch.distributed.checkpoint.api import CheckpointException
 
         if with_optimizer:
-            state = dist_checkpointing.load(self._sharded_state(for_loading=True), str(path))
+            try:
+                state = dist_checkpointing.load(self._sharded_state(for_loading=True), str(path))
+            except (Exception, CheckpointException) as error:  # DCP's CheckpointException is a BaseException
+                raise self._load_failure(key, path, error) from error
             self._load_model_state(state)
             self.optimizer.load_state_dict(state["optimizer"])
             trainer_state = torch.load(path / TRAINER_STATE, map_location="cpu", weights_only=False)
@@ -305,7 +317,6 @@ class MegatronCoreTrainer(StepLoopTrainer):
             return
         try:
             state = dist_checkpointing.load(self._model_state(None), str(path))
-        except Exception as error:  # noqa: BLE001 - megatron-core raises many kinds: one line
-            raise CheckpointError(f"{key}: {path} cannot be loaded into {self.cfg.model.name} ({type(error).__name__}: "
-                                  f"{str(error).splitlines()[0] if str(error) else ''})") from error
+        except (Exception, CheckpointException) as error:  # megatron-core raises many kinds: one line
+            raise self._load_failure(key, path, error) from error
         self._load_model_state(state)

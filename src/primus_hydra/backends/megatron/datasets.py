@@ -41,11 +41,9 @@ def dataset_failures(cfg: Any) -> list[str]:
         return ["backend.dataset=megatron: a flat token file (module.data.source=tokens) has no document boundaries "
                 "for megatron.core.datasets; convert it with Megatron's tools/preprocess_data.py and use "
                 "module.data.source=indexed, or set backend.dataset=native"]
-    if data.source == "indexed" and data.path:
-        from primus_hydra.backends.torch.indexed_file import indexed_data_failures
+    from primus_hydra.backends.torch.data_sources import data_source_failures
 
-        return indexed_data_failures(data.path, cfg.model.vocab_size, cfg.module.seq_length, blends=kind == "megatron")
-    return []
+    return data_source_failures(cfg, blends=kind == "megatron")
 
 
 class MegatronBatches:
@@ -187,7 +185,7 @@ def text_as_indexed_dataset(run_dir: Path, path: Optional[str], global_rank: int
 
 
 def _text_source(path: Optional[str]) -> dict:
-    from primus_hydra.backends.torch.data import default_text_corpus
+    from primus_hydra.backends.torch.data_sources import default_text_corpus
 
     return {"path": str(Path(path).expanduser().resolve() if path else default_text_corpus())}
 

@@ -8,11 +8,9 @@ from omegaconf import OmegaConf
 
 from primus_hydra.backends.base import BackendAdapter, BaseTrainer
 from primus_hydra.backends.torch.args import TorchTrainingArgs
-from primus_hydra.backends.torch.checkpoint_paths import CheckpointFolder
+from primus_hydra.backends.torch.data_sources import data_source_failures, data_source_warnings
+from primus_hydra.backends.torch.run_dir_checks import checkpoint_load_warnings, existing_run_failures
 from primus_hydra.config.paths import writable_dir_failure
-from primus_hydra.errors import CheckpointError
-
-METRICS_FILE = "metrics.jsonl"
 
 
 class TorchAdapter(BackendAdapter):
@@ -27,8 +25,8 @@ class TorchAdapter(BackendAdapter):
         if self.cfg.backend.extra_args:
             failures.append(f"backend.extra_args={OmegaConf.to_container(self.cfg.backend.extra_args)}: backend=torch "
                             "has no native arguments to pass them to; its knobs are module.*, model.* and backend.*")
-        if self.run_dir is not None:
-            failures += self._run_dir_failures()
+        if self.run_dir is not None:  # what the run would find on disk and refuse (run_dir_checks.py)
+            failures += existing_run_failures(self.cfg, self.run_dir, self.checkpoint_dir(), self.name)
         return failures
 
     def _layout_failures(self) -> list[str]:
@@ -69,9 +67,9 @@ class TorchAdapter(BackendAdapter):
 
     def training_failures(self) -> list[str]:
         """Besides the library: a configured checkpoint dir that a save could not write into is found now, before
-        training, not at the first save (a file, a path under a file such as /dev/null, a read-only folder); and a
-        token file the run could not read (its size, length, ids and width: token_file.py)."""
-        failures = super().training_failures() + self._data_failures()
+        training, not at the first save (a file, a path under a file such as /dev/null, a read-only folder); and data
+        the run could not read (data_sources.py)."""
+        failures = super().training_failures() + data_source_failures(self.cfg, blends=False)
         ckpt, module = self.cfg.module.checkpoint, self.cfg.module
         saves = ckpt.interval or ckpt.save_final or ckpt.on_signal or module.exit_interval
         if ckpt.dir and saves:
@@ -80,41 +78,8 @@ class TorchAdapter(BackendAdapter):
             failures += [failure] if failure else []
         return failures
 
-    def _data_failures(self) -> list[str]:
-        data, module = self.cfg.module.data, self.cfg.module
-        if data.source == "indexed" and data.path:
-            from primus_hydra.backends.torch.indexed_file import indexed_data_failures
-
-            return indexed_data_failures(data.path, self.cfg.model.vocab_size, module.seq_length, blends=False)
-        if data.source != "tokens" or not data.path or not Path(str(data.path)).expanduser().exists():
-            return []  # a missing path is the orchestrator's line (orchestrator/prepare.py)
-        from primus_hydra.backends.torch.token_file import token_file_failure  # numpy: only for a token file
-
-        failure = token_file_failure(data.path, str(data.token_dtype), self.cfg.model.vocab_size, module.seq_length)
-        return [failure] if failure else []
-
-    def _run_dir_failures(self) -> list[str]:
-        """What the run would find on disk and refuse, found before it starts: a checkpoint to resume or load that is
-        not one, checkpoints or metrics of an earlier run that a fresh run would mix with its own."""
-        ckpt = self.cfg.module.checkpoint
-        folder = CheckpointFolder(self.checkpoint_dir())
-        failures = []
-        for key, spec in (("module.checkpoint.resume", ckpt.resume), ("module.checkpoint.load", ckpt.load)):
-            if spec in (None, "auto") or not Path(spec).expanduser().exists():
-                continue  # a path that does not exist: the orchestrator reports it (orchestrator/prepare.py)
-            try:
-                folder.resolve(spec, key)
-            except CheckpointError as error:
-                failures.append(str(error))
-        overwrite = folder.unresumed_failure(ckpt.resume)
-        if overwrite:
-            failures.append(overwrite)
-        if ckpt.resume is None and (self.run_dir / METRICS_FILE).exists():
-            failures.append(
-                f"{self.run_dir / METRICS_FILE} already holds an earlier run's metrics; choose a new hydra.run.dir, "
-                f"or continue that run with module.checkpoint.resume=auto"
-            )
-        return failures
+    def warnings(self) -> list[str]:
+        return checkpoint_load_warnings(self.cfg) + data_source_warnings(self.cfg)
 
     def convert_config(self) -> TorchTrainingArgs:
         cfg = self.cfg

@@ -232,7 +232,7 @@ class CheckpointManager(CheckpointFolder):
             with _single_process_quiet():
                 dcp.load(state, checkpoint_id=str(path), no_dist=not dist.is_initialized())
         except (Exception, CheckpointException) as error:  # DCP's CheckpointException is a BaseException
-            cause = _describe(error)
+            cause = describe_failure(error)
             if "Missing key" in cause or "size mismatch" in cause.lower() or "shape" in cause.lower():
                 raise CheckpointError(f"checkpoint {path} does not fit model {model_name}: {cause}") from error
             raise CheckpointError(f"{key}: {path} cannot be loaded ({cause})") from error
@@ -367,17 +367,17 @@ def _attempt(action: Callable[[], Any]) -> Optional[str]:
     try:
         action()
     except (OSError, RuntimeError, CheckpointException) as error:  # RuntimeError: torch's writer over an OSError
-        return _describe(error)
+        return describe_failure(error)
     return None
 
 
-def _describe(error: BaseException) -> str:
+def describe_failure(error: BaseException) -> str:
     """The cause of a failed file operation in one line: an OSError's text (ENOSPC: `No space left on device`)
     wherever it sits (DCP wraps each rank's exception, torch's writer raises a RuntimeError over it)."""
     from torch.distributed.checkpoint.api import CheckpointException
 
     if isinstance(error, CheckpointException) and error.failures:
-        return _describe(next(iter(error.failures.values()))[0])
+        return describe_failure(next(iter(error.failures.values()))[0])
     seen, current = set(), error
     while current is not None and id(current) not in seen:
         if isinstance(current, OSError) and current.strerror:

@@ -228,6 +228,16 @@ class CheckpointFolder:
     def latest(self) -> Optional[Path]:
         return self.pointer().target
 
+    def newest_with_meta(self) -> Optional[tuple[Path, dict[str, Any]]]:
+        """The newest step folder whose meta.json reads, and its meta: where resume=auto starts looking (it verifies
+        the step's files before loading, see checkpoint.py); None when there is none."""
+        for path in reversed(self.step_dirs()):
+            try:
+                return path, read_meta(path)[0]
+            except CheckpointError:
+                continue
+        return None
+
     def unresumed_failure(self, resume: Optional[str]) -> Optional[str]:
         """A fresh start (resume=None) into a folder that already holds checkpoints would overwrite them."""
         existing = self.step_dirs()

@@ -6,39 +6,22 @@ a resumed run sees exactly the batches an uninterrupted run would.
 """
 from __future__ import annotations
 
-import os
-import sysconfig
 from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
 import torch
 
+from primus_hydra.backends.torch.data_sources import (
+    DEFAULT_TEXT_LIMIT_BYTES,
+    default_text_corpus,
+    files_read,
+    no_text_line,
+)
 from primus_hydra.backends.torch.indexed_file import indexed_data_failures, read_index
 from primus_hydra.backends.torch.token_file import token_file_failure
 from primus_hydra.config.data_split import split_fractions
 from primus_hydra.errors import DataError
-
-_SKIPPED_FOLDERS = {"site-packages", "__pycache__"}
-TEXT_SUFFIXES = {".py", ".txt", ".md", ".rst", ".json", ".yaml", ".yml", ".c", ".h", ".cfg", ".toml"}
-DEFAULT_TEXT_LIMIT_BYTES = 4 * 1024 * 1024  # ~4M byte tokens: far more than the default run reads; loads in a fraction of a second
-
-
-def default_text_corpus() -> Path:
-    """The Python standard library's own sources: present on every machine that runs us, no download."""
-    return Path(sysconfig.get_paths()["stdlib"])
-
-
-def _text_files(root: Path) -> list[Path]:
-    """The text files under root, in path order; installed packages (site-packages) and bytecode caches are not
-    walked at all (walking, then filtering them, took 0.7 s of every default run's start)."""
-    if root.is_file():
-        return [root]
-    found = []
-    for folder, subfolders, files in os.walk(root):
-        subfolders[:] = [name for name in subfolders if name not in _SKIPPED_FOLDERS]
-        found += [Path(folder, name) for name in files if os.path.splitext(name)[1] in TEXT_SUFFIXES]
-    return sorted(path for path in found if path.is_file())
 
 
 def text_documents(path: Optional[str], limit_bytes: int = DEFAULT_TEXT_LIMIT_BYTES) -> list[np.ndarray]:
@@ -46,16 +29,14 @@ def text_documents(path: Optional[str], limit_bytes: int = DEFAULT_TEXT_LIMIT_BY
     root = Path(path).expanduser() if path else default_text_corpus()
     if not root.exists():
         raise DataError(f"module.data.path={root}: no such file or folder (source=text wants text files)")
-    documents, total = [], 0
-    for file in _text_files(root):
-        data = file.read_bytes()[: limit_bytes - total]
+    documents = []
+    for file, count in files_read(root, limit_bytes):
+        with open(file, "rb") as handle:
+            data = handle.read(count)
         if data:
             documents.append(np.frombuffer(data, dtype=np.uint8))
-        total += len(data)
-        if total >= limit_bytes:
-            break
-    if total == 0:
-        raise DataError(f"module.data.path={root}: no text found (looked for {', '.join(sorted(TEXT_SUFFIXES))} files)")
+    if not documents:
+        raise DataError(no_text_line(root))
     return documents
 
 

@@ -10,6 +10,7 @@ sequence lengths, int64 byte pointers, int64 document indices.
 """
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,8 +63,8 @@ def parse_blend(path: str) -> list[tuple[Optional[float], str]]:
         except ValueError:
             raise IndexedFileError(f"module.data.path={path}: '{weight}' is not a weight (a blend is 'weight prefix "
                                    f"weight prefix ...')") from None
-        if value <= 0:
-            raise IndexedFileError(f"module.data.path={path}: weight {weight} must be > 0")
+        if not math.isfinite(value) or value <= 0:
+            raise IndexedFileError(f"module.data.path={path}: weight {weight} must be > 0 (a finite number)")
         blend.append((value, prefix))
     return blend
 

@@ -24,6 +24,7 @@ import torch.distributed as dist
 
 from primus_hydra.backends.base import BaseTrainer
 from primus_hydra.backends.fault_injection import inject_fault
+from primus_hydra.config.model_math import count_parameters
 from primus_hydra.errors import CheckpointError, StoppedBySignalError
 
 log = logging.getLogger("primus_hydra.train")
@@ -108,8 +109,9 @@ class StepLoopTrainer(BaseTrainer):
 
     def save_step(self, step: int, trainer_state: dict, meta: dict, **save: Any) -> Path:
         """Collective: this step's checkpoint (CheckpointManager.save; `save` passes the model, optimizer or the
-        shard writer), its meta stamped, fault points wired for the crash tests."""
-        meta = {**meta, "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        shard writer), its meta stamped (with the model's parameter count, which a resume must match: a changed
+        model.* value), fault points wired for the crash tests."""
+        meta = {**meta, "parameters": count_parameters(self.cfg.model), "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
         path = self.checkpoints.save(step, trainer_state=trainer_state, meta=meta,
                                      fault=lambda point: inject_fault(point, self.dist.rank, step), **save)
         log.info("checkpoint saved: %s", path)

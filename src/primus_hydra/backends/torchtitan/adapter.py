@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
+from typing import Optional
 
 from primus_hydra.backends.external import ExternalBackendAdapter
+from primus_hydra.backends.extra_args_types import dataclass_annotations, extra_args_type_failures
+from primus_hydra.backends.torch.data_sources import data_source_failures, data_source_warnings
+from primus_hydra.backends.torch.run_dir_checks import checkpoint_load_warnings, existing_run_failures
 from primus_hydra.backends.torchtitan.args import TORCHTITAN_MODEL_NAMES, build_torchtitan_job_config
 from primus_hydra.backends.torchtitan.patches import cpu_support_failure
 from primus_hydra.config.model_math import shared_expert_ffn_hidden_size
@@ -14,6 +19,7 @@ TRAINER = "primus_hydra.backends.torchtitan.trainer.TorchTitanTrainer"
 SUPPORTED_VERSIONS = ("0.2.*",)
 CONFIG_FUNCTION_VERSIONS = (">=0.3",)  # torchtitan's generation of Python config functions (no TOML JobConfig)
 TRAINED_FAMILIES = ("llama", "qwen3", "deepseek")  # torchtitan's llama3, qwen3 (dense and MoE) and deepseek_v3
+JOB_CONFIG_MODULE = "torchtitan.config.job_config"  # its JobConfig dataclass: one field per section
 
 
 class TorchTitanAdapter(ExternalBackendAdapter):
@@ -32,8 +38,15 @@ class TorchTitanAdapter(ExternalBackendAdapter):
     def required_modules(self) -> tuple[str, ...]:
         return ("torchtitan", "triton")  # torchtitan imports triton without declaring it
 
+    def checkpoint_dir(self) -> Path:
+        return Path(self.cfg.module.checkpoint.dir or self.run_dir / "checkpoints")
+
     def validate(self) -> list[str]:
         failures = super().validate()
+        # values of another type than torchtitan's JobConfig declares, found before it takes them as they are
+        failures += extra_args_type_failures(self.cfg.backend.extra_args, self._declared_type, failures)
+        if self.run_dir is not None:  # what the run would find on disk and refuse
+            failures += existing_run_failures(self.cfg, self.run_dir, self.checkpoint_dir(), self.name)
         if not self.cfg.task.dry_run:  # a dry run exports any model's arguments
             failures += self._trainer_rules()
         return failures
@@ -93,7 +106,7 @@ class TorchTitanAdapter(ExternalBackendAdapter):
 
     def warnings(self) -> list[str]:
         """torchtitan's MoE and YaRN differ from the canonical model in ways that still train."""
-        model, warnings = self.cfg.model, []
+        model, warnings = self.cfg.model, checkpoint_load_warnings(self.cfg) + data_source_warnings(self.cfg)
         moe, scaling = model.moe, model.rope_scaling
         name = TORCHTITAN_MODEL_NAMES.get(model.family, model.family)
         if moe.num_experts and str(moe.load_balancing_type) != "none" and moe.aux_loss_coeff > 0:
@@ -140,6 +153,20 @@ class TorchTitanAdapter(ExternalBackendAdapter):
             if p.tp > 1 and self.cfg.model.family == "qwen3":  # its q/k norms hand attention DTensors (llama3: local)
                 return [f"module.parallel.tp={p.tp}: torchtitan's qwen3 runs attention on tensor-parallel DTensors, and "
                         f"torch's CPU SDPA has no sharding strategy; on the CPU use tp=1 (FSDP and DDP work)"]
+        return data_source_failures(self.cfg, blends=False)
+
+    def _declared_type(self, key: str) -> Optional[tuple[str, str]]:
+        """The annotation of an extra argument's JobConfig field (`training.steps`: Training.steps), read with `ast`,
+        and where; model_args is not JobConfig's (the trainer applies it over the flavor's model args)."""
+        classes = dataclass_annotations(JOB_CONFIG_MODULE)
+        owner, *sections, field = ["JobConfig", *key.split(".")]
+        for section in sections:
+            owner = classes.get(owner, {}).get(section, "")
+        annotation = classes.get(owner, {}).get(field)
+        version = self.detect_backend_version()
+        return (annotation, f"torchtitan {version}'s {owner}.{field}") if annotation is not None else None
+
+    def library_failures(self) -> list[str]:
         return self._job_config_failures()
 
     def _job_config_failures(self) -> list[str]:
