@@ -233,3 +233,23 @@ def test_torchtitan_needs_triton_too_and_names_the_extra(compose_config):
     adapter = load_adapter(compose_config("backend=torchtitan"), parallel_layout(compose_config("backend=torchtitan"), 1))
     assert adapter.required_modules == ("torchtitan", "triton")
     assert "pip install 'primus-hydra[torchtitan]'" in adapter.install_hint
+
+
+@pytest.mark.parametrize("text, layers, pattern", [
+    ("([0]*1+[1]*3)", 4, [0, 1, 1, 1]),
+    ("([1]*3+[0])*2", 8, [1, 1, 1, 0, 1, 1, 1, 0]),  # Primus's kimi_k3 linear_attention_freq
+    ("[1,0,1]", 3, [1, 0, 1]),
+    (2, 4, 2),
+])
+def test_layer_patterns_read_as_megatron_lms_parser_reads_them(text, layers, pattern):
+    from primus_hydra.backends.megatron.core_config import layer_pattern
+
+    assert layer_pattern(text, layers, "linear_attention_freq") == pattern
+
+
+def test_a_layer_pattern_of_another_length_is_one_line():
+    from primus_hydra.backends.megatron.core_config import layer_pattern
+
+    with pytest.raises(ValueError, match=r"linear_attention_freq='\(\[1\]\*3\+\[0\]\)\*2' names 8 layers, the model "
+                                         r"has 6"):
+        layer_pattern("([1]*3+[0])*2", 6, "linear_attention_freq")

@@ -11,7 +11,7 @@ from primus_hydra.backends.external import ExternalBackendAdapter
 from primus_hydra.backends.extra_args_types import extra_args_type_failures
 from primus_hydra.backends.megatron.args import build_megatron_args
 from primus_hydra.backends.megatron.config_fields import transformer_config_types
-from primus_hydra.backends.megatron.core_config import FIELD_RENAMES
+from primus_hydra.backends.megatron.core_config import FIELD_RENAMES, LAYER_PATTERN_ARGS
 from primus_hydra.backends.megatron.cpu_patches import cpu_support_failure
 from primus_hydra.backends.megatron.datasets import dataset_failures
 from primus_hydra.backends.megatron.megatron_lm import (
@@ -36,8 +36,8 @@ CORE_TRAINER_ARGS = {"make_vocab_size_divisible_by": "int", "use_distributed_opt
                      "untie_embeddings_and_output_weights": "bool", "use_rope_scaling": "bool",
                      "rope_scaling_factor": "float", "rotary_seq_len_interpolation_factor": "int", "swiglu": "bool",
                      "group_query_attention": "bool"}
-# what the core trainer takes beyond a field's own type (core_config.moe_layer_pattern parses pattern strings)
-CORE_TRAINER_CONVERSIONS = {"moe_layer_freq": "Union[int, List[int], str]"}
+# what the core trainer takes beyond a field's own type (core_config.layer_pattern parses pattern strings)
+CORE_TRAINER_CONVERSIONS = {key: "Union[int, List[int], str]" for key in LAYER_PATTERN_ARGS}
 
 
 class MegatronAdapter(ExternalBackendAdapter):
@@ -209,7 +209,7 @@ class MegatronAdapter(ExternalBackendAdapter):
         Megatron-LM's parser for the others), and where."""
         fields, field = transformer_config_types(), FIELD_RENAMES.get(key, key)
         if key in CORE_TRAINER_CONVERSIONS:
-            return CORE_TRAINER_CONVERSIONS[key], "the core trainer's moe_layer_freq"
+            return CORE_TRAINER_CONVERSIONS[key], f"the core trainer's {key} (an int, a list or a layer pattern)"
         if key in CORE_TRAINER_ARGS:
             return CORE_TRAINER_ARGS[key], f"Megatron-LM's --{key.replace('_', '-')}"
         return (fields[field], f"megatron-core's TransformerConfig.{field}") if field in fields else None

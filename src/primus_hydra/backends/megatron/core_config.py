@@ -53,20 +53,27 @@ def padded_vocab_size(vocab_size: int, divisible_by: int, tp: int) -> int:
     return -(-vocab_size // multiple) * multiple
 
 
-def moe_layer_pattern(value: Any, num_layers: int) -> Any:
-    """`moe_layer_freq` as Megatron reads it: an int (every n-th layer) or a pattern string such as
-    "([0]*1+[1]*26)" / "[1,0,1]", parsed without eval."""
+# per-layer switches Megatron-LM's parser takes as an int (every n-th layer) or a pattern string (its moe_freq_type)
+LAYER_PATTERN_ARGS = ("moe_layer_freq", "linear_attention_freq")
+
+
+def layer_pattern(value: Any, num_layers: int, key: str = "moe_layer_freq") -> Any:
+    """A per-layer switch as Megatron-LM's parser reads it: an int (every n-th layer) or a pattern string such as
+    "([0]*1+[1]*26)", "([1]*3+[0])*2" or "[1,0,1]", parsed without eval."""
     if not isinstance(value, str):
         return value
-    text = value.strip().strip("()").replace(" ", "")
+    text = value.replace(" ", "")
+    repeat = re.fullmatch(r"\((.*)\)\*(\d+)", text)
+    text, times = (repeat.group(1), int(repeat.group(2))) if repeat else (text.strip("()"), 1)
     pattern: list[int] = []
     for part in text.split("+"):
         repeated = re.fullmatch(r"\[([01](?:,[01])*)\](?:\*(\d+))?", part)
         if not repeated:
-            raise ValueError(f"moe_layer_freq={value!r}: expected an int or a pattern such as ([0]*1+[1]*3)")
+            raise ValueError(f"{key}={value!r}: expected an int or a pattern such as ([0]*1+[1]*3)")
         pattern += [int(bit) for bit in repeated.group(1).split(",")] * int(repeated.group(2) or 1)
+    pattern *= times
     if len(pattern) != num_layers:
-        raise ValueError(f"moe_layer_freq={value!r} names {len(pattern)} layers, the model has {num_layers}")
+        raise ValueError(f"{key}={value!r} names {len(pattern)} layers, the model has {num_layers}")
     return pattern
 
 
@@ -88,8 +95,9 @@ def transformer_config(args: dict, fused: bool, use_cpu_initialization: bool, pa
         kwargs.update(gated_linear_unit=True, activation_func=F.silu)
     if not args.get("group_query_attention"):
         kwargs["num_query_groups"] = None
-    if "moe_layer_freq" in kwargs:
-        kwargs["moe_layer_freq"] = moe_layer_pattern(kwargs["moe_layer_freq"], args["num_layers"])
+    for key in LAYER_PATTERN_ARGS:
+        if key in kwargs:
+            kwargs[key] = layer_pattern(kwargs[key], args["num_layers"], key)
     if args.get("multi_latent_attention"):  # MLA takes its rope settings in the config, not in GPTModel
         kwargs.update(rotary_base=args.get("rotary_base", 10000), rotary_percent=args.get("rotary_percent", 1.0))
     for name in FUSIONS:
