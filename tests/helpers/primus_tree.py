@@ -12,6 +12,15 @@ exp_name: ${PRIMUS_EXP_NAME:test}
 workspace: ./output
 """
 
+# one trainer module of the fixture checkout, for tests that write their own experiments (append `    overrides: ...`)
+TRAINER = """\
+modules:
+  pre_trainer:
+    framework: megatron
+    config: pre_trainer.yaml
+    model: llama3_8B.yaml
+"""
+
 FILES = {
     # -- module presets ------------------------------------------------------------------------------------------
     "primus/configs/modules/module_base.yaml": """\

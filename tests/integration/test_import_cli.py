@@ -16,18 +16,12 @@ import yaml
 
 from helpers.cli import clean_env, primus
 from helpers.primus_tree import META, write_primus_tree
+from helpers.primus_tree import TRAINER as FIXTURE_TRAINER
 from primus_hydra.migrate.writer import hydra_value
 
 pytestmark = pytest.mark.integration
 
-TRAINER = """\
-modules:
-  pre_trainer:
-    framework: megatron
-    config: pre_trainer.yaml
-    model: llama3_8B.yaml
-    overrides: {train_iters: 5}
-"""
+TRAINER = FIXTURE_TRAINER + "    overrides: {train_iters: 5}\n"
 
 
 @pytest.fixture(scope="module")

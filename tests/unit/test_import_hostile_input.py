@@ -10,19 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers.primus_tree import META, write_primus_tree
+from helpers.primus_tree import META, TRAINER, write_primus_tree
 from primus_hydra.errors import PrimusError
 from primus_hydra.migrate.primus_yaml import load_experiment, plain, read_yaml
 from primus_hydra.migrate.source_files import MAX_SOURCE_BYTES
 from primus_hydra.tasks.import_primus import dry_run_mismatches, import_files
-
-TRAINER = """\
-modules:
-  pre_trainer:
-    framework: megatron
-    config: pre_trainer.yaml
-    model: llama3_8B.yaml
-"""
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +30,12 @@ def experiment(folder: Path, name: str, text: str) -> Path:
 
 def import_one(tree: Path, path: Path, out: Path, environ: dict | None = None):
     return import_files([path], path.parent, tree, out, environ or {})[0]
+
+
+def import_overrides(tree: Path, tmp_path: Path, overrides: str):
+    """The fixture's trainer module with these `overrides:` (flow YAML), imported into tmp_path/out."""
+    return import_one(tree, experiment(tmp_path, "x.yaml", META + TRAINER + f"    overrides: {overrides}\n"),
+                      tmp_path / "out")
 
 
 def exported(tree: Path, result, out: Path, run_dir: Path) -> dict:
@@ -78,8 +76,7 @@ def test_text_that_looks_like_config_reaches_the_backend_as_primus_passes_it(tre
     ("{a: {_recursive_: false}}", "backend.extra_args.a._recursive_"),
 ])
 def test_a_key_hydra_would_act_on_is_refused_naming_it(tree, tmp_path, overrides, key):
-    result = import_one(tree, experiment(tmp_path, "t.yaml", META + TRAINER + f"    overrides: {overrides}\n"),
-                        tmp_path / "out")
+    result = import_overrides(tree, tmp_path, overrides)
     assert key in result.failure and "a key Hydra would act on" in result.failure
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.yaml"))
 
@@ -178,8 +175,7 @@ def test_a_folder_of_broken_files_imports_the_others_and_names_each(tree, tmp_pa
     ("{lr: null}", "lr=None: not a number (module.lr takes one)"),
 ])
 def test_an_experiment_that_cannot_compose_or_convert_is_not_reported_ok(tree, tmp_path, overrides, expected):
-    result = import_one(tree, experiment(tmp_path, "bad.yaml", META + TRAINER + f"    overrides: {overrides}\n"),
-                        tmp_path / "out")
+    result = import_overrides(tree, tmp_path, overrides)
     assert expected in result.failure
     assert not (tmp_path / "out" / "model").exists()  # a refused import writes nothing, its model file neither
 

@@ -84,31 +84,27 @@ class PrimusExperiment:
     warnings: list[str]
 
 
+def _map_env_values(value: Any, of_env_value: Any) -> Any:
+    """The tree with each EnvValue / EnvString replaced by of_env_value(it)."""
+    if isinstance(value, (EnvValue, EnvString)):
+        return of_env_value(value)
+    if isinstance(value, dict):
+        return {key: _map_env_values(item, of_env_value) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_map_env_values(item, of_env_value) for item in value]
+    return value
+
+
 def plain(value: Any) -> Any:
     """The resolved value, EnvValue wrappers removed (recursively)."""
-    if isinstance(value, EnvValue):
-        return value.value
-    if isinstance(value, EnvString):
-        return str(value)
-    if isinstance(value, dict):
-        return {key: plain(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [plain(item) for item in value]
-    return value
+    return _map_env_values(value, lambda env: env.value if isinstance(env, EnvValue) else str(env))
 
 
 def shown(value: Any) -> Any:
     """The value as a message or a comment may show it: an environment read as its `${VAR:default}` source text,
     never what the environment held."""
-    if isinstance(value, EnvValue):
-        return "${" + value.var + ("" if value.default is None else ":" + value.default) + "}"
-    if isinstance(value, EnvString):
-        return value.template
-    if isinstance(value, dict):
-        return {key: shown(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [shown(item) for item in value]
-    return value
+    return _map_env_values(value, lambda env: env.template if isinstance(env, EnvString) else
+                           "${" + env.var + ("" if env.default is None else ":" + env.default) + "}")
 
 
 def from_environment(value: Any) -> bool:
