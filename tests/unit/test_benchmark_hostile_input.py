@@ -251,3 +251,19 @@ def test_a_misplaced_chunk_is_counted_element_by_element(op, one_rank_group, mon
     assert collective.mismatches() == 0
     monkeypatch.setenv("PRIMUS_BENCHMARK_FAULT", "misplace_chunk:0")
     assert collective.mismatches() == 1024  # every element of both swapped halves
+
+
+def test_two_nodes_probing_one_missing_shared_folder_at_once_both_pass(tmp_path, monkeypatch):
+    """The folder another node made between this node's look and its mkdir is a folder, not a failure."""
+    from primus_hydra.benchmark import preflight_checks
+
+    folder = tmp_path / "shared" / "checkpoints"
+    real_mkdir = Path.mkdir
+
+    def other_node_first(path, *args, **kwargs):
+        if path == folder and not folder.exists():
+            real_mkdir(path)  # the other node, just before us
+        return real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", other_node_first)
+    assert preflight_checks.write_probe(folder, ".probe_node1") is None

@@ -60,7 +60,7 @@ def folder_checks(label: str, folder: Path) -> list[Check]:
     where = f"under {folder}" if existing == folder else f"under {existing} ({folder} does not exist yet)"
     checks = [Check(f"disk.{label}", status, f"{free:.1f} GiB free {where} (FAIL below {DISK_FAIL_GIB:g}, "
                                               f"WARN below {DISK_WARN_GIB:g})")]
-    problem = write_probe(folder, f".primus_preflight_write_{os.getpid()}")
+    problem = write_probe(folder, f".primus_preflight_write_{socket.gethostname()}_{os.getpid()}")
     if problem:
         checks.append(Check(f"writable.{label}", "FAIL", f"{folder}: {problem}"))
     else:
@@ -80,12 +80,18 @@ def write_probe(folder: Path, name: str, text: str = "preflight", keep: bool = F
     """Write `text` to folder/name (creating the missing folders), then remove it and the folders it created unless
     `keep`; None when that worked, else what failed and why, exactly (the call, the path, the OS's reason)."""
     created: list[Path] = []
-    try:
-        created = create_missing(folder)
-        (folder / name).write_text(text)
-    except OSError as error:
-        remove_created(created)
-        return os_error_text(error)
+    for attempt in range(3):  # nodes probing one shared folder at once: another's clean-up may remove it under us
+        try:
+            created = create_missing(folder)
+            (folder / name).write_text(text)
+            break
+        except FileNotFoundError as error:
+            remove_created(created)
+            if attempt == 2:
+                return os_error_text(error)
+        except OSError as error:
+            remove_created(created)
+            return os_error_text(error)
     if not keep:
         (folder / name).unlink(missing_ok=True)
         remove_created(created)
@@ -102,7 +108,12 @@ def create_missing(folder: Path) -> list[Path]:
     created = []
     try:
         for path in reversed(missing):
-            path.mkdir()
+            try:
+                path.mkdir()
+            except FileExistsError:  # another node made it a moment ago: a folder is what was wanted
+                if not path.is_dir():
+                    raise
+                continue
             created.append(path)
     except OSError:
         remove_created(created)
