@@ -56,7 +56,10 @@ def test_ctrl_c_is_one_line_saying_what_was_written(tree, tmp_path):
     out = tmp_path / "out"
     process = subprocess.Popen([sys.executable, "-m", "primus_hydra", "task=import", f"task.source={folder}",
                                 f"task.primus_root={tree}", f"task.out={out}"], cwd=tmp_path, env=clean_env(),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               # as at a terminal, even where the suite itself runs with SIGINT ignored (a
+                               # background job of a shell): Python then leaves Ctrl-C ignored in the child too
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     while not list(out.glob("experiment/*.yaml")) and time.monotonic() < deadline:
         time.sleep(0.05)
