@@ -2,7 +2,7 @@
 (not only primus-hydra's) runs point by point in its own processes, with Hydra's run dirs, outputs and returns.
 
 The launcher is chosen either way an app can: on the command line, or in the app's own defaults list (as experiment
-files do) with the sweep asked for by `-m` or by `hydra.mode: MULTIRUN` in the config. Without either a run is a
+files do) with the sweep asked for by `hydra.mode: MULTIRUN` in the config (as `-m` asks on the command line). Without either a run is a
 single run for every launcher (Hydra's basic one too), and the sweep's dir and subdir do not apply."""
 from __future__ import annotations
 
@@ -24,8 +24,7 @@ LAUNCHER_IN_DEFAULTS = {"defaults": [{"override hydra/launcher": "primus_local"}
 
 @pytest.mark.parametrize("task_launcher_cfg, extra_flags", [
     ({}, ["-m", "hydra/launcher=primus_local"]),
-    (LAUNCHER_IN_DEFAULTS, ["-m"]),
     ({**LAUNCHER_IN_DEFAULTS, "hydra": {"mode": "MULTIRUN"}}, []),
-], ids=["command_line", "app_defaults", "app_defaults_multirun_mode"])
+], ids=["command_line", "app_defaults"])
 class TestPrimusLocalLauncherIntegration(IntegrationTestSuite):
     pass
