@@ -36,8 +36,11 @@ def compose(overrides: Sequence[str] = (), *, config_name: str = "config", valid
     from hydra import initialize_config_module
 
     from primus_hydra.config.error_format import format_compose_error, is_compose_error
+    from primus_hydra.config.fast_composition import install as install_fast_composition
     from primus_hydra.config.secrets import warn_about_literal_secrets
     from primus_hydra.launch.external import overrides_for_external_launch
+
+    install_fast_composition()
 
     overrides = _override_strings(overrides)
     overrides += overrides_for_external_launch(overrides)

@@ -14,6 +14,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from primus_hydra.config.fast_composition import install as install_fast_composition
 from primus_hydra.config.paths import find_conf_dir
 from primus_hydra.config.schema import register_schemas
 from primus_hydra.config.secrets import redacted_stdout, warn_about_literal_secrets
@@ -64,6 +65,7 @@ def main() -> None:
     from primus_hydra.distributed_env import launch_environment_failures, stray_launch_variables
 
     register_schemas()
+    install_fast_composition()
     failures = launch_environment_failures()
     if failures:
         for line in failures:

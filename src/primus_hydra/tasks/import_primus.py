@@ -261,11 +261,13 @@ def compose_imported(name: str, config_dir: Path, *extra: str) -> DictConfig:
     from hydra._internal.utils import create_config_search_path
     from hydra.types import RunMode
 
+    from primus_hydra.config.fast_composition import install as install_fast_composition
     from primus_hydra.config.paths import find_conf_dir
     from primus_hydra.config.schema import register_schemas
     from primus_hydra.migrate.writer import hydra_value
 
     register_schemas()
+    install_fast_composition()
     loader = ConfigLoaderImpl(config_search_path=create_config_search_path(find_conf_dir()))
     overrides = [f"experiment={hydra_value(name)}", f"hydra.searchpath=[{hydra_value('file://' + str(Path(config_dir).resolve()))}]",
                  *extra]

@@ -1,0 +1,102 @@
+"""Two changes to how Hydra 1.3 and OmegaConf 2.3 compose a config, for speed only: the composed config is the same.
+
+1. YAML is parsed by libyaml's C parser (`yaml.CSafeLoader`) under OmegaConf's own rules: its resolvers (the wider
+   float rule, no timestamps), its constructors and its refusal of a key written twice. OmegaConf parses with the
+   pure-Python loader and builds a new loader class for every file; composing this project's config reads ~60
+   files, which took ~45 ms of ~130 (scripts/bench/bench_cfg_print.py). Where libyaml is missing nothing changes.
+2. Hydra's command line composes a run's config twice: once to read `hydra.mode` (Hydra.get_mode, as for a
+   multirun, sweep overrides allowed) and once to run it. When no override is a sweep, the run's composition
+   gives get_mode the same `hydra.mode`, so it is made first and kept for the run it was made for (the same config
+   name and overrides, once, with the `hydra.mode=RUN` Hydra then adds applied as Hydra applies it). Where it fails
+   (a sweep override, a missing default), get_mode composes as before.
+
+`install()` is idempotent; the command line, the Python API and task=import call it before they compose.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import yaml
+from omegaconf._utils import get_yaml_loader as omegaconfs_get_yaml_loader  # kept: install() replaces it
+
+_INSTALLED = False
+RUN_MODE_OVERRIDE = "hydra.mode=RUN"  # what Hydra's _run_app adds for a run when the config sets no mode
+
+
+def install() -> None:
+    global _INSTALLED
+    if _INSTALLED:
+        return
+    _INSTALLED = True
+    _install_c_yaml_loader()
+    _install_one_composition_per_run()
+
+
+def _install_c_yaml_loader() -> None:
+    if not hasattr(yaml, "CSafeLoader"):
+        return
+    import omegaconf._utils as omegaconf_utils
+    import omegaconf.basecontainer as basecontainer
+
+    python_loader = python_yaml_loader()
+
+    class OmegaConfCLoader(yaml.CSafeLoader):
+        pass
+
+    # OmegaConf's construct_mapping calls super() of its Python class: the C class gets the same check
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> Any:
+        keys = set()
+        for key_node, _ in node.value:
+            if key_node.tag != yaml.resolver.BaseResolver.DEFAULT_SCALAR_TAG:
+                continue
+            if key_node.value in keys:
+                raise yaml.constructor.ConstructorError("while constructing a mapping", node.start_mark,
+                                                        f"found duplicate key {key_node.value}", key_node.start_mark)
+            keys.add(key_node.value)
+        return yaml.constructor.SafeConstructor.construct_mapping(self, node, deep=deep)
+
+    OmegaConfCLoader.construct_mapping = construct_mapping
+    OmegaConfCLoader.yaml_implicit_resolvers = python_loader.yaml_implicit_resolvers
+    OmegaConfCLoader.yaml_constructors = python_loader.yaml_constructors
+
+    def get_yaml_loader() -> Any:
+        return OmegaConfCLoader
+
+    omegaconf_utils.get_yaml_loader = get_yaml_loader
+    basecontainer.get_yaml_loader = get_yaml_loader
+
+
+def python_yaml_loader() -> Any:
+    """OmegaConf's own (pure-Python) loader class, as it builds it."""
+    return omegaconfs_get_yaml_loader()
+
+
+def _install_one_composition_per_run() -> None:
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.types import RunMode
+
+    compose = ConfigLoaderImpl.load_configuration
+    kept: dict[tuple, Any] = {}
+
+    def load_configuration(self, config_name: Optional[str], overrides: list, run_mode: RunMode,
+                           from_shell: bool = True, validate_sweep_overrides: bool = True) -> Any:
+        key = (id(self), config_name, tuple(overrides), from_shell)
+        if run_mode == RunMode.MULTIRUN and not validate_sweep_overrides:  # Hydra.get_mode
+            kept.clear()
+            try:
+                kept[key] = compose(self, config_name, overrides, RunMode.RUN, from_shell, True)
+                return kept[key]
+            except Exception:  # noqa: BLE001 - a sweep, or what a multirun may skip: compose as Hydra does
+                pass
+        elif run_mode == RunMode.RUN and validate_sweep_overrides and key in kept:
+            return kept.pop(key)  # the config sets hydra.mode itself
+        elif run_mode == RunMode.RUN and validate_sweep_overrides and overrides[-1:] == [RUN_MODE_OVERRIDE] \
+                and key[:2] + (tuple(overrides[:-1]),) + key[3:] in kept:
+            cfg = kept.pop(key[:2] + (tuple(overrides[:-1]),) + key[3:])
+            if cfg.hydra.mode is None:  # what the override Hydra added for the run does to a composed config
+                cfg.hydra.mode = RunMode.RUN
+                cfg.hydra.overrides.hydra.append(RUN_MODE_OVERRIDE)
+                return cfg
+        return compose(self, config_name, overrides, run_mode, from_shell, validate_sweep_overrides)
+
+    ConfigLoaderImpl.load_configuration = load_configuration

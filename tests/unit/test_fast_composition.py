@@ -1,0 +1,79 @@
+"""config/fast_composition.py changes how fast a config is composed, never what it is: libyaml's parser reads every
+shipped file exactly as OmegaConf's own loader does, and a command line's run composes once with the config it
+would have composed twice."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import hydra
+import pytest
+import yaml
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra._internal.utils import create_config_search_path
+from hydra.types import RunMode
+from omegaconf import OmegaConf
+
+from primus_hydra.config import fast_composition
+from primus_hydra.config.paths import find_conf_dir
+from primus_hydra.config.schema import register_schemas
+
+fast_composition.install()
+PYTHON_LOADER = fast_composition.python_yaml_loader()
+SHIPPED = sorted(Path(find_conf_dir()).rglob("*.yaml")) + sorted((Path(hydra.__file__).parent / "conf").rglob("*.yaml"))
+
+
+def test_every_shipped_file_reads_the_same_with_the_c_parser():
+    from omegaconf._utils import get_yaml_loader
+
+    assert get_yaml_loader() is not PYTHON_LOADER
+    for path in SHIPPED:
+        text = path.read_text()
+        assert yaml.load(text, Loader=get_yaml_loader()) == yaml.load(text, Loader=PYTHON_LOADER), path
+
+
+@pytest.mark.parametrize("text, value", [("x: 1e-4", 1e-4), ("x: 2024-01-01", "2024-01-01"), ("x: 1_000", 1000),
+                                         ("x: .nan", "nan"), ("x: yes", True)])
+def test_omegaconfs_own_rules_hold(text, value):
+    got = OmegaConf.create(text).x
+    assert (str(got) if value == "nan" else got) == value
+
+
+def test_a_key_written_twice_is_refused_as_omegaconf_refuses_it():
+    with pytest.raises(yaml.constructor.ConstructorError, match="found duplicate key a"):
+        OmegaConf.create("a: 1\na: 2\n")
+
+
+def composition_calls(monkeypatch) -> list:
+    calls = []
+    real = ConfigLoaderImpl._load_configuration_impl
+
+    def counted(self, *args, **kwargs):
+        calls.append(args[2] if len(args) > 2 else kwargs["run_mode"])
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(ConfigLoaderImpl, "_load_configuration_impl", counted)
+    return calls
+
+
+def loader() -> ConfigLoaderImpl:
+    register_schemas()
+    return ConfigLoaderImpl(config_search_path=create_config_search_path(find_conf_dir()))
+
+
+@pytest.mark.parametrize("overrides", [[], ["task=plan"], ["backend=megatron", "model=moe_tiny", "module.lr=0.01"]])
+def test_a_run_composes_once_and_gets_the_config_it_would_have_composed_twice(monkeypatch, overrides):
+    fresh = loader().load_configuration("config", overrides + ["hydra.mode=RUN"], RunMode.RUN)
+    calls = composition_calls(monkeypatch)
+    memo = loader()
+    mode = memo.load_configuration("config", list(overrides), RunMode.MULTIRUN, validate_sweep_overrides=False)
+    assert mode.hydra.mode is None  # what Hydra.get_mode reads
+    kept = memo.load_configuration("config", overrides + ["hydra.mode=RUN"], RunMode.RUN)
+    assert calls == [RunMode.RUN]
+    assert OmegaConf.to_yaml(kept) == OmegaConf.to_yaml(fresh)
+
+
+def test_a_sweep_override_composes_as_hydra_does(monkeypatch):
+    calls = composition_calls(monkeypatch)
+    memo = loader()
+    memo.load_configuration("config", ["module.lr=0.1,0.2"], RunMode.MULTIRUN, validate_sweep_overrides=False)
+    assert calls == [RunMode.RUN, RunMode.MULTIRUN]  # the run's composition stops at its first check
