@@ -15,6 +15,8 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/setup.sh"
 cd "$root"
+# the suite starts a Python process a thousand times: let them reuse compiled modules (a machine may disable it)
+unset PYTHONDONTWRITEBYTECODE
 
 tier=all
 case "${1:-}" in

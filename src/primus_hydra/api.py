@@ -55,7 +55,7 @@ def compose(overrides: Sequence[str] = (), *, config_name: str = "config", valid
         raise PrimusError(format_compose_error(error)) from error
     if validate:
         from primus_hydra.config.validate import validate_config
-        from primus_hydra.orchestrator.prepare import without_hydra_node
+        from primus_hydra.config.values import without_hydra_node
 
         validate_config(without_hydra_node(cfg))
     return cfg

@@ -43,6 +43,20 @@ def test_a_key_written_twice_is_refused_as_omegaconf_refuses_it():
         OmegaConf.create("a: 1\na: 2\n")
 
 
+@pytest.mark.parametrize("text", ["a: [1, 2\nb: 3\n", "a:\n\tb: 1\n", "a: 'x\n", "a: b: c\n"])
+def test_a_file_libyaml_refuses_gets_omegaconfs_own_error(tmp_path, text):
+    from omegaconf._utils import get_yaml_loader
+
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    errors = []
+    for loader_class in (get_yaml_loader(), PYTHON_LOADER):
+        with open(path) as stream, pytest.raises(yaml.YAMLError) as caught:
+            yaml.load(stream, Loader=loader_class)
+        errors.append(str(caught.value))
+    assert errors[0] == errors[1] and str(path) in errors[0]
+
+
 def composition_calls(monkeypatch) -> list:
     calls = []
     real = ConfigLoaderImpl._load_configuration_impl

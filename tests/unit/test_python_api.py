@@ -14,8 +14,9 @@ from omegaconf import OmegaConf
 import primus_hydra
 from helpers.compose import CONF_DIR
 from primus_hydra.config.paths import PATH_OR_HUB_ID_KEYS, USER_PATH_KEYS, chdir_launch_dir, make_user_paths_absolute
+from primus_hydra.config.values import without_hydra_node
 from primus_hydra.errors import ConfigValidationError, PrimusError
-from primus_hydra.orchestrator.prepare import prepare, without_hydra_node
+from primus_hydra.orchestrator.prepare import prepare
 
 
 def test_a_source_checkout_imports_its_conf_folder_as_primus_hydra_conf():

@@ -15,8 +15,8 @@ from primus_hydra import errors
 from primus_hydra.backends import cpu_peak_cache
 from primus_hydra.config.derived_values import typed_sources, with_typed_sources
 from primus_hydra.config.validate import validate_config
+from primus_hydra.config.values import without_hydra_node
 from primus_hydra.errors import ConfigValidationError, PrimusError
-from primus_hydra.orchestrator.prepare import without_hydra_node
 from primus_hydra.tasks.callback import stay_in_working_dir_if_query
 from primus_hydra.tasks.status import StatusTask
 

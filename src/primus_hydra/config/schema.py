@@ -57,6 +57,8 @@ def register_schemas() -> None:
     from hydra.core.config_store import ConfigStore  # workers load a composed config and never need it
 
     store = ConfigStore.instance()
+    if "primus_schema.yaml" in store.repo:  # registered already in this process (converting them costs ~8 ms)
+        return
     store.store(name="primus_schema", node=PrimusConfig, provider="primus_hydra")
     for name, schema in BACKEND_SCHEMAS.items():
         store.store(group="schema/backend", name=name, node=schema, package="backend", provider="primus_hydra")

@@ -1,11 +1,13 @@
-"""Plain data out of a composed config: to dump as YAML or JSON, or to hand to a library that wants dicts."""
+"""Plain data out of a composed config (to dump as YAML or JSON, or to hand to a library that wants dicts), and the
+job's own config without Hydra's node."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 from enum import Enum
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict, read_write
 
 
 def to_plain(value: Any) -> Any:
@@ -24,3 +26,14 @@ def to_plain(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     return str(value)
+
+
+def without_hydra_node(cfg: DictConfig) -> DictConfig:
+    """A copy of the composed config without Hydra's own node: what the job reads."""
+    if "hydra" not in cfg:
+        return copy.deepcopy(cfg)
+    hydra_node = cfg._get_node("hydra")
+    job = copy.deepcopy(cfg, {id(hydra_node): hydra_node})  # the hydra subtree (half the config) is not copied...
+    with read_write(job), open_dict(job):
+        del job["hydra"]  # ...since the copy drops it
+    return job

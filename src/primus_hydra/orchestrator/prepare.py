@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf import DictConfig, OmegaConf
 
 from primus_hydra.backends.base import load_adapter
 from primus_hydra.config.choices import auto_int, is_auto
 from primus_hydra.config.layout import ParallelLayout, configured_world_size, parallel_layout
 from primus_hydra.config.paths import chdir_launch_dir, make_user_paths_absolute, run_dir_failures
 from primus_hydra.config.validate import validate_config
+from primus_hydra.config.values import without_hydra_node
 from primus_hydra.errors import ConfigValidationError
 from primus_hydra.orchestrator.fit_checks import MemoryNeed, fit_failures
 from primus_hydra.orchestrator.network_interfaces import socket_interface_failures
@@ -42,17 +43,6 @@ class PreparedJob:
     plan: Optional[ResourcePlan] = None  # None: planned on the nodes that run it (Slurm), or loaded by a worker
     warnings: list[str] = field(default_factory=list)  # one line each, shown once by whoever launches the job
     auto_knobs: frozenset = frozenset()  # the knobs that were `auto` in the job's own config (resolved by its plan)
-
-
-def without_hydra_node(cfg: DictConfig) -> DictConfig:
-    """A copy of the composed config without Hydra's own node: what the job reads."""
-    if "hydra" not in cfg:
-        return copy.deepcopy(cfg)
-    hydra_node = cfg._get_node("hydra")
-    job = copy.deepcopy(cfg, {id(hydra_node): hydra_node})  # the hydra subtree (half the config) is not copied...
-    with read_write(job), open_dict(job):
-        del job["hydra"]  # ...since the copy drops it
-    return job
 
 
 def prepare(cfg: DictConfig, *, run_dir: Optional[Path] = None, world_size: Optional[int] = None,

@@ -277,7 +277,8 @@ def compose_imported(name: str, config_dir: Path, *extra: str) -> DictConfig:
 def composition_failure(name: str, config_dir: Path) -> Optional[str]:
     """Why `experiment=<name>` from `config_dir` does not compose and validate (None: it does)."""
     from primus_hydra.config.error_format import format_compose_error, is_compose_error
-    from primus_hydra.orchestrator.prepare import prepare, without_hydra_node
+    from primus_hydra.config.values import without_hydra_node
+    from primus_hydra.orchestrator.prepare import prepare
 
     try:
         prepare(without_hydra_node(compose_imported(name, config_dir)), on_this_machine=False, trains=False)

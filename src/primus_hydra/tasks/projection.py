@@ -32,7 +32,8 @@ class ProjectionTask:
     @classmethod
     def prepare_job(cls, cfg: DictConfig, run_dir: Optional[Path], *, plan=None, sweep_points: Optional[int] = None):
         """The real run's validation for the cluster the projection is for: its world size, its device kind."""
-        from primus_hydra.orchestrator.prepare import PreparedJob, prepare, without_hydra_node
+        from primus_hydra.config.values import without_hydra_node
+        from primus_hydra.orchestrator.prepare import PreparedJob, prepare
 
         world = projected_world_size(cfg)
         failures = projection_input_failures(cfg, world)

@@ -55,7 +55,7 @@ class StatusTask:
     @classmethod
     def prepare_job(cls, cfg: DictConfig, run_dir: Optional[Path], *, plan=None,
                     sweep_points: Optional[int] = None) -> StatusQuery:
-        from primus_hydra.orchestrator.prepare import without_hydra_node
+        from primus_hydra.config.values import without_hydra_node
 
         query = without_hydra_node(cfg)
         query_roots(query)
