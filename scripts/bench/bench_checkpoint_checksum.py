@@ -4,7 +4,7 @@ A ~300 MB training state (6 x Linear(2048, 2048) with AdamW moments: 25M paramet
 loaded in one process, in rounds that alternate the ways below, median over rounds:
   save  plain DCP        dcp.save into a folder (what a save cost without checksums, its fsyncs included)
   save  checksummed      CheckpointManager.save: dcp.save hashing every byte as it is written (xxh3_64),
-                         trainer_state.pt and meta.json, the rename and `latest` (backends/torch/checkpoint.py)
+                         trainer_state.pt and meta.json, the rename and `latest` (backends/common/checkpoint.py)
   save  read back        dcp.save, then every file read back and hashed, with xxh3_64 and with zlib's crc32
                          (the alternative to hashing while writing, and the algorithm without xxhash)
   load  plain DCP        dcp.load into the same state dict
@@ -29,8 +29,8 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict
 
-from primus_hydra.backends.torch.checkpoint import CheckpointManager
-from primus_hydra.backends.torch.checkpoint_paths import ALGORITHMS, Hasher, file_checksum
+from primus_hydra.backends.common.checkpoint import CheckpointManager
+from primus_hydra.backends.common.checkpoint_paths import ALGORITHMS, Hasher, file_checksum
 
 LAYERS, WIDTH = 6, 2048
 

@@ -32,7 +32,7 @@ def worker(mode: str) -> None:
     import torch
     from omegaconf import OmegaConf
 
-    from primus_hydra.backends.torch.distributed import init_parallel_state
+    from primus_hydra.backends.common.distributed import init_parallel_state
     from primus_hydra.backends.torch.model import build_model_on_meta, materialize
     from primus_hydra.backends.torch.parallelize import shard
     from primus_hydra.config.layout import ParallelLayout

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 from helpers.compose import compose_primus, run_job  # noqa: E402  (the same composition and preparation the CLI does)
-from primus_hydra.backends.torch.metrics import read_metrics  # noqa: E402
+from primus_hydra.backends.common.metrics import read_metrics  # noqa: E402
 from primus_hydra.backends.torch.model import build_model_on_meta, materialize  # noqa: E402
 
 BATCH, SEQ, WARMUP = 8, 256, 5

@@ -15,8 +15,8 @@ import pytest
 
 from helpers.cli import primus
 from helpers.compose import run_job
-from primus_hydra.backends.torch.checkpoint import CheckpointManager
-from primus_hydra.backends.torch.metrics import read_metrics
+from primus_hydra.backends.common.checkpoint import CheckpointManager
+from primus_hydra.backends.common.metrics import read_metrics
 from primus_hydra.errors import CheckpointError, ConfigValidationError
 
 # llama_tiny cut to one layer (0.86M parameters: 10.3 MB checkpoints), 3 steps of 8 x 32 tokens, a checkpoint after each

@@ -12,7 +12,7 @@ needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CU
 @needs_gpu
 def test_bf16_training_on_the_gpu_with_a_peak_for_mfu(compose_config, tmp_path):
     from helpers.compose import run_job
-    from primus_hydra.backends.torch.metrics import read_metrics
+    from primus_hydra.backends.common.metrics import read_metrics
 
     cfg = compose_config("platform.device=cuda", "module.precision=bf16", "module.train_iters=20", "module.warmup_iters=2",
                          "platform.peak_tflops_per_device=989.0", "module.log.progress_bar=false")
@@ -24,7 +24,7 @@ def test_bf16_training_on_the_gpu_with_a_peak_for_mfu(compose_config, tmp_path):
 
 @needs_gpu
 def test_auto_device_picks_the_gpu():
-    from primus_hydra.backends.torch.trainer import resolve_device
+    from primus_hydra.backends.common.distributed import resolve_device
 
     assert resolve_device("auto", local_rank=0).type == "cuda"
 
@@ -32,7 +32,7 @@ def test_auto_device_picks_the_gpu():
 def test_asking_for_a_gpu_without_one_is_one_clear_error():
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    from primus_hydra.backends.torch.trainer import resolve_device
+    from primus_hydra.backends.common.distributed import resolve_device
     from primus_hydra.errors import PrimusError
 
     with pytest.raises(PrimusError, match=r"platform.device=cuda but torch sees no GPU"):

@@ -41,8 +41,8 @@ def text_datasets(tmp_path_factory) -> Path:
 
 def test_the_default_text_becomes_one_indexed_dataset_of_backend_torchs_byte_tokens(tmp_path):
     """(A resume in the same run dir reuses it: test_megatron_training.py's dp2 -> tp2 resume.)"""
-    from primus_hydra.backends.torch.data import load_text_bytes
-    from primus_hydra.backends.torch.indexed_file import read_index
+    from primus_hydra.backends.common.data import load_text_bytes
+    from primus_hydra.backends.common.indexed_file import read_index
 
     curve, log = train(tmp_path / "run", "backend=megatron")
     assert "megatron-core GPTDataset over" in log

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from helpers.compose import run_job
-from primus_hydra.backends.torch.checkpoint import CheckpointManager
-from primus_hydra.backends.torch.metrics import read_metrics
+from primus_hydra.backends.common.checkpoint import CheckpointManager
+from primus_hydra.backends.common.metrics import read_metrics
 from primus_hydra.errors import CheckpointError, ConfigValidationError, DataError, PrimusError
 
 pytestmark = pytest.mark.slow  # every test here trains or runs real processes for seconds

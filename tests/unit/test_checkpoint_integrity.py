@@ -1,4 +1,4 @@
-"""Checkpoint integrity (backends/torch/checkpoint.py, checkpoint_paths.py) on real DCP checkpoints of a tiny
+"""Checkpoint integrity (backends/common/checkpoint.py, checkpoint_paths.py) on real DCP checkpoints of a tiny
 model, without training: every file's checksum recorded while it is written, a damaged file refused naming it,
 resume=auto falling back to the newest step that verifies (with a warning) and never starting over on top of
 steps, `latest` only ever naming a sibling step folder, meta.json of any shape one line, a save that runs out of
@@ -19,16 +19,16 @@ import pytest
 torch = pytest.importorskip("torch")
 xxhash = pytest.importorskip("xxhash")
 
-from primus_hydra.backends.fault_injection import FAULT_ENV, inject_fault  # noqa: E402
-from primus_hydra.backends.torch.adapter import TorchAdapter  # noqa: E402
-from primus_hydra.backends.torch.checkpoint import CheckpointManager  # noqa: E402
-from primus_hydra.backends.torch.checkpoint_paths import (  # noqa: E402
+from primus_hydra.backends.common.checkpoint import CheckpointManager  # noqa: E402
+from primus_hydra.backends.common.checkpoint_paths import (  # noqa: E402
     META,
     FileRecord,
     file_checksum,
     read_meta,
     records_for_rank,
 )
+from primus_hydra.backends.fault_injection import FAULT_ENV, inject_fault  # noqa: E402
+from primus_hydra.backends.torch.adapter import TorchAdapter  # noqa: E402
 from primus_hydra.config.layout import parallel_layout  # noqa: E402
 from primus_hydra.errors import CheckpointError  # noqa: E402
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from primus_hydra.backends.torch.data import TokenBatches
-from primus_hydra.backends.torch.metrics import plot_loss_curve
+from primus_hydra.backends.common.data import TokenBatches
+from primus_hydra.backends.common.metrics import plot_loss_curve
 from primus_hydra.config.data_split import split_failure, split_fractions
 from primus_hydra.errors import ConfigValidationError, DataError
 from primus_hydra.orchestrator.prepare import prepare

@@ -1,4 +1,4 @@
-"""Megatron indexed datasets read without megatron-core (backends/torch/indexed_file.py): the files megatron-core's
+"""Megatron indexed datasets read without megatron-core (backends/common/indexed_file.py): the files megatron-core's
 own builder writes, Megatron's --data-path blend spelling, and one line for each way a dataset cannot feed a run."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from helpers.indexed_data import random_documents, write_indexed
 from helpers.libraries import needs_megatron_core
-from primus_hydra.backends.torch.indexed_file import (
+from primus_hydra.backends.common.indexed_file import (
     IndexedFileError,
     indexed_data_failures,
     parse_blend,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from primus_hydra.backends.torch.metrics import MetricsLogger, keep_records_before
+from primus_hydra.backends.common.metrics import MetricsLogger, keep_records_before
 
 
 def write(path, steps, torn: bool = False) -> None:

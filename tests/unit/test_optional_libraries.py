@@ -11,7 +11,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from primus_hydra.backends.torch import metrics, patches  # noqa: E402
+from primus_hydra.backends.common import metrics  # noqa: E402
+from primus_hydra.backends.torch import patches  # noqa: E402
 from primus_hydra.backends.torch.adapter import TorchAdapter  # noqa: E402
 from primus_hydra.config.layout import parallel_layout  # noqa: E402
 from primus_hydra.patches.registry import PatchContext  # noqa: E402

@@ -13,10 +13,10 @@ import pytest
 
 from helpers.libraries import needs_megatron_core, needs_torchtitan
 from primus_hydra.backends.base import load_adapter
+from primus_hydra.backends.common.data_sources import binary_text_warning, data_source_failures
+from primus_hydra.backends.common.indexed_file import IndexedFileError, parse_blend
+from primus_hydra.backends.common.run_dir_checks import existing_run_failures
 from primus_hydra.backends.extra_args_types import type_failure
-from primus_hydra.backends.torch.data_sources import binary_text_warning, data_source_failures
-from primus_hydra.backends.torch.indexed_file import IndexedFileError, parse_blend
-from primus_hydra.backends.torch.run_dir_checks import existing_run_failures
 from primus_hydra.config.layout import parallel_layout
 from primus_hydra.config.model_math import count_parameters
 

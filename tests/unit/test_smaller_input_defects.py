@@ -140,7 +140,7 @@ def test_a_cache_file_that_is_not_a_mapping_reads_as_empty(peak_cache):
 @pytest.fixture
 def remeasured(monkeypatch):
     """The peak a fresh measurement gives (set by the test), and how often it was asked for."""
-    from primus_hydra.backends.torch import metrics
+    from primus_hydra.backends.common import metrics
 
     asked: list[dict] = []
     state = {"peak": 0.0, "asked": asked}
@@ -156,7 +156,7 @@ def remeasured(monkeypatch):
 def measured_baseline(tflops: float, remeasure: bool = True):
     import torch
 
-    from primus_hydra.backends.torch.metrics import MfuBaseline
+    from primus_hydra.backends.common.metrics import MfuBaseline
 
     return MfuBaseline(tflops, measured_dtype=torch.float32, remeasure=remeasure)
 
@@ -194,14 +194,14 @@ def test_a_rank_that_does_not_log_never_measures_again(remeasured):
 
 
 def test_a_fixed_peak_is_never_measured_again(remeasured):
-    from primus_hydra.backends.torch.metrics import MfuBaseline
+    from primus_hydra.backends.common.metrics import MfuBaseline
 
     assert MfuBaseline(1.0, remeasure=True).mfu(2.0, step=1) == 2.0
     assert remeasured["asked"] == []
 
 
 def test_without_a_peak_there_is_no_mfu(remeasured):
-    from primus_hydra.backends.torch.metrics import MfuBaseline
+    from primus_hydra.backends.common.metrics import MfuBaseline
 
     assert MfuBaseline(None).mfu(2.0, step=1) is None
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from primus_hydra.backends.torch.token_file import token_file_failure
+from primus_hydra.backends.common.token_file import token_file_failure
 
 
 def write(tmp_path, ids, dtype: str):

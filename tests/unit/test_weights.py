@@ -1,4 +1,4 @@
-"""Weights made shard by shard (backends/torch/weights.py): any split of a parameter, drawn piece by piece, is
+"""Weights made shard by shard (backends/common/weights.py): any split of a parameter, drawn piece by piece, is
 bitwise the parameter drawn whole; the values depend on the seed and the name, and on nothing else."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from primus_hydra.backends.torch import weights  # noqa: E402
+from primus_hydra.backends.common import weights  # noqa: E402
 
 
 def drawn_whole(shape, seed=7, name="layers.0.attention.wq.weight", std=0.02):

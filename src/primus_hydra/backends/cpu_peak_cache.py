@@ -1,5 +1,5 @@
 """The cache of measured CPU matmul peaks (TFLOP/s per machine, CPU model, thread count and dtype), torch-free so
-that the orchestrator's projection reads what the native trainer measured (backends/torch/metrics.py).
+that the orchestrator's projection reads what the native trainer measured (backends/common/metrics.py).
 
 Every job of the user shares the file, and a measurement taken while the machine was busy is too low: a peak only
 ever goes up for its key, and a peak that measured less with more threads than with fewer (of the same machine and

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import torch.distributed as dist
 
-from primus_hydra.backends.torch.distributed import all_gather_objects
+from primus_hydra.backends.common.distributed import all_gather_objects
 from primus_hydra.benchmark import collectives, gemm
 from primus_hydra.benchmark.cases import PREFLIGHT_ALL_REDUCE_BYTES, PREFLIGHT_GEMM, CollectiveCase
 from primus_hydra.benchmark.preflight_checks import Check, gpu_checks, host_checks, network_checks, write_probe

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 import torch
 import torch.distributed as dist
 
-from primus_hydra.backends.torch.distributed import all_gather_objects
+from primus_hydra.backends.common.distributed import all_gather_objects
 from primus_hydra.benchmark import attention, collectives, gemm, report
 from primus_hydra.benchmark.cases import (
     AttentionCase,
@@ -49,7 +49,7 @@ def peak_tflops(cfg: Any, device: torch.device, dtype_name: str) -> Optional[flo
     if device.type == "cpu":
         if dtype_name not in ("fp32", "bf16"):
             return None
-        from primus_hydra.backends.torch.metrics import cpu_matmul_peak_tflops
+        from primus_hydra.backends.common.metrics import cpu_matmul_peak_tflops
 
         return cpu_matmul_peak_tflops(torch.float32 if dtype_name == "fp32" else torch.bfloat16)
     from primus_hydra.orchestrator.hardware_entry import configured_hardware_entry

@@ -10,8 +10,7 @@ from primus_hydra.backends.base import BaseTrainer
 
 class MeasuringWorker(BaseTrainer):
     def setup(self) -> None:
-        from primus_hydra.backends.torch.distributed import join_process_group
-        from primus_hydra.backends.torch.trainer import resolve_device
+        from primus_hydra.backends.common.distributed import join_process_group, resolve_device
 
         self.device = resolve_device(str(self.cfg.platform.device), self.dist.local_rank)
         if self.device.type == "cuda":

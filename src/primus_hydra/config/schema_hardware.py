@@ -34,7 +34,7 @@ class HardwareConfig:
     usable_memory_fraction: float = 0.95  # the margin `fits` keeps (allocator, fragmentation)
     # host-side cost of one counted eager op (projection/host_ops.py; on GPUs it hides behind asynchronous
     # execution: 0), and of one op on DTensors (tensor parallelism, FSDP2's sharded parameters). null: measured,
-    # one bare op's dispatch (backends/torch/metrics.py measure_op_dispatch_us) x op_dispatches / dtensor_op_dispatches
+    # one bare op's dispatch (backends/common/metrics.py measure_op_dispatch_us) x op_dispatches / dtensor_op_dispatches
     op_overhead_us: Optional[float] = 0.0
     dtensor_op_overhead_us: Optional[float] = 0.0
     op_dispatches: float = 1.0

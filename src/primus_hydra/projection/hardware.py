@@ -159,7 +159,7 @@ def measured_cpu(precision: str, threads: int, *, fresh: bool = False) -> tuple[
         return peak, dispatch
     code = ("import sys, torch; threads = int(sys.argv[1]); torch.set_num_threads(threads); "
             "from primus_hydra.backends.cpu_peak_cache import store_peak; "
-            "from primus_hydra.backends.torch.metrics import measure_matmul_peak_tflops, measure_op_dispatch_us; "
+            "from primus_hydra.backends.common.metrics import measure_matmul_peak_tflops, measure_op_dispatch_us; "
             "peak = max(measure_matmul_peak_tflops(torch.device('cpu'), getattr(torch, sys.argv[2][6:])) for _ in range(4)); "
             "dispatch = measure_op_dispatch_us(); "
             f"store_peak(threads, sys.argv[2], peak); store_peak(threads, '{OP_DISPATCH}', dispatch); print(peak, dispatch)")

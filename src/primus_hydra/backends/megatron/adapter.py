@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Optional
 
 from primus_hydra.backends.base import BaseTrainer
+from primus_hydra.backends.common.data_sources import data_source_warnings
+from primus_hydra.backends.common.run_dir_checks import checkpoint_load_warnings, existing_run_failures
 from primus_hydra.backends.external import ExternalBackendAdapter
 from primus_hydra.backends.extra_args_types import extra_args_type_failures
 from primus_hydra.backends.megatron.args import build_megatron_args
@@ -21,8 +23,6 @@ from primus_hydra.backends.megatron.megatron_lm import (
     parse_with_megatron,
     version_failure,
 )
-from primus_hydra.backends.torch.data_sources import data_source_warnings
-from primus_hydra.backends.torch.run_dir_checks import checkpoint_load_warnings, existing_run_failures
 from primus_hydra.config.targets import load_target
 from primus_hydra.errors import BackendUnavailableError, PrimusError
 

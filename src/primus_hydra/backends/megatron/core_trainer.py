@@ -19,6 +19,12 @@ from typing import Any, Iterator, Optional
 import torch
 import torch.distributed as dist
 
+from primus_hydra.backends.common.checkpoint import CheckpointManager, describe_failure
+from primus_hydra.backends.common.checkpoint_paths import TRAINER_STATE, read_meta
+from primus_hydra.backends.common.distributed import destroy_parallel_state, join_process_group, resolve_device
+from primus_hydra.backends.common.foreign_checkpoints import weights_in_native_format
+from primus_hydra.backends.common.metrics import MetricsLogger
+from primus_hydra.backends.common.step_loop import StepLoopTrainer
 from primus_hydra.backends.megatron.checkpoint_strategy import in_process_save_strategy
 from primus_hydra.backends.megatron.core_config import quiet_library_logs
 from primus_hydra.backends.megatron.core_model import build_gpt_model
@@ -27,13 +33,6 @@ from primus_hydra.backends.megatron.datasets import training_batches
 from primus_hydra.backends.megatron.lr_schedule import build_lr_scheduler
 from primus_hydra.backends.megatron.native_init import init_like_native
 from primus_hydra.backends.megatron.sharded_weights import load_full_weights, native_weights_for
-from primus_hydra.backends.torch.checkpoint import CheckpointManager, describe_failure
-from primus_hydra.backends.torch.checkpoint_paths import TRAINER_STATE, read_meta
-from primus_hydra.backends.torch.distributed import destroy_parallel_state, join_process_group
-from primus_hydra.backends.torch.foreign_checkpoints import weights_in_native_format
-from primus_hydra.backends.torch.metrics import MetricsLogger
-from primus_hydra.backends.torch.step_loop import StepLoopTrainer
-from primus_hydra.backends.torch.trainer import resolve_device
 from primus_hydra.config.model_math import count_parameters, training_flops_per_token
 from primus_hydra.errors import CheckpointError, PrimusError, TrainingDivergedError
 

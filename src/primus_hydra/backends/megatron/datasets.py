@@ -41,7 +41,7 @@ def dataset_failures(cfg: Any) -> list[str]:
         return ["backend.dataset=megatron: a flat token file (module.data.source=tokens) has no document boundaries "
                 "for megatron.core.datasets; convert it with Megatron's tools/preprocess_data.py and use "
                 "module.data.source=indexed, or set backend.dataset=native"]
-    from primus_hydra.backends.torch.data_sources import data_source_failures
+    from primus_hydra.backends.common.data_sources import data_source_failures
 
     return data_source_failures(cfg, blends=kind == "megatron")
 
@@ -85,14 +85,14 @@ def training_batches(cfg: Any, run_dir: Path, global_rank: int) -> Any:
     module, data = cfg.module, cfg.module.data
     kind = dataset_kind(str(data.source), str(cfg.backend.dataset))
     if kind == "native":
-        from primus_hydra.backends.torch.data import TokenBatches
+        from primus_hydra.backends.common.data import TokenBatches
 
         return NativeBatches(TokenBatches.for_module(module, cfg.model.vocab_size))
     blend: Optional[tuple[list[str], Optional[list[float]]]] = None
     if data.source == "text":
         blend = ([str(text_as_indexed_dataset(run_dir, data.path, global_rank))], None)
     elif data.source == "indexed":
-        from primus_hydra.backends.torch.indexed_file import parse_blend
+        from primus_hydra.backends.common.indexed_file import parse_blend
 
         parsed = parse_blend(str(data.path))
         weights = [weight for weight, _ in parsed]
@@ -185,7 +185,7 @@ def text_as_indexed_dataset(run_dir: Path, path: Optional[str], global_rank: int
 
 
 def _text_source(path: Optional[str]) -> dict:
-    from primus_hydra.backends.torch.data_sources import default_text_corpus
+    from primus_hydra.backends.common.data_sources import default_text_corpus
 
     return {"path": str(Path(path).expanduser().resolve() if path else default_text_corpus())}
 
@@ -215,7 +215,7 @@ def _write_text_dataset(prefix: Path, path: Optional[str], source: dict) -> None
     import numpy as np
     from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
-    from primus_hydra.backends.torch.data import text_documents
+    from primus_hydra.backends.common.data import text_documents
 
     stamp = Path(f"{prefix}.json")
     if _stamp_names(prefix, source):

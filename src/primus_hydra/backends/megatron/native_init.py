@@ -15,8 +15,8 @@ from typing import Any, Callable
 
 import torch
 
+from primus_hydra.backends.common.weights import NativeDraws
 from primus_hydra.backends.megatron.sharded_weights import _SKIPPED, global_name
-from primus_hydra.backends.torch.weights import NativeDraws
 
 _EXPERT = re.compile(r"^decoder\.layers\.(\d+)\.mlp\.experts\.local_experts\.(\d+)\.(linear_fc1|linear_fc2)\.weight$")
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")

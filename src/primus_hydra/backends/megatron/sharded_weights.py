@@ -21,7 +21,7 @@ def native_weights_for(path: Path, model_cfg: Any, megatron_model: Any) -> dict[
     """A native (backend=torch) checkpoint's weights under megatron-core names, vocabulary padded as the model's."""
     from omegaconf import OmegaConf
 
-    from primus_hydra.backends.torch.checkpoint import CheckpointManager
+    from primus_hydra.backends.common.checkpoint import CheckpointManager
     from primus_hydra.backends.torch.model import build_model_on_meta
 
     model_args = OmegaConf.to_object(model_cfg) if OmegaConf.is_config(model_cfg) else model_cfg

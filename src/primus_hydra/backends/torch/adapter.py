@@ -7,9 +7,9 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from primus_hydra.backends.base import BackendAdapter, BaseTrainer
+from primus_hydra.backends.common.data_sources import data_source_failures, data_source_warnings
+from primus_hydra.backends.common.run_dir_checks import checkpoint_load_warnings, existing_run_failures
 from primus_hydra.backends.torch.args import TorchTrainingArgs
-from primus_hydra.backends.torch.data_sources import data_source_failures, data_source_warnings
-from primus_hydra.backends.torch.run_dir_checks import checkpoint_load_warnings, existing_run_failures
 from primus_hydra.config.paths import writable_dir_failure
 
 

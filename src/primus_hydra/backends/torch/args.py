@@ -22,7 +22,7 @@ class TorchTrainingArgs:
     timeout_s: float  # collective timeout (launch.timeout_s)
     deterministic: bool
     num_threads: Optional[int]
-    measure_memory: bool = False  # each rank's peak memory in metrics.jsonl (backends/torch/peak_memory.py)
+    measure_memory: bool = False  # each rank's peak memory in metrics.jsonl (backends/common/peak_memory.py)
 
     @property
     def lr_decay_iters(self) -> int:

@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from primus_hydra.backends.common.weights import normal_
 from primus_hydra.backends.torch.layers import FeedForward, RMSNorm
 from primus_hydra.backends.torch.moe import MoE
-from primus_hydra.backends.torch.weights import normal_
 
 
 # -- rotary position embeddings -----------------------------------------------------------------------------

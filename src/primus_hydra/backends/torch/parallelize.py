@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from primus_hydra.backends.torch.distributed import ParallelState
+from primus_hydra.backends.common.distributed import ParallelState
 from primus_hydra.backends.torch.model import Transformer
 
 

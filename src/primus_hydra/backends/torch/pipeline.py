@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-from primus_hydra.backends.torch.data import TokenBatches
-from primus_hydra.backends.torch.distributed import ParallelState, sum_over_pipeline
+from primus_hydra.backends.common.data import TokenBatches
+from primus_hydra.backends.common.distributed import ParallelState, sum_over_pipeline
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 

@@ -13,36 +13,29 @@ from typing import Any, Optional
 import torch
 import torch.nn.functional as F
 
-from primus_hydra.backends.torch.args import TorchTrainingArgs
-from primus_hydra.backends.torch.checkpoint import CheckpointManager
-from primus_hydra.backends.torch.checkpoint_paths import step_of
-from primus_hydra.backends.torch.data import TokenBatches
-from primus_hydra.backends.torch.distributed import (
+from primus_hydra.backends.common.checkpoint import CheckpointManager
+from primus_hydra.backends.common.checkpoint_paths import step_of
+from primus_hydra.backends.common.data import TokenBatches
+from primus_hydra.backends.common.distributed import (
     clip_grad_norm,
     destroy_parallel_state,
     init_parallel_state,
     mean_over_data_parallel,
     reshard_after_forward_only,
+    resolve_device,
 )
-from primus_hydra.backends.torch.foreign_checkpoints import weights_in_native_format
-from primus_hydra.backends.torch.metrics import MetricsLogger, MfuBaseline, cpu_matmul_peak_tflops
+from primus_hydra.backends.common.foreign_checkpoints import weights_in_native_format
+from primus_hydra.backends.common.metrics import MetricsLogger, MfuBaseline, cpu_matmul_peak_tflops
+from primus_hydra.backends.common.peak_memory import PeakMemory
+from primus_hydra.backends.common.step_loop import StepLoopTrainer
+from primus_hydra.backends.torch.args import TorchTrainingArgs
 from primus_hydra.backends.torch.model import build_model_on_meta, materialize
 from primus_hydra.backends.torch.optim import build_optimizer, learning_rate
 from primus_hydra.backends.torch.parallelize import shard, wrap_data_parallel
-from primus_hydra.backends.torch.peak_memory import PeakMemory
-from primus_hydra.backends.torch.step_loop import StepLoopTrainer
 from primus_hydra.config.model_math import count_parameters, training_flops_per_token
-from primus_hydra.errors import CheckpointError, PrimusError, TrainingDivergedError
+from primus_hydra.errors import CheckpointError, TrainingDivergedError
 
 log = logging.getLogger("primus_hydra.train")
-
-
-def resolve_device(requested: str, local_rank: int) -> torch.device:
-    if requested == "cpu" or (requested == "auto" and not torch.cuda.is_available()):
-        return torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise PrimusError("platform.device=cuda but torch sees no GPU (torch.cuda.is_available() is False); use platform.device=cpu")
-    return torch.device("cuda", local_rank % torch.cuda.device_count())
 
 
 def use_deterministic_algorithms(compiled: bool) -> None:

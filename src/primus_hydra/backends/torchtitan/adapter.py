@@ -6,10 +6,10 @@ import logging
 from pathlib import Path
 from typing import Optional
 
+from primus_hydra.backends.common.data_sources import data_source_failures, data_source_warnings
+from primus_hydra.backends.common.run_dir_checks import checkpoint_load_warnings, existing_run_failures
 from primus_hydra.backends.external import ExternalBackendAdapter
 from primus_hydra.backends.extra_args_types import dataclass_annotations, extra_args_type_failures
-from primus_hydra.backends.torch.data_sources import data_source_failures, data_source_warnings
-from primus_hydra.backends.torch.run_dir_checks import checkpoint_load_warnings, existing_run_failures
 from primus_hydra.backends.torchtitan.args import TORCHTITAN_MODEL_NAMES, build_torchtitan_job_config
 from primus_hydra.backends.torchtitan.patches import cpu_support_failure
 from primus_hydra.config.model_math import shared_expert_ffn_hidden_size

@@ -41,14 +41,14 @@ def torchtitan_to_native(weights: dict[str, torch.Tensor], model_cfg: Any) -> di
 
 def read_torchtitan_weights(path: Path) -> dict[str, torch.Tensor]:
     """The model weights of a backend=torchtitan checkpoint step (every state but the model's left out)."""
-    from primus_hydra.backends.torch.foreign_checkpoints import read_checkpoint_tensors
+    from primus_hydra.backends.common.foreign_checkpoints import read_checkpoint_tensors
 
     return read_checkpoint_tensors(path, lambda key: not key.startswith(_NOT_MODEL), "torchtitan")
 
 
 def write_native_copy(torchtitan_step: Path, out: Path, model_cfg: Any) -> Path:
     """A backend=torch weights folder made from a backend=torchtitan checkpoint step; one process writes it."""
-    from primus_hydra.backends.torch.foreign_checkpoints import model_object, save_native_weights
+    from primus_hydra.backends.common.foreign_checkpoints import model_object, save_native_weights
 
     model = model_object(model_cfg)
     return save_native_weights(torchtitan_to_native(read_torchtitan_weights(torchtitan_step), model), out, model,
@@ -61,8 +61,8 @@ def load_native_weights(model_parts: list, native_step: Path, model_cfg: Any) ->
     model on the CPU, then keeps its FSDP/TP shards."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-    from primus_hydra.backends.torch.checkpoint import CheckpointManager
-    from primus_hydra.backends.torch.foreign_checkpoints import model_object
+    from primus_hydra.backends.common.checkpoint import CheckpointManager
+    from primus_hydra.backends.common.foreign_checkpoints import model_object
     from primus_hydra.backends.torch.model import build_model_on_meta
 
     model = model_object(model_cfg)

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple, Optional
 
 import torch
 
-from primus_hydra.backends.torch.weights import NativeDraws, shard_bounds
+from primus_hydra.backends.common.weights import NativeDraws, shard_bounds
 
 _WRAPPERS = ("_checkpoint_wrapped_module.", "_orig_mod.", "_fsdp_wrapped_module.")
 # torchtitan name pattern, native name pattern (MoE layers; a dense layer's feed_forward.w1.weight is the same in both)

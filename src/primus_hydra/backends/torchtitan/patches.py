@@ -209,7 +209,7 @@ def peak_flops_cpu(ctx: PatchContext) -> None:
     an A100's after a failed lspci."""
     import torch
 
-    from primus_hydra.backends.torch.metrics import cpu_matmul_peak_tflops
+    from primus_hydra.backends.common.metrics import cpu_matmul_peak_tflops
 
     utils = importlib.import_module("torchtitan.tools.utils")
     utils.get_peak_flops = lambda device_name: cpu_matmul_peak_tflops(torch.float32) * 1e12

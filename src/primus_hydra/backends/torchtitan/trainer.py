@@ -23,16 +23,16 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
-from primus_hydra.backends.torch.checkpoint import CheckpointManager
-from primus_hydra.backends.torch.checkpoint_paths import TRAINER_STATE
-from primus_hydra.backends.torch.distributed import (
+from primus_hydra.backends.common.checkpoint import CheckpointManager
+from primus_hydra.backends.common.checkpoint_paths import TRAINER_STATE
+from primus_hydra.backends.common.distributed import (
     destroy_parallel_state,
     join_process_group,
     reshard_after_forward_only,
+    resolve_device,
 )
-from primus_hydra.backends.torch.metrics import MetricsLogger, MfuBaseline
-from primus_hydra.backends.torch.step_loop import StepLoopTrainer
-from primus_hydra.backends.torch.trainer import resolve_device
+from primus_hydra.backends.common.metrics import MetricsLogger, MfuBaseline
+from primus_hydra.backends.common.step_loop import StepLoopTrainer
 from primus_hydra.backends.torchtitan.byte_tokenizer import TOKENIZER_DIR, write_byte_tokenizer
 from primus_hydra.backends.torchtitan.data import build_step_batches
 from primus_hydra.backends.torchtitan.job_file import MODEL_ARGS, parse_job_file, write_job_file
@@ -205,8 +205,8 @@ class TorchTitanTrainer(StepLoopTrainer):
         backend=torch or backend=megatron one (converted on load)."""
         from torchtitan.components.checkpoint import MODEL
 
-        from primus_hydra.backends.torch.checkpoint_paths import read_meta
-        from primus_hydra.backends.torch.foreign_checkpoints import weights_in_native_format
+        from primus_hydra.backends.common.checkpoint_paths import read_meta
+        from primus_hydra.backends.common.foreign_checkpoints import weights_in_native_format
         from primus_hydra.backends.torchtitan.convert import load_native_weights
 
         source, _ = self.checkpoints.find(spec, "module.checkpoint.load")

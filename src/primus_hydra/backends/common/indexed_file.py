@@ -18,7 +18,7 @@ from typing import Optional
 
 import numpy as np
 
-from primus_hydra.backends.torch.token_file import PROBE_TOKENS
+from primus_hydra.backends.common.token_file import PROBE_TOKENS
 
 INDEX_MAGIC = b"MMIDIDX\x00\x00"
 DTYPE_CODES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64, 7: np.float32, 8: np.uint16}

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from primus_hydra.backends.torch.checkpoint_paths import CheckpointFolder, read_meta
+from primus_hydra.backends.common.checkpoint_paths import CheckpointFolder, read_meta
 from primus_hydra.config.model_math import count_parameters
 from primus_hydra.errors import CheckpointError
 

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import torch.distributed as dist
 
-from primus_hydra.backends.torch.checkpoint_paths import read_meta
+from primus_hydra.backends.common.checkpoint_paths import read_meta
 from primus_hydra.errors import CheckpointError
 
 # the module whose write_native_copy(step, out, model_cfg) converts a step of that backend

@@ -23,6 +23,14 @@ from primus_hydra.distributed_env import DistributedEnv
 from primus_hydra.errors import PrimusError
 
 
+def resolve_device(requested: str, local_rank: int) -> torch.device:
+    if requested == "cpu" or (requested == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise PrimusError("platform.device=cuda but torch sees no GPU (torch.cuda.is_available() is False); use platform.device=cpu")
+    return torch.device("cuda", local_rank % torch.cuda.device_count())
+
+
 @dataclass
 class ParallelState:
     """The job's layout as this rank sees it: its mesh, its coordinates and groups."""

@@ -12,14 +12,14 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from primus_hydra.backends.torch.data_sources import (
+from primus_hydra.backends.common.data_sources import (
     DEFAULT_TEXT_LIMIT_BYTES,
     default_text_corpus,
     files_read,
     no_text_line,
 )
-from primus_hydra.backends.torch.indexed_file import indexed_data_failures, read_index
-from primus_hydra.backends.torch.token_file import token_file_failure
+from primus_hydra.backends.common.indexed_file import indexed_data_failures, read_index
+from primus_hydra.backends.common.token_file import token_file_failure
 from primus_hydra.config.data_split import split_fractions
 from primus_hydra.errors import DataError
 

@@ -12,7 +12,7 @@ from typing import Optional
 
 import torch
 
-from primus_hydra.backends.torch.distributed import all_gather_objects
+from primus_hydra.backends.common.distributed import all_gather_objects
 
 GIB = 1024.0 ** 3
 PROFILED_STEPS = 2

@@ -100,7 +100,7 @@ def data_source_failures(cfg: Any, blends: bool) -> list[str]:
     if not data.path:
         return []
     if source == "indexed":
-        from primus_hydra.backends.torch.indexed_file import indexed_data_failures  # numpy: only for indexed data
+        from primus_hydra.backends.common.indexed_file import indexed_data_failures  # numpy: only for indexed data
 
         return indexed_data_failures(data.path, cfg.model.vocab_size, module.seq_length, blends=blends)
     if not Path(str(data.path)).expanduser().exists():
@@ -109,7 +109,7 @@ def data_source_failures(cfg: Any, blends: bool) -> list[str]:
     if source == "text":
         failure = text_source_failure(data.path, module.seq_length)
     elif source == "tokens":
-        from primus_hydra.backends.torch.token_file import token_file_failure  # numpy: only for a token file
+        from primus_hydra.backends.common.token_file import token_file_failure  # numpy: only for a token file
 
         failure = token_file_failure(data.path, str(data.token_dtype), cfg.model.vocab_size, module.seq_length)
     return [failure] if failure else []

@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional
 import torch
 import torch.distributed as dist
 
-from primus_hydra.backends.torch.checkpoint_paths import (
+from primus_hydra.backends.common.checkpoint_paths import (
     LATEST,
     META,
     TRAINER_STATE,
@@ -38,7 +38,7 @@ from primus_hydra.backends.torch.checkpoint_paths import (
     step_dir_name,
     verify_files,
 )
-from primus_hydra.backends.torch.distributed import all_gather_objects
+from primus_hydra.backends.common.distributed import all_gather_objects
 from primus_hydra.errors import CheckpointError
 
 
