@@ -1,7 +1,7 @@
 """Benchmark: `task=plan -m` over N points, this project's sweep path vs Hydra's basic sweeper and launcher, in one run.
 
 Ours: the primus_basic sweeper and the primus_local launcher (conf/task/plan.yaml) plan every point in one process,
-from the first point's config where only values differ (launch/sweep_compose.py). Hydra's: every point composed
+from the first point's config where only values differ (launch/sweep/compose.py). Hydra's: every point composed
 twice from scratch (once to check it, once to run it), each run through Hydra's run_job. Both print the same
 JSON lines (tests/integration/test_task_plan.py checks it). Per point = (N-point wall - 1-point wall) / (N - 1).
 Usage: .venv/bin/python scripts/bench/bench_plan_sweep.py [--points 150] [--repeats 2]

@@ -50,9 +50,9 @@ def _hydra_main(cfg: DictConfig):
 def _sweep_point_label() -> str:
     from hydra.core.hydra_config import HydraConfig
 
-    from primus_hydra.launch.basic_sweep import SWEEP_RECORD
-    from primus_hydra.launch.sweep_concurrency import in_multirun
-    from primus_hydra.launch.sweep_labels import fixed_overrides, point_label, recorded_command_line
+    from primus_hydra.launch.sweep.basic import SWEEP_RECORD
+    from primus_hydra.launch.sweep.concurrency import in_multirun
+    from primus_hydra.launch.sweep.labels import fixed_overrides, point_label, recorded_command_line
 
     if not in_multirun():
         return ""

@@ -146,7 +146,7 @@ def test_the_cycle_finder_finds_cycles(graph, expected):
     assert _cycles(graph) == expected
 
 
-WORKER_SIDE = ["primus_hydra/runtime", "primus_hydra/launch/worker.py", "primus_hydra/launch/sweep_point.py",
+WORKER_SIDE = ["primus_hydra/runtime", "primus_hydra/launch/worker.py", "primus_hydra/launch/sweep/point.py",
                "primus_hydra/launch/slurm/entry.py", "primus_hydra/backends"]
 PREPARING = {"validate_config", "prepare", "layout_failures", "parallel_layout", "build_resource_plan"}
 

@@ -5,7 +5,7 @@ import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from primus_hydra.launch.basic_sweep import check_sweep_arguments
+from primus_hydra.launch.sweep.basic import check_sweep_arguments
 
 
 def errors_of(capsys, tmp_path, *arguments: str, max_batch_size=None) -> list[str]:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from primus_hydra.launch.sweep_concurrency import JOBLIB_LAUNCHER, SUBMITIT_LOCAL_LAUNCHER, points_run_at_once
-from primus_hydra.launch.sweep_labels import LABEL_WIDTH, fixed_overrides, point_label, recorded_command_line
+from primus_hydra.launch.sweep.concurrency import JOBLIB_LAUNCHER, SUBMITIT_LOCAL_LAUNCHER, points_run_at_once
+from primus_hydra.launch.sweep.labels import LABEL_WIDTH, fixed_overrides, point_label, recorded_command_line
 
 COMMAND_LINE = ["module.lr=1e-3,1e9", "module.train_iters=2", "module.log.plot=false", "+platform.env.X=a,b"]
 

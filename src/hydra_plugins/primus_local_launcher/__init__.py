@@ -1,1 +1,1 @@
-"""`hydra/launcher=primus_local`: multirun points side by side on this machine (see primus_hydra.launch.local_sweep)."""
+"""`hydra/launcher=primus_local`: multirun points side by side on this machine (see primus_hydra.launch.sweep.local)."""

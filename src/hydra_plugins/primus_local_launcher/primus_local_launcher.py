@@ -1,7 +1,7 @@
 """The `primus_local` launcher: registered in Hydra's ConfigStore when Hydra scans the hydra_plugins namespace.
 
 Hydra imports every hydra_plugins module at start-up, so this file imports only what Hydra has already loaded;
-the sweep itself (composition, resource plan, processes, summary) lives in primus_hydra.launch.local_sweep.
+the sweep itself (composition, resource plan, processes, summary) lives in primus_hydra.launch.sweep.local.
 No `from __future__ import annotations`: Hydra scans this module without registering it in sys.modules, and
 dataclasses then cannot resolve string annotations.
 """
@@ -37,7 +37,7 @@ ConfigStore.instance().store(group="hydra/launcher", name="primus_local", node=P
 
 
 class PrimusLocalLauncher(Launcher):
-    records_the_sweep = True  # the sweep dir and multirun.yaml are made once the points are prepared (local_sweep)
+    records_the_sweep = True  # the sweep dir and multirun.yaml are made once the points are prepared (launch/sweep/local.py)
 
     def __init__(self, stop_grace_s: float = 15.0, start_method: str = "forkserver", pin_cpus: bool = True) -> None:
         self.stop_grace_s = stop_grace_s
@@ -54,7 +54,7 @@ class PrimusLocalLauncher(Launcher):
         self.task_function = task_function
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from primus_hydra.launch.local_sweep import LocalSweep, SweepMemory
+        from primus_hydra.launch.sweep.local import LocalSweep, SweepMemory
 
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
         if self.memory is None:

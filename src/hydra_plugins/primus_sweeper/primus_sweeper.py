@@ -1,5 +1,5 @@
 """`hydra/sweeper=primus_basic` (conf/config.yaml's default): Hydra's basic sweeper, cartesian products and batches
-unchanged, whose check of each batch (primus_hydra.launch.basic_sweep) prepares every point the basic launcher will
+unchanged, whose check of each batch (primus_hydra.launch.sweep.basic) prepares every point the basic launcher will
 run in this process before any starts, and otherwise only checks that the points compose, reusing the first
 point's config where Hydra's rules allow it: the basic sweeper composes every point from scratch to check it, ~65 ms
 a point for this project's config, 10 s before a 150-point sweep starts.
@@ -36,7 +36,7 @@ class PrimusBasicSweeper(BasicSweeper):
         ends with one line counting the failed points (exit 1) once every point has run."""
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
-        from primus_hydra.launch.basic_sweep import check_sweep_arguments, save_sweep_record
+        from primus_hydra.launch.sweep.basic import check_sweep_arguments, save_sweep_record
 
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
@@ -49,7 +49,7 @@ class PrimusBasicSweeper(BasicSweeper):
             self.validate_batch_is_legal(batches[-1])
         if not getattr(self.launcher, "records_the_sweep", False):
             save_sweep_record(self.config)
-        from primus_hydra.launch.basic_sweep import raise_for_failed_points
+        from primus_hydra.launch.sweep.basic import raise_for_failed_points
 
         returns, initial_job_idx = [], 0
         for batch in batches:  # every batch runs: a failed point is a failed result, not the end of the sweep
@@ -60,7 +60,7 @@ class PrimusBasicSweeper(BasicSweeper):
         return returns
 
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
-        from primus_hydra.launch.basic_sweep import check_batch
+        from primus_hydra.launch.sweep.basic import check_batch
 
         assert self.hydra_context is not None and self.config is not None
         check_batch(self.hydra_context, self.config, self.launcher, batch, self._next_job)

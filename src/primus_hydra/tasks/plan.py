@@ -56,7 +56,7 @@ def handed_over_at() -> Path:
 def _sweep_point() -> Optional[dict]:
     from hydra.core.hydra_config import HydraConfig
 
-    from primus_hydra.launch.sweep_concurrency import in_multirun
+    from primus_hydra.launch.sweep.concurrency import in_multirun
 
     if not in_multirun():
         return None

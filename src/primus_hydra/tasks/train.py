@@ -70,7 +70,7 @@ class TrainTask:
         run_dir = self.run_dir or hydra_run_dir()
         job = self.job or HANDOFF.take(run_dir)
         if job is None:  # not prepared by the single-run callback or a launcher (joblib's, submitit_local's sweeps)
-            from primus_hydra.launch.sweep_concurrency import points_run_at_once_here
+            from primus_hydra.launch.sweep.concurrency import points_run_at_once_here
 
             self.claim_run_dir(self.cfg, run_dir, check_only=True)
             job = self.prepare_job(self.cfg, run_dir, sweep_points=points_run_at_once_here())
@@ -81,7 +81,7 @@ class TrainTask:
         finally:
             RUN_DIR_LOCKS.release(run_dir)
         from primus_hydra.distributed_env import detect_distributed_env
-        from primus_hydra.launch.sweep_concurrency import in_multirun
+        from primus_hydra.launch.sweep.concurrency import in_multirun
         from primus_hydra.tasks.objective import run_objective
 
         dist = detect_distributed_env()

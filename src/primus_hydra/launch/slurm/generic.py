@@ -12,8 +12,8 @@ from hydra.core.utils import JobReturn, filter_overrides
 from omegaconf import OmegaConf
 
 from primus_hydra.config.schema_run import LaunchMode
-from primus_hydra.launch.basic_sweep import save_sweep_record
 from primus_hydra.launch.slurm.job_shape import SlurmJobShape, check_time_limits, executor_parameters
+from primus_hydra.launch.sweep.basic import save_sweep_record
 
 
 def launch_generic_sweep(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:

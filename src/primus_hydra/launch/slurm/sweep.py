@@ -14,9 +14,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from primus_hydra.config.error_format import user_error_lines
 from primus_hydra.errors import ConfigValidationError
-from primus_hydra.launch.basic_sweep import save_sweep_record
 from primus_hydra.launch.slurm.run import SlurmJobFailedError, print_status_hint
-from primus_hydra.launch.sweep_labels import fixed_overrides, point_label
+from primus_hydra.launch.sweep.basic import save_sweep_record
+from primus_hydra.launch.sweep.labels import fixed_overrides, point_label
 from primus_hydra.tables import aligned_table
 
 

@@ -9,7 +9,7 @@ Hydra's basic launcher runs every point in this process, in a run dir it makes f
 every point of the batch is prepared here before any starts (a bad point stops the sweep, exit 2, nothing
 written) and its job is handed to its task (JobHandoff). Other launchers prepare their points themselves
 (primus_local, primus_slurm) or run them elsewhere; for them the batch is only checked to compose, cheaply
-(launch/sweep_compose.py).
+(launch/sweep/compose.py).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from primus_hydra.config.error_format import stop_with, user_error_lines
 from primus_hydra.config.paths import hydra_job_dir, output_root_failure, writable_dir_failure
 from primus_hydra.config.targets import task_class_of
-from primus_hydra.launch.sweep_compose import SweepComposer
+from primus_hydra.launch.sweep.compose import SweepComposer
 
 
 def check_batch(hydra_context, config: DictConfig, launcher, batch: Sequence[Sequence[str]], first_job: int) -> None:
@@ -35,7 +35,7 @@ def check_batch(hydra_context, config: DictConfig, launcher, batch: Sequence[Seq
         for overrides in batch:
             composer.check(overrides)
         return
-    from primus_hydra.launch.sweep_labels import fixed_overrides, point_label, shown, varying_overrides
+    from primus_hydra.launch.sweep.labels import fixed_overrides, point_label, shown, varying_overrides
     from primus_hydra.orchestrator.prepare import HANDOFF, show_warnings
 
     fixed = fixed_overrides(config.hydra.overrides.task)
@@ -98,7 +98,7 @@ def raise_for_failed_points(returns: Sequence) -> None:
     from hydra.core.utils import JobStatus
 
     from primus_hydra.errors import PrimusError, SweepPointFailed, SweepPointsFailed
-    from primus_hydra.launch.sweep_labels import shown
+    from primus_hydra.launch.sweep.labels import shown
 
     failed = [result for result in returns if result.status == JobStatus.FAILED]
     for result in failed:

@@ -15,8 +15,8 @@ from typing import Optional
 
 from omegaconf import DictConfig
 
-from primus_hydra.launch.sweep_processes import PointProcesses, SweepPoint
-from primus_hydra.launch.sweep_summary import PointOutcome, say
+from primus_hydra.launch.sweep.processes import PointProcesses, SweepPoint
+from primus_hydra.launch.sweep.summary import PointOutcome, say
 from primus_hydra.orchestrator.plan import ResourcePlan, compile_requested, tighten_with_measured_peak
 from primus_hydra.orchestrator.rules import compile_threads
 

@@ -1,6 +1,6 @@
 """The processes of a local sweep's points: start one on its slot, wait for those that end, stop them all.
 
-Each point runs in its own non-daemon process (fork server or spawn; launch/sweep_point.py is its side), pinned to
+Each point runs in its own non-daemon process (fork server or spawn; launch/sweep/point.py is its side), pinned to
 its slot's CPUs and given its slot's GPUs through the vendor's visible-devices variable. Ctrl-C/SIGTERM while points
 run only marks the sweep as stopping; the sweep's loop then stops the points (SIGTERM to each point's process group,
 SIGKILL after the grace period).
@@ -18,20 +18,20 @@ from typing import Any, Callable, Optional
 
 from hydra.core.singleton import Singleton
 
-from primus_hydra.launch.sweep_point import (
+from primus_hydra.launch.sweep.point import (
     PointLaunch,
     PointPayload,
     read_result,
     run_point,
     task_function_for_child,
 )
-from primus_hydra.launch.sweep_summary import PointOutcome, objective_of, say, start_line
+from primus_hydra.launch.sweep.summary import PointOutcome, objective_of, say, start_line
 from primus_hydra.orchestrator.plan import THREAD_VARIABLES
 
 POLL_S = 0.2
 INDUCTOR_VARIABLES = ("TORCHINDUCTOR_COMPILE_THREADS", "TORCHINDUCTOR_CACHE_DIR")  # recorded in the point's log
 # imported once by the fork server (a module that fails to import is skipped): what every training point loads
-FORKSERVER_PRELOAD = ("primus_hydra.launch.sweep_point", "hydra.core.utils", "cloudpickle", "torch")
+FORKSERVER_PRELOAD = ("primus_hydra.launch.sweep.point", "hydra.core.utils", "cloudpickle", "torch")
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """One sweep point in its own process: pinned, logged to its run dir, running Hydra's own `run_job`.
 
-The parent (launch/local_sweep.py) composes and prepares every point, then starts this module's `run_point` in a
+The parent (launch/sweep/local.py) composes and prepares every point, then starts this module's `run_point` in a
 process that is not a daemon (forked from a fork server that imported torch once, or spawned), so the point can
 start its own elastic workers. The point runs exactly what Hydra's basic launcher runs (run dir = sweep
 dir/subdir, .hydra files, callbacks, the task function), hands its task the job the parent prepared, and leaves

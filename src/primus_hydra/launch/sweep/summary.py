@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from primus_hydra.launch.sweep_labels import shown
+from primus_hydra.launch.sweep.labels import shown
 from primus_hydra.tables import aligned_table
 
 
@@ -39,7 +39,7 @@ class PointOutcome:
 
     @property
     def label(self) -> str:
-        from primus_hydra.launch.sweep_labels import shown
+        from primus_hydra.launch.sweep.labels import shown
 
         return f"job {self.job} ({shown(self.overrides)})" if self.overrides else f"job {self.job}"
 

@@ -2,8 +2,8 @@
 
 Order of events: compose and prepare every point (orchestrator/prepare.py: a bad one stops the sweep before
 anything runs, exit 2) -> the sweep's resource plan (the first point's, for the sweep's number of points) ->
-optionally the probe (launch/sweep_probe.py) -> each point in its own process, pinned to its slot
-(launch/sweep_processes.py) -> one line per start and end -> the summary (launch/sweep_summary.py) on stderr and
+optionally the probe (launch/sweep/probe.py) -> each point in its own process, pinned to its slot
+(launch/sweep/processes.py) -> one line per start and end -> the summary (launch/sweep/summary.py) on stderr and
 as summary.json/summary.md next to resources.json in the sweep dir. A failing point does not stop the others;
 the sweep then exits 1 after the summary. Ctrl-C/SIGTERM stops every running point and exits 130/143.
 
@@ -25,18 +25,18 @@ from primus_hydra.config.error_format import stop_with, user_error_lines
 from primus_hydra.config.paths import hydra_job_dir
 from primus_hydra.config.targets import task_class_of
 from primus_hydra.errors import PrimusError, SweepPointFailed, SweepPointsFailed
-from primus_hydra.launch.basic_sweep import save_sweep_record
-from primus_hydra.launch.sweep_compose import SweepComposer
-from primus_hydra.launch.sweep_labels import fixed_overrides, point_label, shown, varying_overrides
-from primus_hydra.launch.sweep_probe import (
+from primus_hydra.launch.sweep.basic import save_sweep_record
+from primus_hydra.launch.sweep.compose import SweepComposer
+from primus_hydra.launch.sweep.labels import fixed_overrides, point_label, shown, varying_overrides
+from primus_hydra.launch.sweep.probe import (
     PROBE_SUBDIR,
     compile_environment,
     measure,
     probe_overrides,
     tightened,
 )
-from primus_hydra.launch.sweep_processes import PointProcesses, SweepPoint, forward_stop_signals
-from primus_hydra.launch.sweep_summary import PointOutcome, end_line, format_table, say, write_summary
+from primus_hydra.launch.sweep.processes import PointProcesses, SweepPoint, forward_stop_signals
+from primus_hydra.launch.sweep.summary import PointOutcome, end_line, format_table, say, write_summary
 from primus_hydra.orchestrator.apply import new_plan_table
 from primus_hydra.orchestrator.plan import plan_for_generic_points, write_resources_json
 from primus_hydra.orchestrator.prepare import show_warnings
