@@ -9,13 +9,13 @@ from omegaconf import OmegaConf
 
 from primus_hydra.config import model_math
 from primus_hydra.config.layout import stage_layers
+from primus_hydra.config.model_math import padded_vocab
 from primus_hydra.config.schema_model import ModelConfig
 from primus_hydra.projection import activations
 from primus_hydra.projection.layout import Layout
 from primus_hydra.projection.memory import stage_memory
 from primus_hydra.projection.parameters import (
     attention_parameters,
-    padded_vocab,
     rank_parameters,
     stage_layer_ids,
 )

@@ -23,8 +23,8 @@ from primus_hydra.config.secrets import (
 from primus_hydra.launch.job_config import load_job_config, write_job_config
 from primus_hydra.orchestrator.prepare import prepare
 from primus_hydra.runtime.logging_setup import RedactSecrets
-from primus_hydra.runtime.private_files import write_private_text
 from primus_hydra.runtime.train_runtime import PrimusRuntime
+from primus_hydra.util.private_files import write_private_text
 
 TOKEN = "hf_unit_test_token_0123456789"
 RECORDING = ["backend._target_=helpers.recording_backend.RecordingAdapter", "backend.name=recording"]

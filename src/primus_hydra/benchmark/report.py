@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from primus_hydra.tables import aligned_table
+from primus_hydra.util.tables import aligned_table
 
 RESULTS_FILE = "benchmark.json"
 

@@ -17,7 +17,7 @@ Face checkpoints (names in comments):
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 SWIGLU_MATRICES = 3  # gate, up and down projections
 
@@ -96,6 +96,15 @@ def _transformer_weights(model: Any, active: bool) -> tuple[int, int]:
         moe_matmul, moe_other = _moe_layer_weights(model, experts)
         matmul, other = matmul + moe_layers * moe_matmul, other + moe_layers * moe_other
     return matmul, other
+
+
+def padded_vocab(vocab_size: int, tp: int, divisible_by: Optional[int]) -> int:
+    """The vocabulary a backend's embedding holds: Megatron pads it up to a multiple of divisible_by x tp (its
+    make_vocab_size_divisible_by); None is a backend that does not pad."""
+    if divisible_by is None:
+        return vocab_size
+    multiple = divisible_by * tp
+    return -(-vocab_size // multiple) * multiple
 
 
 def count_embedding_parameters(model: Any) -> int:

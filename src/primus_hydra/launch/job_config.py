@@ -25,7 +25,7 @@ from primus_hydra.config.layout import ParallelLayout
 from primus_hydra.config.schema import BACKEND_SCHEMAS, PrimusConfig
 from primus_hydra.config.secrets import LeafPath, config_for_file
 from primus_hydra.orchestrator.prepare import PreparedJob
-from primus_hydra.runtime.private_files import write_private_text
+from primus_hydra.util.private_files import write_private_text
 
 JOB_CONFIG_FILE = Path(".primus") / "job_config.yaml"
 SECRET_VARIABLE_PREFIX = "PRIMUS_SECRET_"

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from primus_hydra.config.layout import stage_layers
+from primus_hydra.config.model_math import padded_vocab
 from primus_hydra.projection import activations
 from primus_hydra.projection.layout import MEGATRON_LIKE, VOCAB_PAD, Layout
 from primus_hydra.projection.parameters import (
     RankParameters,
     attention_parameters,
     ffn_parameters,
-    padded_vocab,
     rank_parameters,
     stage_layer_ids,
 )
@@ -73,7 +73,7 @@ def _largest_block(model: Any, layout: Layout) -> float:
 
 
 def stage_memory(model: Any, layout: Layout, seq: int, stage: int, layer_ids: list[int], runtime_overhead: float) -> StageMemory:
-    pad = VOCAB_PAD.get(layout.backend, 1)
+    pad = VOCAB_PAD.get(layout.backend)  # None: the backend does not pad
     first, last = stage == 0, stage == layout.pp - 1
     params = rank_parameters(model, tp=layout.tp, ep=layout.ep, layer_ids=layer_ids, first_stage=first,
                              last_stage=last, pp=layout.pp, pad_multiple=pad)

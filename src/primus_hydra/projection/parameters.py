@@ -4,15 +4,15 @@ Built on config/model_math.py's exact counts, split the way Megatron-Core (and t
 - tensor parallelism splits attention and dense/shared-expert FFN matrices over tp; norms, the router and the
   expert bias are replicated on every tp rank; MLA's down projections (q_a, kv_a) are replicated too;
 - routed experts are split over ep x etp (Megatron's expert_tensor_parallel_size, here = tp when ep = 1, else 1);
-- the embedding (vocabulary padded to a multiple of pad_multiple x tp, Megatron's make_vocab_size_divisible_by)
+- the embedding (vocabulary padded to a multiple of pad_multiple x tp, Megatron's make_vocab_size_divisible_by;
+  None: not padded)
   lives on the first stage, the final norm and output layer on the last; with tied embeddings and pp > 1 the last
   stage holds its own copy of the embedding for the output layer (Megatron's shared word embeddings).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from primus_hydra.config import model_math
 
@@ -28,11 +28,6 @@ class RankParameters:
     @property
     def total(self) -> float:
         return self.dense + self.expert
-
-
-def padded_vocab(vocab_size: int, tp: int, pad_multiple: int) -> int:
-    multiple = pad_multiple * tp
-    return vocab_size if pad_multiple <= 1 else int(math.ceil(vocab_size / multiple) * multiple)
 
 
 def attention_parameters(model: Any) -> tuple[int, int]:
@@ -67,7 +62,7 @@ def ffn_parameters(model: Any, layer: int) -> tuple[int, int, int]:
 
 
 def rank_parameters(model: Any, *, tp: int, ep: int, layer_ids: Sequence[int], first_stage: bool, last_stage: bool,
-                    pp: int, pad_multiple: int) -> RankParameters:
+                    pp: int, pad_multiple: Optional[int]) -> RankParameters:
     """What one rank of a stage holding `layer_ids` keeps."""
     etp = tp if ep == 1 else 1
     split = replicated = experts = 0.0
@@ -77,7 +72,7 @@ def rank_parameters(model: Any, *, tp: int, ep: int, layer_ids: Sequence[int], f
         split += attn_split + ffn_split
         replicated += attn_replicated + ffn_replicated
         experts += ffn_experts
-    vocab = padded_vocab(model.vocab_size, tp, pad_multiple)
+    vocab = model_math.padded_vocab(model.vocab_size, tp, pad_multiple)
     embedding = vocab * model.hidden_size
     if first_stage:
         split += embedding

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from primus_hydra.projection.project import Projection
-from primus_hydra.tables import aligned_table
+from primus_hydra.util.tables import aligned_table
 
 
 def layout_label(projection: Projection) -> str:

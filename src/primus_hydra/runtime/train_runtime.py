@@ -25,7 +25,7 @@ from primus_hydra.patches.loader import load_patch_modules, raise_load_errors
 from primus_hydra.patches.registry import PatchContext, resolve_enabled_ids
 from primus_hydra.patches.runner import run_patches
 from primus_hydra.runtime.logging_setup import FILE_ONLY, setup_rank_logging, teardown_rank_logging
-from primus_hydra.runtime.private_files import write_private_text
+from primus_hydra.util.private_files import write_private_text
 
 log = logging.getLogger(__name__)
 

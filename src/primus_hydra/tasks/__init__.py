@@ -6,11 +6,9 @@ the job's run dir exists.
 """
 from __future__ import annotations
 
-import contextlib
-import os
-from typing import Iterator
-
 from omegaconf import DictConfig
+
+from primus_hydra.util.environment import restored_environment
 
 
 def run_task(cfg: DictConfig):
@@ -23,15 +21,3 @@ def run_task(cfg: DictConfig):
     with restored_environment():
         return task_class(cfg).run()
 
-
-@contextlib.contextmanager
-def restored_environment() -> Iterator[None]:
-    saved = dict(os.environ)
-    try:
-        yield
-    finally:
-        for key in [key for key in os.environ if key not in saved]:
-            del os.environ[key]
-        for key, value in saved.items():
-            if os.environ.get(key) != value:
-                os.environ[key] = value

@@ -28,7 +28,7 @@ class PrepareJobCallback(Callback):
         readable by their owner only, and every log handler blanks the job's secret values out."""
         from primus_hydra.config.secrets import secret_values
         from primus_hydra.runtime.logging_setup import redact_secrets_in_logs
-        from primus_hydra.runtime.private_files import make_private
+        from primus_hydra.util.private_files import make_private
 
         if config.hydra.output_subdir is not None:
             hydra_dir = Path(config.hydra.runtime.output_dir) / str(config.hydra.output_subdir)

@@ -26,7 +26,7 @@ from typing import Iterator, Optional
 from omegaconf import DictConfig
 
 from primus_hydra.errors import PrimusError
-from primus_hydra.tables import aligned_table
+from primus_hydra.util.tables import aligned_table
 
 PROGRESS_EVERY_S = 5.0
 

@@ -19,8 +19,8 @@ from omegaconf import DictConfig
 from primus_hydra.errors import PrimusError
 from primus_hydra.launch.slurm.cluster import SlurmQueryError, accounted_states
 from primus_hydra.launch.slurm.submission import SUBMISSION_RECORD, read_submission
-from primus_hydra.tables import aligned_table
 from primus_hydra.tasks.objective import METRICS_FILE
+from primus_hydra.util.tables import aligned_table
 
 NOT_IN_SACCT = "UNKNOWN (not in sacct)"
 

@@ -38,7 +38,7 @@ from primus_hydra.backends.common.checkpoint_paths import (
     step_dir_name,
     verify_files,
 )
-from primus_hydra.backends.common.distributed import all_gather_objects
+from primus_hydra.backends.common.distributed import all_gather_objects, broadcast_from_rank_0
 from primus_hydra.errors import CheckpointError
 
 
@@ -58,15 +58,6 @@ def _rank_and_world() -> tuple[int, int]:
 def _first_failure(failure: Optional[str]) -> Optional[str]:
     """Collective: the failure of the lowest failing rank, the same on every rank (None when all succeeded)."""
     return next((f for f in all_gather_objects(failure) if f), None)
-
-
-def _from_main(value: Any) -> Any:
-    """Collective: rank 0's value on every rank (they act on one view of the folder)."""
-    if not dist.is_initialized():
-        return value
-    box = [value]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
 
 
 def _no_fault(point: str) -> None:
@@ -102,7 +93,7 @@ class CheckpointManager(CheckpointFolder):
         if _is_main():
             every_rank = {name: record for _, written in gathered for name, record in written.items()}
             failure = self._finish(step, tmp, final, trainer_state, meta, every_rank, fault)
-        self._raise_if_failed(_from_main(failure), tmp)  # nobody moves on before the checkpoint is complete
+        self._raise_if_failed(broadcast_from_rank_0(failure), tmp)  # nobody moves on before the checkpoint is complete
         return final
 
     def _start(self, tmp: Path) -> None:
@@ -180,7 +171,7 @@ class CheckpointManager(CheckpointFolder):
                         key == "module.checkpoint.resume") else ""
                     raise CheckpointError(f"{key}={spec}: {failure}; restore the file or use another step_* folder{fallback}")
             return path, []
-        candidates, note = _from_main(self.auto_candidates())
+        candidates, note = broadcast_from_rank_0(self.auto_candidates())
         failed: list[tuple[Path, str]] = []
         chosen = None
         for path in candidates:
@@ -202,7 +193,7 @@ class CheckpointManager(CheckpointFolder):
                 moved = self.move_aside(path)
                 lines.append(f"{key}=auto: {path.name} failed verification ({failure}); moved it to {moved.name} and "
                              f"resuming from {chosen.name}, the newest step that verifies")
-        return chosen, _from_main(lines)
+        return chosen, broadcast_from_rank_0(lines)
 
     def _verify_everywhere(self, path: Path) -> Optional[str]:
         """Collective: each rank checks sizes and checksums of its share of the files; the first failure, agreed."""

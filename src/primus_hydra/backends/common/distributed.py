@@ -12,7 +12,7 @@ import sys
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Iterable, Optional
+from typing import Iterable, Optional, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -21,6 +21,8 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from primus_hydra.config.layout import ParallelLayout
 from primus_hydra.distributed_env import DistributedEnv
 from primus_hydra.errors import PrimusError
+
+T = TypeVar("T")
 
 
 def resolve_device(requested: str, local_rank: int) -> torch.device:
@@ -79,6 +81,15 @@ def all_gather_objects(value: object) -> list:
     dist.all_gather_object(values, value)
     return values
 
+
+
+def broadcast_from_rank_0(value: T) -> T:
+    """Collective: rank 0's `value` on every rank, so that all act on one view (one process: `value`)."""
+    if not dist.is_initialized():
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 def init_parallel_state(layout: ParallelLayout, device: torch.device, dist_env: DistributedEnv, timeout_s: float) -> ParallelState:
     """Join the job's process group (gloo on CPU, NCCL/RCCL on GPU) and build its mesh; one process: no group."""

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch.distributed as dist
 
 from primus_hydra.backends.common.checkpoint_paths import read_meta
+from primus_hydra.backends.common.distributed import broadcast_from_rank_0
 from primus_hydra.errors import CheckpointError
 
 # the module whose write_native_copy(step, out, model_cfg) converts a step of that backend
@@ -40,7 +41,7 @@ def weights_in_native_format(step_dir: Path, run_dir: Path, model_cfg: Any) -> I
             write_native_copy(step_dir, out, model_cfg)
         except CheckpointError as error:
             failure = str(error)
-    failure = _from_rank_0(failure)
+    failure = broadcast_from_rank_0(failure)
     if failure:
         raise CheckpointError(f"module.checkpoint.load: {failure}")
     try:
@@ -52,14 +53,6 @@ def weights_in_native_format(step_dir: Path, run_dir: Path, model_cfg: Any) -> I
             shutil.rmtree(out, ignore_errors=True)
             with contextlib.suppress(OSError):
                 out.parent.rmdir()  # only when no other conversion is there
-
-
-def _from_rank_0(value: Optional[str]) -> Optional[str]:
-    if not dist.is_initialized():
-        return value
-    box = [value]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
 
 
 def model_object(model_cfg: Any) -> Any:

@@ -151,15 +151,12 @@ class MegatronAdapter(ExternalBackendAdapter):
     def _transformer_config_failures(self) -> list[str]:
         """megatron-core's own checks of the arguments (TransformerConfig.__post_init__), run here, before any worker
         starts: the translated arguments after the build_args patches, as the trainer will see them."""
-        from primus_hydra.backends.megatron.core_config import (
-            environment_unchanged,
-            quiet_library_logs,
-            transformer_config,
-        )
+        from primus_hydra.backends.megatron.core_config import quiet_library_logs, transformer_config
+        from primus_hydra.util.environment import restored_environment
 
         quiet_library_logs()
         try:
-            with environment_unchanged():
+            with restored_environment():
                 transformer_config(self.arguments_after_patches(), fused=False, use_cpu_initialization=True)
         except (ValueError, AssertionError, TypeError) as error:
             reason = str(error).splitlines()[0] if str(error) else type(error).__name__
@@ -180,11 +177,11 @@ class MegatronAdapter(ExternalBackendAdapter):
         return []
 
     def _megatron_lm_parser_failures(self) -> list[str]:
-        from primus_hydra.backends.megatron.core_config import environment_unchanged
+        from primus_hydra.util.environment import restored_environment
 
         root = self.find_backend_path()
         try:  # the checkout's own parser on the flags, here, before any GPU starts
-            with environment_unchanged():
+            with restored_environment():
                 parser = megatron_lm_parser(root)
             parse_with_megatron(command_line(self.arguments_after_patches(), parser), parser)
         except PrimusError as error:

@@ -5,12 +5,12 @@ wrong translation in args.py shows as a different model (the cross-backend tests
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-import os
 import re
-from typing import Any, Iterator
+from typing import Any
+
+from primus_hydra.config.model_math import padded_vocab
 
 # argument destinations whose TransformerConfig field has another name
 FIELD_RENAMES = {"num_experts": "num_moe_experts", "norm_epsilon": "layernorm_epsilon",
@@ -23,19 +23,6 @@ FUSIONS = ("apply_rope_fusion", "masked_softmax_fusion", "bias_activation_fusion
            "gradient_accumulation_fusion", "persist_layer_norm")
 
 
-@contextlib.contextmanager
-def environment_unchanged() -> Iterator[None]:
-    """Imports megatron-core in the orchestrator without changing its environment: importing it imports
-    torch._inductor, which sets TORCHINDUCTOR_CACHE_DIR, and a later sweep would take that for the user's choice."""
-    saved = dict(os.environ)
-    try:
-        yield
-    finally:
-        for name in set(os.environ) - set(saved):
-            del os.environ[name]
-        os.environ.update(saved)
-
-
 def quiet_library_logs() -> None:
     """megatron-core logs every parameter name and its whole optimizer config at INFO, and warns about its own
     internals on every step: keep its warnings and errors, drop the rest."""
@@ -45,12 +32,6 @@ def quiet_library_logs() -> None:
     warnings.filterwarnings("ignore", module=r"megatron\.core\.")
     warnings.filterwarnings("ignore", message=r".*all_gather_into_tensor.* is deprecated")
     warnings.filterwarnings("ignore", message=r".*reduce_scatter_tensor.* is deprecated")
-
-
-def padded_vocab_size(vocab_size: int, divisible_by: int, tp: int) -> int:
-    """Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by x tp."""
-    multiple = divisible_by * tp
-    return -(-vocab_size // multiple) * multiple
 
 
 # per-layer switches Megatron-LM's parser takes as an int (every n-th layer) or a pattern string (its moe_freq_type)
@@ -117,7 +98,7 @@ def gpt_model_kwargs(args: dict) -> dict:
     """GPTModel's own arguments (embedding, output layer, positions)."""
     tp = args.get("tensor_model_parallel_size", 1)
     kwargs = {
-        "vocab_size": padded_vocab_size(args["vocab_size"], args.get("make_vocab_size_divisible_by", 128), tp),
+        "vocab_size": padded_vocab(args["vocab_size"], tp, args.get("make_vocab_size_divisible_by", 128)),
         "max_sequence_length": args["max_position_embeddings"],
         "share_embeddings_and_output_weights": not args.get("untie_embeddings_and_output_weights", False),
         "position_embedding_type": args.get("position_embedding_type", "rope"),

@@ -17,7 +17,7 @@ from primus_hydra.errors import ConfigValidationError
 from primus_hydra.launch.slurm.run import SlurmJobFailedError, print_status_hint
 from primus_hydra.launch.sweep.basic import save_sweep_record
 from primus_hydra.launch.sweep.labels import fixed_overrides, point_label
-from primus_hydra.tables import aligned_table
+from primus_hydra.util.tables import aligned_table
 
 
 def launch_slurm_sweep(hydra_context: HydraContext, config: DictConfig, job_overrides: Sequence[Sequence[str]],

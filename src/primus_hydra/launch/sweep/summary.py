@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from primus_hydra.launch.sweep.labels import shown
-from primus_hydra.tables import aligned_table
+from primus_hydra.util.tables import aligned_table
 
 
 @dataclasses.dataclass
