@@ -6,9 +6,8 @@ from pathlib import Path
 import pytest
 
 from primus_hydra.errors import PatchError
-from primus_hydra.patches.loader import load_patch_modules, raise_load_errors
 from primus_hydra.patches.registry import PatchContext, PatchRegistry, register_patch, resolve_enabled_ids
-from primus_hydra.patches.runner import run_patches
+from primus_hydra.patches.runner import load_patch_modules, raise_load_errors, run_patches
 from primus_hydra.patches.versions import version_matches
 
 

@@ -10,9 +10,8 @@ from helpers.libraries import needs_torchtitan
 from primus_hydra.backends.base import load_adapter
 from primus_hydra.config.layout import parallel_layout
 from primus_hydra.errors import PrimusError
-from primus_hydra.patches.loader import load_patch_modules
 from primus_hydra.patches.registry import PatchContext
-from primus_hydra.patches.runner import run_patches
+from primus_hydra.patches.runner import load_patch_modules, run_patches
 
 OLD_NAME = "+backend.extra_args.training.debug_moe_force_load_balance=true"
 

@@ -33,7 +33,7 @@ from primus_hydra.orchestrator.resource_checks import (
     override_failures,
     visible_devices_failures,
 )
-from primus_hydra.patches.loader import patch_failures
+from primus_hydra.patches.runner import patch_failures
 
 
 @dataclass

@@ -21,9 +21,8 @@ from primus_hydra.config.values import to_plain
 from primus_hydra.distributed_env import DistributedEnv, detect_distributed_env
 from primus_hydra.errors import PrimusError
 from primus_hydra.orchestrator.prepare import PreparedJob
-from primus_hydra.patches.loader import load_patch_modules, raise_load_errors
 from primus_hydra.patches.registry import PatchContext, resolve_enabled_ids
-from primus_hydra.patches.runner import run_patches
+from primus_hydra.patches.runner import load_patch_modules, raise_load_errors, run_patches
 from primus_hydra.runtime.logging_setup import FILE_ONLY, setup_rank_logging, teardown_rank_logging
 from primus_hydra.util.private_files import write_private_text
 

@@ -1,9 +1,14 @@
-"""The Hydra callback that prepares a single run before Hydra creates its run directory (hydra.callbacks.prepare).
+"""primus-hydra's two Hydra callbacks (conf/hydra/callbacks/primus.yaml).
 
-The selected task prepares its job (orchestrator/prepare.py); a rejected run stops here with one `error:` line per
-failure and exit code 2, and leaves nothing behind. Hydra turns exceptions raised in callbacks into warnings, so
-this callback exits itself (SystemExit passes through). The prepared job is handed to the task (JobHandoff).
-When the job starts, Hydra's records in the run dir become owner-only and its log handlers blank secrets out.
+hydra.callbacks.prepare prepares a single run before Hydra creates its run directory: the selected task prepares
+its job (orchestrator/prepare.py); a rejected run stops here with one `error:` line per failure and exit code 2, and
+leaves nothing behind. Hydra turns exceptions raised in callbacks into warnings, so this callback exits itself
+(SystemExit passes through). The prepared job is handed to the task (JobHandoff). When the job starts, Hydra's
+records in the run dir become owner-only and its log handlers blank secrets out.
+
+hydra.callbacks.patches imports the patch modules at job start, so that their patches register; since Hydra only
+warns on a callback's exception, an import failure is recorded in the registry, and preparing the job stops with
+it as one line, before any process starts.
 """
 from __future__ import annotations
 
@@ -12,6 +17,8 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
+
+from primus_hydra.patches.runner import load_patch_modules
 
 
 class PrepareJobCallback(Callback):
@@ -35,6 +42,11 @@ class PrepareJobCallback(Callback):
             make_private(hydra_dir / name for name in ("config.yaml", "hydra.yaml", "overrides.yaml"))
         redact_secrets_in_logs(secret_values(config))
 
+
+
+class PatchRegistrationCallback(Callback):
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        load_patch_modules(config)
 
 def prepare_single_run(config: DictConfig) -> None:
     """The selected task prepares the job of `config` (composed with its `hydra` node) for its run dir, holds the
