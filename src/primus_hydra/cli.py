@@ -14,9 +14,9 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from primus_hydra.backends.schemas import register_schemas
 from primus_hydra.config.fast_composition import install as install_fast_composition
 from primus_hydra.config.paths import find_conf_dir
-from primus_hydra.config.schema import register_schemas
 from primus_hydra.config.secrets import redacted_stdout, warn_about_literal_secrets
 from primus_hydra.errors import PrimusError, SweepPointFailed
 

@@ -7,8 +7,8 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
+from primus_hydra.backends.schemas import register_schemas
 from primus_hydra.config.paths import find_conf_dir
-from primus_hydra.config.schema import register_schemas
 
 REPO = Path(__file__).resolve().parents[2]
 CONF_DIR = Path(find_conf_dir())

@@ -12,15 +12,17 @@ from pathlib import Path
 import pytest
 from omegaconf import MISSING
 
-from primus_hydra.config.schema import BACKEND_SCHEMAS, PrimusConfig
+from primus_hydra.backends.schemas import BACKEND_SCHEMAS
+from primus_hydra.config.schema import PrimusConfig
 from primus_hydra.config.schema_run import BackendConfig
+from primus_hydra.config.schema_task import TASK_SCHEMAS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 SECTIONS = ("platform", "module", "model", "launch", "patches", "sweep", "task", "backend", "hardware")
 
 
 def schema_leaves() -> dict[str, dataclasses.Field]:
-    """key path -> field, for every leaf of the root schema and of every backend schema."""
+    """key path -> field, for every leaf of the root schema and of every backend and task schema."""
     leaves: dict[str, dataclasses.Field] = {}
 
     def walk(cls: type, prefix: str) -> None:
@@ -33,10 +35,12 @@ def schema_leaves() -> dict[str, dataclasses.Field]:
                 leaves[f"{prefix}{field.name}"] = field
 
     for section in SECTIONS:
-        if section != "backend":
+        if section not in ("backend", "task"):
             walk(typing.get_type_hints(PrimusConfig)[section], f"{section}.")
     for schema in (BackendConfig, *BACKEND_SCHEMAS.values()):
         walk(schema, "backend.")
+    for schema in TASK_SCHEMAS.values():
+        walk(schema, "task.")
     return leaves
 
 

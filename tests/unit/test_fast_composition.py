@@ -13,9 +13,9 @@ from hydra._internal.utils import create_config_search_path
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
+from primus_hydra.backends.schemas import register_schemas
 from primus_hydra.config import fast_composition
 from primus_hydra.config.paths import find_conf_dir
-from primus_hydra.config.schema import register_schemas
 
 fast_composition.install()
 PYTHON_LOADER = fast_composition.python_yaml_loader()

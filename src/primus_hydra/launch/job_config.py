@@ -21,8 +21,8 @@ from pathlib import Path
 import yaml
 from omegaconf import OmegaConf
 
+from primus_hydra.backends.schemas import typed_config
 from primus_hydra.config.layout import ParallelLayout
-from primus_hydra.config.schema import BACKEND_SCHEMAS, PrimusConfig
 from primus_hydra.config.secrets import LeafPath, config_for_file
 from primus_hydra.orchestrator.prepare import PreparedJob
 from primus_hydra.util.private_files import write_private_text
@@ -63,10 +63,6 @@ def hand_over_in_environment(path: LeafPath, value: object) -> str:
 
 def load_job_config(path: Path) -> PreparedJob:
     document = yaml.safe_load(Path(path).read_text())
-    raw = OmegaConf.create(document["config"])
-    backend = raw.pop("backend")
-    cfg = OmegaConf.merge(OmegaConf.structured(PrimusConfig), raw)
-    schema = BACKEND_SCHEMAS.get(str(backend.get("name")))
-    cfg.backend = OmegaConf.merge(OmegaConf.structured(schema), backend) if schema else backend
+    cfg = typed_config(OmegaConf.create(document["config"]))
     return PreparedJob(cfg=cfg, layout=ParallelLayout(**document["prepared"]["layout"]))
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, open_dict, read_write
 
+from primus_hydra.config.schema_task import TrainTaskConfig
 from primus_hydra.errors import ConfigValidationError, PrimusError
 from primus_hydra.tasks.objective import METRICS_FILE
 
@@ -35,10 +36,7 @@ def calibration_config(cfg: DictConfig) -> DictConfig:
                                      f"must be 1 (project the cluster, calibrate one node)"])
     run = copy.deepcopy(cfg)
     with read_write(run), open_dict(run):
-        run.task._target_ = "primus_hydra.tasks.train.TrainTask"
-        run.task.name = "train"
-        run.task.dry_run = False
-        run.task.search = run.task.calibrate = False
+        run.task = TrainTaskConfig(_target_="primus_hydra.tasks.train.TrainTask", name="train")
         run.module.train_iters = steps
         run.module.warmup_iters = 0  # the schedule does not change a step's cost
         run.module.exit_interval = None

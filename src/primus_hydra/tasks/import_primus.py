@@ -261,9 +261,9 @@ def compose_imported(name: str, config_dir: Path, *extra: str) -> DictConfig:
     from hydra._internal.utils import create_config_search_path
     from hydra.types import RunMode
 
+    from primus_hydra.backends.schemas import register_schemas
     from primus_hydra.config.fast_composition import install as install_fast_composition
     from primus_hydra.config.paths import find_conf_dir
-    from primus_hydra.config.schema import register_schemas
     from primus_hydra.migrate.writer import hydra_value
 
     register_schemas()

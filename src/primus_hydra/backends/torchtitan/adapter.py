@@ -47,7 +47,7 @@ class TorchTitanAdapter(ExternalBackendAdapter):
         failures += extra_args_type_failures(self.cfg.backend.extra_args, self._declared_type, failures)
         if self.run_dir is not None:  # what the run would find on disk and refuse
             failures += existing_run_failures(self.cfg, self.run_dir, self.checkpoint_dir(), self.name)
-        if not self.cfg.task.dry_run:  # a dry run exports any model's arguments
+        if not self.cfg.task.get("dry_run", False):  # a dry run exports any model's arguments
             failures += self._trainer_rules()
         return failures
 

@@ -1,0 +1,21 @@
+"""backend=megatron_bridge's schema (conf/backend/megatron_bridge.yaml); stored as schema/backend/megatron_bridge.
+Imports no Megatron-Bridge."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from primus_hydra.config.choices import Choice
+from primus_hydra.config.schema_run import BackendConfig
+
+
+class PeftMethod(Choice):
+    lora = "lora"
+    dora = "dora"
+
+
+@dataclass
+class MegatronBridgeBackendConfig(BackendConfig):
+    recipe: Optional[str] = None  # Megatron-Bridge recipe name; null: derived from the model preset
+    hf_model_id: Optional[str] = None
+    peft: Optional[PeftMethod] = None

@@ -1,0 +1,54 @@
+"""The registry of conf/backend/'s options, each with its schema (backends/<name>/schema.py), and the registration of
+every schema in Hydra's ConfigStore: the root (config/schema.py), each task's (config/schema_task.py), each
+backend's. It lives here, the lowest layer that sees them all; nothing it imports imports torch or a backend library.
+"""
+from __future__ import annotations
+
+from omegaconf import DictConfig, OmegaConf
+
+from primus_hydra.backends.hummingbirdxt.schema import HummingbirdXTBackendConfig
+from primus_hydra.backends.maxtext.schema import MaxTextBackendConfig
+from primus_hydra.backends.megatron.schema import MegatronBackendConfig
+from primus_hydra.backends.megatron_bridge.schema import MegatronBridgeBackendConfig
+from primus_hydra.backends.torch.schema import TorchBackendConfig
+from primus_hydra.backends.torchtitan.schema import TorchTitanBackendConfig
+from primus_hydra.config.schema import PrimusConfig
+from primus_hydra.config.schema_hardware import HardwareConfig
+from primus_hydra.config.schema_task import TASK_SCHEMAS
+
+BACKEND_SCHEMAS = {
+    "torch": TorchBackendConfig,
+    "megatron": MegatronBackendConfig,
+    "torchtitan": TorchTitanBackendConfig,
+    "maxtext": MaxTextBackendConfig,
+    "megatron_bridge": MegatronBridgeBackendConfig,
+    "hummingbirdxt": HummingbirdXTBackendConfig,
+}
+# the nodes typed by their selected option's schema, found by the option's `name`
+SCHEMAS_BY_NAME = {"backend": BACKEND_SCHEMAS, "task": TASK_SCHEMAS}
+
+
+def register_schemas() -> None:
+    """Store the schemas in Hydra's ConfigStore (idempotent; called before composition)."""
+    from hydra.core.config_store import ConfigStore  # workers load a composed config and never need it
+
+    store = ConfigStore.instance()
+    if "primus_schema.yaml" in store.repo:  # registered already in this process (converting them costs ~8 ms)
+        return
+    store.store(name="primus_schema", node=PrimusConfig, provider="primus_hydra")
+    for group, schemas in SCHEMAS_BY_NAME.items():
+        for name, schema in schemas.items():
+            store.store(group=f"schema/{group}", name=name, node=schema, package=group, provider="primus_hydra")
+    store.store(name="hardware", group="schema", node=HardwareConfig, package="hardware", provider="primus_hydra")
+
+
+def typed_config(raw: DictConfig) -> DictConfig:
+    """A composed config read back from a file, typed as composition typed it: the root schema, and the backend and
+    the task by their option's schema (a name no schema has stays as it is)."""
+    raw = raw.copy()
+    nodes = {group: raw.pop(group) for group in SCHEMAS_BY_NAME}
+    cfg = OmegaConf.merge(OmegaConf.structured(PrimusConfig), raw)
+    for group, node in nodes.items():
+        schema = SCHEMAS_BY_NAME[group].get(str(node.get("name")))
+        cfg[group] = OmegaConf.merge(OmegaConf.structured(schema), node) if schema else node
+    return cfg

@@ -1,0 +1,86 @@
+"""Each task's schema (conf/task/<name>.yaml), stored as schema/task/<name>: a key of another task (task.search=true
+under task=train) fails at composition. The tasks that run a job as task=train does (benchmark, preflight) extend
+its schema, as their classes extend TrainTask."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional
+
+from omegaconf import MISSING
+
+from primus_hydra.config.choices import Choice
+
+
+class BenchmarkSuite(Choice):
+    gemm = "gemm"  # matmul TFLOP/s over sizes and dtypes, and the configured model's layer shapes
+    attention = "attention"  # SDPA backends at the model's attention shapes, forward and backward
+    collectives = "collectives"  # all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, send/recv
+
+
+class Objective(Choice):
+    auto = "auto"  # eval_loss when module.eval_interval evaluates, else mean_loss
+    eval_loss = "eval_loss"  # the last evaluation's held-out loss
+    mean_loss = "mean_loss"  # the mean of the last task.objective_window training losses
+    loss = "loss"  # the last step's training loss: one mini-batch, noisy
+
+
+@dataclass
+class TaskConfig:
+    """Fields every task option has (task=plan has no others)."""
+
+    _target_: str = MISSING  # the task class
+    name: str = MISSING
+
+
+@dataclass
+class TrainTaskConfig(TaskConfig):
+    dry_run: bool = False  # stop after build_args and write the backend's final arguments to the run dir
+    objective: Objective = Objective.auto  # the float a run returns (what Optuna and other sweepers optimize)
+    objective_window: int = 10  # task.objective=mean_loss: how many of the last training losses are averaged
+
+
+@dataclass
+class StatusTaskConfig(TaskConfig):
+    runs: Optional[str] = None  # a run or sweep dir (null: every run under outputs/ and multirun/)
+
+
+@dataclass
+class ImportTaskConfig(TaskConfig):
+    source: Optional[str] = None  # a Primus experiment file, or a folder of them
+    primus_root: Optional[str] = None  # the Primus checkout (null: the one that contains task.source)
+    out: Optional[str] = None  # the Hydra config dir written (experiment/, model/)
+
+
+@dataclass
+class ProjectionTaskConfig(TaskConfig):
+    search: bool = False  # rank every layout of the world size by projected tokens/s
+    top: int = 10  # how many ranked layouts task.search prints
+    calibrate: bool = False  # run a few real steps of the job and print measured next to projected
+    calibrate_steps: int = 6  # steps of the calibration run (the first two warm up)
+
+
+@dataclass
+class BenchmarkTaskConfig(TrainTaskConfig):
+    suite: Optional[BenchmarkSuite] = None  # what to measure
+    sizes: Optional[List[int]] = None  # gemm M=N=K sizes, collective message bytes (null: the defaults)
+    dtypes: Optional[List[str]] = None  # fp32, bf16, fp16, fp8 (null: what the device runs)
+    warmup: int = 3  # untimed repetitions of each case
+    iters: int = 10  # timed repetitions (the median is reported)
+
+
+@dataclass
+class PreflightTaskConfig(TrainTaskConfig):
+    shared_dir: Optional[str] = None  # the folder every node must see (null: the run dir)
+    processes_per_node: Optional[int] = None  # set from launch.nproc_per_node (preflight runs 1 per node)
+    checkpoint_dir: Optional[str] = None  # set from module.checkpoint.dir (checked, not refused)
+
+
+TASK_SCHEMAS = {
+    "train": TrainTaskConfig,
+    "plan": TaskConfig,
+    "status": StatusTaskConfig,
+    "import": ImportTaskConfig,
+    "projection": ProjectionTaskConfig,
+    "benchmark": BenchmarkTaskConfig,
+    "preflight": PreflightTaskConfig,
+}
