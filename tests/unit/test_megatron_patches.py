@@ -136,7 +136,8 @@ def test_patches_enabled_allowlist_leaves_the_others_out(compose_config, tmp_pat
     monkeypatch.delenv("PRIMUS_PATCHES", raising=False)
     args = dry_run(compose_config, tmp_path, "module.data.source=mock", "patches.enabled=megatron.args.mock_data")
     assert args["tokenizer_type"] == "NullTokenizer"
-    assert args["tensorboard_dir"] is None and args["save"] is None
+    assert args["tensorboard_dir"] is None  # megatron.args.tensorboard_path left out
+    assert args["save"] == str(tmp_path / "checkpoints")  # module.checkpoint.dir, as the job was prepared
 
 
 @pytest.mark.parametrize("fsdp, expected", [(False, "1"), (True, "8")])

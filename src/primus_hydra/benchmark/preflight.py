@@ -19,6 +19,7 @@ from primus_hydra.benchmark import collectives, gemm
 from primus_hydra.benchmark.cases import PREFLIGHT_ALL_REDUCE_BYTES, PREFLIGHT_GEMM, CollectiveCase
 from primus_hydra.benchmark.preflight_checks import Check, gpu_checks, host_checks, network_checks, write_probe
 from primus_hydra.benchmark.worker import MeasuringWorker
+from primus_hydra.config.paths import absolute_user_path
 from primus_hydra.errors import PrimusError
 
 log = logging.getLogger("primus_hydra.preflight")
@@ -51,7 +52,9 @@ class PreflightRunner(MeasuringWorker):
 
     def train(self) -> dict:
         environ = dict(os.environ)
-        checkpoint_dir = Path(str(self.cfg.task.checkpoint_dir or self.run_dir / "checkpoints"))
+        # the user's folder (moved aside from module.checkpoint.dir: tasks/preflight.py), else the run's default
+        chosen = self.cfg.task.checkpoint_dir
+        checkpoint_dir = Path(absolute_user_path(chosen) if chosen else self.cfg.module.checkpoint.dir)
         checks = host_checks(environ, {"output_root": self.run_dir.parent, "checkpoint_dir": checkpoint_dir})
         checks += gpu_checks(environ, self.cfg.task.processes_per_node)
         checks += network_checks(environ)

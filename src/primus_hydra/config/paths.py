@@ -1,6 +1,7 @@
 """Paths: where conf/ lives (inside the installed package, or at the root of a source checkout), the run dir Hydra
 will make, whether a folder a run writes into can be written (checked before anything is created), and the user's
-relative paths made absolute for a job that runs in its run dir (hydra.job.chdir=true)."""
+relative paths made absolute for a job that runs in its run dir (hydra.job.chdir=true), and the one checkpoint dir
+every backend reads (module.checkpoint.dir, resolved when the job is prepared)."""
 from __future__ import annotations
 
 import importlib.util
@@ -178,6 +179,33 @@ def make_user_paths_absolute(job, launch_dir: str) -> None:
         absolute = [_absolute_against(word, launch_dir, must_exist=key in PATH_OR_HUB_ID_KEYS) for word in words]
         if absolute != words:
             OmegaConf.update(job, key, " ".join(absolute), merge=False)
+
+
+def checkpoint_dir_of(cfg, run_dir) -> Optional[str]:
+    """Where the run keeps its checkpoints: module.checkpoint.dir with `~` expanded, made absolute (against the
+    launch folder: a job that runs in its run dir has it so already, make_user_paths_absolute), else
+    <run_dir>/checkpoints; None while neither is known (a job prepared before its run dir is)."""
+    from omegaconf import OmegaConf
+
+    configured = OmegaConf.select(cfg, "module.checkpoint.dir", default=None)
+    if configured:
+        return absolute_user_path(configured)
+    return os.path.join(os.path.abspath(run_dir), "checkpoints") if run_dir is not None else None
+
+
+def absolute_user_path(path) -> str:
+    """A path the user gave, `~` expanded, made absolute against the current folder."""
+    return os.path.abspath(os.path.expanduser(str(path)))
+
+
+def resolve_checkpoint_dir(job, run_dir) -> None:
+    """module.checkpoint.dir of the prepared job, written once as checkpoint_dir_of() finds it: what every backend's
+    arguments, trainer and checks read."""
+    from omegaconf import OmegaConf
+
+    resolved = checkpoint_dir_of(job, run_dir)
+    if resolved is not None and resolved != OmegaConf.select(job, "module.checkpoint.dir", default=None):
+        OmegaConf.update(job, "module.checkpoint.dir", resolved, merge=False)
 
 
 def _absolute_against(word: str, launch_dir: str, *, must_exist: bool) -> str:

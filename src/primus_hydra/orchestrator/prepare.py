@@ -21,7 +21,12 @@ from omegaconf import DictConfig, OmegaConf
 from primus_hydra.backends.base import load_adapter
 from primus_hydra.config.choices import auto_int, is_auto
 from primus_hydra.config.layout import ParallelLayout, configured_world_size, parallel_layout
-from primus_hydra.config.paths import chdir_launch_dir, make_user_paths_absolute, run_dir_failures
+from primus_hydra.config.paths import (
+    chdir_launch_dir,
+    make_user_paths_absolute,
+    resolve_checkpoint_dir,
+    run_dir_failures,
+)
 from primus_hydra.config.validate import validate_config
 from primus_hydra.config.values import without_hydra_node
 from primus_hydra.errors import ConfigValidationError
@@ -98,6 +103,7 @@ def prepare(cfg: DictConfig, *, run_dir: Optional[Path] = None, world_size: Opti
         failures += [] if failures else adapter.library_failures()  # they import the library: only for a sound job
     if failures:
         raise ConfigValidationError(failures)
+    resolve_checkpoint_dir(job, run_dir)  # checked as the user gave it; read as resolved by the backends and workers
     return PreparedJob(job, layout, plan, warnings + (list(plan.warnings) if plan is not None else []), auto_knobs)
 
 

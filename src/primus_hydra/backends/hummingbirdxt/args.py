@@ -12,6 +12,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from primus_hydra.backends.external import merge_extra_args, wants_checkpoints
+from primus_hydra.config.paths import checkpoint_dir_of
 
 
 def build_hummingbirdxt_args(cfg: DictConfig, run_dir: Path) -> dict:
@@ -26,7 +27,7 @@ def build_hummingbirdxt_args(cfg: DictConfig, run_dir: Path) -> dict:
         "weight_decay": m.weight_decay,
         "batch_size": m.micro_batch_size,
         "mixed_precision": str(m.precision) == "bf16",
-        "logdir": str(m.checkpoint.dir) if m.checkpoint.dir else str(run_dir / "checkpoints"),
+        "logdir": checkpoint_dir_of(cfg, run_dir),
         "no_save": not wants_checkpoints(cfg),
         "data_path": str(m.data.path) if m.data.path else None,
         "disable_wandb": True,  # the run dir holds the logs; enable wandb through extra_args

@@ -23,6 +23,7 @@ from primus_hydra.backends.megatron.megatron_lm import (
     parse_with_megatron,
     version_failure,
 )
+from primus_hydra.config.paths import checkpoint_dir_of
 from primus_hydra.config.targets import load_target
 from primus_hydra.errors import BackendUnavailableError, PrimusError
 
@@ -66,9 +67,9 @@ class MegatronAdapter(ExternalBackendAdapter):
         return "megatron_lm" if checkout and not self.on_cpu else "core"
 
     def checkpoint_dir(self) -> Path:
-        """Where the core trainer keeps its step folders: Megatron's `save` (module.checkpoint.dir, extra_args.save),
-        else <run_dir>/checkpoints."""
-        return Path(self.convert_config().get("save") or self.run_dir / "checkpoints")
+        """Where the core trainer keeps its step folders: Megatron's `save`, that is extra_args.save when set, else
+        module.checkpoint.dir (<run_dir>/checkpoints unless set)."""
+        return Path(self.cfg.backend.extra_args.get("save") or checkpoint_dir_of(self.cfg, self.run_dir))
 
     def validate(self) -> list[str]:
         failures = super().validate()

@@ -212,7 +212,7 @@ def checkpoint_and_logging_args(cfg: DictConfig) -> dict:
     ckpt, log = cfg.module.checkpoint, cfg.module.log
     load = checkpoint_load_path(cfg)
     return {
-        # default: <run_dir>/checkpoints (patch megatron.args.checkpoint_path); Megatron saves at the end when set
+        # module.checkpoint.dir as prepared (default: <run_dir>/checkpoints); Megatron saves at the end when set
         "save": str(ckpt.dir) if ckpt.dir and wants_checkpoints(cfg) else None,
         "save_interval": ckpt.interval or None,
         "load": load,

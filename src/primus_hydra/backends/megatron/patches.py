@@ -9,6 +9,7 @@ import os
 
 from primus_hydra.backends.external import wants_checkpoints
 from primus_hydra.backends.megatron import cpu_patches  # noqa: F401 - registers megatron.cpu.*
+from primus_hydra.config.paths import checkpoint_dir_of
 from primus_hydra.patches.registry import PatchContext, register_patch
 
 
@@ -39,11 +40,11 @@ def layernorm_epsilon_since_0_16(ctx: PatchContext) -> None:
     condition=lambda ctx: wants_checkpoints(ctx.cfg),
 )
 def checkpoints_in_run_dir(ctx: PatchContext) -> None:
-    """Checkpoints go to <run_dir>/checkpoints unless module.checkpoint.dir or extra_args.save says otherwise;
-    resume=auto loads from the same folder."""
+    """Checkpoints go to module.checkpoint.dir (<run_dir>/checkpoints unless set) unless extra_args.save says
+    otherwise; resume=auto loads from the same folder."""
     args = ctx.backend_args
     if not _user_set(ctx, "save") and args.get("save") is None:
-        args["save"] = str(ctx.run_dir / "checkpoints")
+        args["save"] = checkpoint_dir_of(ctx.cfg, ctx.run_dir)
     if not _user_set(ctx, "load") and args.get("load") is None and ctx.cfg.module.checkpoint.resume == "auto":
         args["load"] = args["save"]
 

@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 
 from primus_hydra.backends.external import merge_extra_args, wants_checkpoints
 from primus_hydra.backends.megatron.args import optimizer_args, scheduler_args
+from primus_hydra.config.paths import checkpoint_dir_of
 
 
 def default_recipe(model: DictConfig) -> str:
@@ -25,7 +26,7 @@ def default_recipe(model: DictConfig) -> str:
 def build_megatron_bridge_config(cfg: DictConfig, run_dir: Path) -> dict:
     m, backend, p, ckpt = cfg.module, cfg.backend, cfg.module.parallel, cfg.module.checkpoint
     mock = str(m.data.source) == "mock"
-    save_dir = str(ckpt.dir) if ckpt.dir else str(run_dir / "checkpoints")
+    save_dir = checkpoint_dir_of(cfg, run_dir)
     config = {
         "recipe": {
             "name": backend.recipe or default_recipe(cfg.model),

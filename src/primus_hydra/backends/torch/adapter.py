@@ -10,7 +10,7 @@ from primus_hydra.backends.base import BackendAdapter, BaseTrainer
 from primus_hydra.backends.common.data_sources import data_source_failures, data_source_warnings
 from primus_hydra.backends.common.run_dir_checks import checkpoint_load_warnings, existing_run_failures
 from primus_hydra.backends.torch.args import TorchTrainingArgs
-from primus_hydra.config.paths import writable_dir_failure
+from primus_hydra.config.paths import checkpoint_dir_of, writable_dir_failure
 
 
 class TorchAdapter(BackendAdapter):
@@ -62,8 +62,7 @@ class TorchAdapter(BackendAdapter):
         return failures
 
     def checkpoint_dir(self) -> Path:
-        configured = self.cfg.module.checkpoint.dir
-        return Path(configured).expanduser().resolve() if configured else self.run_dir / "checkpoints"
+        return Path(checkpoint_dir_of(self.cfg, self.run_dir))
 
     def training_failures(self) -> list[str]:
         """Besides the library: a configured checkpoint dir that a save could not write into is found now, before

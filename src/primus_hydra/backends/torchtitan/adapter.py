@@ -13,6 +13,7 @@ from primus_hydra.backends.extra_args_types import dataclass_annotations, extra_
 from primus_hydra.backends.torchtitan.args import TORCHTITAN_MODEL_NAMES, build_torchtitan_job_config
 from primus_hydra.backends.torchtitan.patches import cpu_support_failure
 from primus_hydra.config.model_math import shared_expert_ffn_hidden_size
+from primus_hydra.config.paths import checkpoint_dir_of
 from primus_hydra.errors import PrimusError
 
 TRAINER = "primus_hydra.backends.torchtitan.trainer.TorchTitanTrainer"
@@ -39,7 +40,7 @@ class TorchTitanAdapter(ExternalBackendAdapter):
         return ("torchtitan", "triton")  # torchtitan imports triton without declaring it
 
     def checkpoint_dir(self) -> Path:
-        return Path(self.cfg.module.checkpoint.dir or self.run_dir / "checkpoints")
+        return Path(checkpoint_dir_of(self.cfg, self.run_dir))
 
     def validate(self) -> list[str]:
         failures = super().validate()

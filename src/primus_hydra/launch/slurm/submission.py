@@ -23,6 +23,7 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional
 
+from primus_hydra.config.paths import resolve_checkpoint_dir
 from primus_hydra.errors import PrimusError
 from primus_hydra.launch.job_config import JOB_CONFIG_FILE, write_job_config
 from primus_hydra.launch.run_dir_lock import RunDirBusyError
@@ -60,6 +61,7 @@ class SubmittedJob:
 def stage_job(job: PreparedJob, run_dir: Path, settings: Mapping[str, Any], label: str = "run") -> StagedJob:
     shape = job_shape(job.cfg, settings)
     run_dir.mkdir(parents=True, exist_ok=True)
+    resolve_checkpoint_dir(job.cfg, run_dir)  # a sweep's points were prepared before their run dirs were known
     entry = SlurmJobEntry(job_config=str((run_dir / JOB_CONFIG_FILE).resolve()), run_dir=str(run_dir.resolve()),
                           mode=str(shape.mode))
     return StagedJob(label=label, run_dir=run_dir, shape=shape, entry=entry, prepared=job)
