@@ -61,6 +61,18 @@ def model_object(model_cfg: Any) -> Any:
     return OmegaConf.to_object(model_cfg) if OmegaConf.is_config(model_cfg) else model_cfg
 
 
+
+def native_checkpoint_weights(path: Path, model: Any) -> dict:
+    """Collective: a native (backend=torch) checkpoint's weights, whole, on this process's CPU, for another backend
+    that starts from one (`module.checkpoint.load`). `model` is the model config as an object (model_object)."""
+    from primus_hydra.backends.common.checkpoint import CheckpointManager
+    from primus_hydra.backends.torch.model import build_model_on_meta
+
+    native = build_model_on_meta(model)
+    native.to_empty(device="cpu")
+    CheckpointManager.load(path, "module.checkpoint.load", native, None, model.name)
+    return native.state_dict()
+
 def save_native_weights(native: dict, out: Path, model: Any, source: Path) -> Path:
     """Another backend's weights, already under native names, as a backend=torch weights folder (DCP, `model.<name>`
     keys, as the native trainer loads and reshards): each of the model's parameters present, with its shape."""

@@ -19,16 +19,10 @@ _SKIPPED = ("_extra_state", "local_tokens_per_expert")  # TE metadata, routing s
 
 def native_weights_for(path: Path, model_cfg: Any, megatron_model: Any) -> dict[str, torch.Tensor]:
     """A native (backend=torch) checkpoint's weights under megatron-core names, vocabulary padded as the model's."""
-    from omegaconf import OmegaConf
+    from primus_hydra.backends.common.foreign_checkpoints import model_object, native_checkpoint_weights
 
-    from primus_hydra.backends.common.checkpoint import CheckpointManager
-    from primus_hydra.backends.torch.model import build_model_on_meta
-
-    model_args = OmegaConf.to_object(model_cfg) if OmegaConf.is_config(model_cfg) else model_cfg
-    native = build_model_on_meta(model_args)
-    native.to_empty(device="cpu")
-    CheckpointManager.load(path, "module.checkpoint.load", native, None, model_args.name)
-    return pad_vocabulary(native_to_megatron(native.state_dict(), model_args), megatron_model.vocab_size)
+    model = model_object(model_cfg)
+    return pad_vocabulary(native_to_megatron(native_checkpoint_weights(path, model), model), megatron_model.vocab_size)
 
 
 def global_name(name: str, layer_numbers: dict[int, int], first_expert: int) -> str:

@@ -2,7 +2,7 @@
 
 The names are the same but for MoE layers, and the rotary rows of llama3 and deepseek_v3 are in pairwise order
 (native_init.py has both maps). A torchtitan checkpoint is a torch.distributed.checkpoint folder whose model keys are
-those names: read with torch alone (no torchtitan import), like a megatron one (torch/foreign_checkpoints.py).
+those names: read with torch alone (no torchtitan import), like a megatron one (common/foreign_checkpoints.py).
 """
 from __future__ import annotations
 
@@ -61,14 +61,9 @@ def load_native_weights(model_parts: list, native_step: Path, model_cfg: Any) ->
     model on the CPU, then keeps its FSDP/TP shards."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-    from primus_hydra.backends.common.checkpoint import CheckpointManager
-    from primus_hydra.backends.common.foreign_checkpoints import model_object
-    from primus_hydra.backends.torch.model import build_model_on_meta
+    from primus_hydra.backends.common.foreign_checkpoints import model_object, native_checkpoint_weights
 
     model = model_object(model_cfg)
-    native = build_model_on_meta(model)
-    native.to_empty(device="cpu")
-    CheckpointManager.load(native_step, "module.checkpoint.load", native, None, model.name)
-    weights = native_to_torchtitan(native.state_dict(), model)
+    weights = native_to_torchtitan(native_checkpoint_weights(native_step, model), model)
     for part in model_parts:
         set_model_state_dict(part, weights, options=StateDictOptions(full_state_dict=True, strict=True))
