@@ -25,15 +25,16 @@ def fresh_events():
 
 def test_phases_run_in_the_documented_order(compose_config, tmp_path):
     runtime = prepared_runtime(compose_config(*RECORDING), tmp_path)
+    assert recording_backend.EVENTS == ["adapter.convert_config", "patch:build_args"]  # when the job was prepared
+    recording_backend.EVENTS.clear()
     assert runtime.run() == 1.5
     assert recording_backend.EVENTS == [
-        "adapter.convert_config", "patch:build_args", "adapter.load_trainer_class(pretrain)", "patch:setup",
-        "trainer.setup", "trainer.init", "patch:before_train", "trainer.train", "patch:after_train",
-        "trainer.cleanup(on_error=False)",
+        "adapter.load_trainer_class(pretrain)", "patch:setup", "trainer.setup", "trainer.init", "patch:before_train",
+        "trainer.train", "patch:after_train", "trainer.cleanup(on_error=False)",
     ]
     assert runtime.phases == [
-        "env", "adapter", "backend_path", "prepare_backend", "convert_config", "patches:build_args", "trainer",
-        "patches:setup", "setup", "init", "patches:before_train", "train", "patches:after_train", "cleanup",
+        "env", "adapter", "backend_path", "prepare_backend", "arguments", "trainer", "patches:setup", "setup", "init",
+        "patches:before_train", "train", "patches:after_train", "cleanup",
     ]
 
 

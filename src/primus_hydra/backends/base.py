@@ -82,6 +82,7 @@ class BackendAdapter(ABC):
         self.backend_path: Optional[Path] = None
         # whether the job's processes get GPUs, as the orchestrator found this node (None: not known here)
         self.runs_on_gpu: Optional[bool] = None
+        self.translation: Any = None  # the job's translated arguments once made (backends/translation.py)
 
     # -- library lookup ---------------------------------------------------------------------------------
     def candidate_backend_paths(self) -> list[tuple[str, Path]]:
@@ -183,6 +184,11 @@ class BackendAdapter(ABC):
     @abstractmethod
     def convert_config(self) -> Any:
         """The backend's native arguments, built from the canonical config (self.run_dir is set)."""
+
+    def typed_arguments(self, arguments: Any) -> Any:
+        """The arguments as the trainer reads them, from their plain form in a job config (to_plain's: dicts, lists,
+        scalars) or as they are when typed already. Plain dicts are what the external backends read."""
+        return arguments
 
     def dry_run_files(self, backend_args: Any) -> dict[str, str]:
         """Files a dry run writes into the run dir besides backend_args.yaml (name -> text): the arguments in the

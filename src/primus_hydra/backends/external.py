@@ -106,22 +106,13 @@ class ExternalBackendAdapter(BackendAdapter):
 
     def arguments_after_patches(self) -> Any:
         """The translated arguments as the trainer will get them: after the enabled build_args patches (the checks
-        made before launch read these, so that a patch that renames a key is seen there too)."""
-        import logging
+        made before launch read these, so that a patch that renames a key is seen there too). Made once: the job's
+        prepare() makes them first and hands the same to the workers."""
+        from primus_hydra.backends.translation import translate
 
-        from primus_hydra.patches.registry import PatchContext, resolve_enabled_ids
-        from primus_hydra.patches.runner import run_patches
-
-        ctx = PatchContext(backend=self.name, phase="build_args", backend_version=self.detect_backend_version(),
-                           cfg=self.cfg, run_dir=self.run_dir or Path("."), backend_args=self.convert_config())
-        runner_log = logging.getLogger(run_patches.__module__)
-        level = runner_log.level
-        runner_log.setLevel(logging.WARNING)  # the run itself logs the patches it applies
-        try:
-            run_patches(ctx, resolve_enabled_ids(str(self.cfg.patches.enabled)))
-        finally:
-            runner_log.setLevel(level)
-        return ctx.backend_args
+        if self.translation is None:
+            self.translation = translate(self, self.run_dir or Path("."), quiet=True)
+        return self.translation.arguments
 
     def load_trainer_class(self, stage: str) -> type[BaseTrainer]:
         if not self.trainer_classes:

@@ -4,12 +4,14 @@
 resource overrides and the visible-devices mask, the resource plan (which resolves `launch.nproc_per_node` and
 `module.data.num_workers`), the layout for the job's world size (config/layout.py), the visible GPU count, the
 backend adapter's own rules, the patch ids, and the paths a run reads. Every failure is one line; all are
-reported together. The single-run path (PrepareJobCallback), the local sweep and the Slurm submission call it;
-workers load what it prepared (launch/job_config.py) and trust it.
+reported together. A job with a run dir gets its backend's arguments translated here, once
+(backends/translation.py). The single-run path (PrepareJobCallback), the local sweep and the Slurm submission call
+it; workers load what it prepared, the translated arguments included (launch/job_config.py), and trust it.
 """
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import sys
 from dataclasses import dataclass, field
@@ -19,6 +21,7 @@ from typing import Optional
 from omegaconf import DictConfig, OmegaConf
 
 from primus_hydra.backends.base import load_adapter
+from primus_hydra.backends.translation import Translation, translate
 from primus_hydra.config.choices import auto_int, is_auto
 from primus_hydra.config.layout import ParallelLayout, configured_world_size, parallel_layout
 from primus_hydra.config.paths import (
@@ -29,6 +32,7 @@ from primus_hydra.config.paths import (
 )
 from primus_hydra.config.validate import validate_config
 from primus_hydra.config.values import without_hydra_node
+from primus_hydra.distributed_env import DistributedEnv
 from primus_hydra.errors import ConfigValidationError
 from primus_hydra.orchestrator.fit_checks import MemoryNeed, fit_failures
 from primus_hydra.orchestrator.network_interfaces import socket_interface_failures
@@ -41,6 +45,17 @@ from primus_hydra.orchestrator.resource_checks import (
 from primus_hydra.patches.runner import patch_failures
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a job runs, decided once, when it is prepared (tasks/train.py: placement_of)."""
+
+    # rank (this process is one, started by torchrun/srun) | slurm | this_process | elastic (its workers), or
+    # this_machine before the job's world size tells the last two apart
+    kind: str
+    dist: DistributedEnv  # this process, as its launcher (if any) started it
+    slurm: Optional[dict] = None  # kind=slurm: the primus_slurm launcher's settings
+
+
 @dataclass
 class PreparedJob:
     cfg: DictConfig  # the job's config (no `hydra` node): validated, its `auto` knobs resolved where planned
@@ -48,6 +63,8 @@ class PreparedJob:
     plan: Optional[ResourcePlan] = None  # None: planned on the nodes that run it (Slurm), or loaded by a worker
     warnings: list[str] = field(default_factory=list)  # one line each, shown once by whoever launches the job
     auto_knobs: frozenset = frozenset()  # the knobs that were `auto` in the job's own config (resolved by its plan)
+    translation: Optional[Translation] = None  # the backend's arguments (None: prepared before its run dir was known)
+    placement: Optional[Placement] = None  # set by the task that prepared it
 
 
 def prepare(cfg: DictConfig, *, run_dir: Optional[Path] = None, world_size: Optional[int] = None,
@@ -100,11 +117,17 @@ def prepare(cfg: DictConfig, *, run_dir: Optional[Path] = None, world_size: Opti
     failures += patch_failures(job)
     if on_this_machine and trains:
         failures += input_path_failures(job) + adapter.training_failures()
-        failures += [] if failures else adapter.library_failures()  # they import the library: only for a sound job
     if failures:
         raise ConfigValidationError(failures)
     resolve_checkpoint_dir(job, run_dir)  # checked as the user gave it; read as resolved by the backends and workers
-    return PreparedJob(job, layout, plan, warnings + (list(plan.warnings) if plan is not None else []), auto_knobs)
+    if run_dir is not None:  # the arguments its workers get (a PatchError when a build_args patch fails)
+        adapter.translation = translate(adapter, run_dir, quiet=True)
+    if on_this_machine and trains:  # the library's own checks of those arguments: they import it, only for a sound job
+        failures = adapter.library_failures()
+    if failures:
+        raise ConfigValidationError(failures)
+    return PreparedJob(job, layout, plan, warnings + (list(plan.warnings) if plan is not None else []), auto_knobs,
+                       adapter.translation)
 
 
 def show_warnings(job: PreparedJob, label: str = "") -> None:
@@ -125,10 +148,10 @@ def _resolve_auto_knobs(cfg: DictConfig, plan: ResourcePlan, auto_knobs: frozens
 
 def replan(job: PreparedJob, plan: ResourcePlan) -> PreparedJob:
     """The same job under a revised plan (after a sweep's probe): its `auto` knobs take the plan's values, the rest
-    (checked already) stays."""
+    (checked already) stays. A worker translates again when a new value changed its arguments (translation.py)."""
     cfg = copy.deepcopy(job.cfg)
     _resolve_auto_knobs(cfg, plan, job.auto_knobs)
-    return PreparedJob(cfg, job.layout, plan, job.warnings, job.auto_knobs)
+    return dataclasses.replace(job, cfg=cfg, plan=plan)
 
 
 def _runs_on_gpu(job: DictConfig, plan: ResourcePlan) -> bool:
@@ -172,7 +195,7 @@ def plan_on_this_node(job: PreparedJob, nproc_per_node: Optional[int] = None) ->
     auto_knobs = frozenset(key for key in AUTO_KNOBS if is_auto(OmegaConf.select(cfg, key)))
     plan = build_resource_plan(cfg)
     _resolve_auto_knobs(cfg, plan, auto_knobs)
-    return PreparedJob(cfg, job.layout, plan, job.warnings, auto_knobs)
+    return dataclasses.replace(job, cfg=cfg, plan=plan, auto_knobs=auto_knobs)
 
 
 class JobHandoff:

@@ -1,10 +1,12 @@
 """PrimusRuntime: the lifecycle of one prepared job in a worker process, top to bottom.
 
-The job was validated and planned once (orchestrator/prepare.py); the runtime trusts it and checks only that it
-runs in the world it was prepared for. rank logging -> env block -> adapter (backend._target_) -> patches loaded
--> backend path -> prepare_backend -> convert_config -> patches(build_args) -> [dry run stops here] ->
-trainer (by _target_) -> patches(setup) -> setup -> init -> patches(before_train) -> train ->
-patches(after_train) -> cleanup. Any error: cleanup(on_error=True), logged to the run dir, re-raised.
+The job was validated, planned and its backend's arguments translated once (orchestrator/prepare.py); the runtime
+trusts it and checks only that it runs in the world it was prepared for. rank logging -> env block -> adapter
+(backend._target_) -> patches loaded -> backend path -> prepare_backend -> arguments (the prepared translation;
+convert_config and patches(build_args) here only when it was made for another library release or config:
+backends/translation.py) -> [dry run stops here] -> trainer (by _target_) -> patches(setup) -> setup -> init ->
+patches(before_train) -> train -> patches(after_train) -> cleanup. Any error: cleanup(on_error=True), logged to
+the run dir, re-raised.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from typing import Any, Optional
 import yaml
 
 from primus_hydra.backends.base import BackendAdapter, BaseTrainer, load_adapter
+from primus_hydra.backends.translation import Translation, translate, why_translate_again
 from primus_hydra.config.secrets import REDACTED, config_for_file, is_secret_name, redact_text, secret_values
 from primus_hydra.config.values import to_plain
 from primus_hydra.distributed_env import DistributedEnv, detect_distributed_env
@@ -118,15 +121,13 @@ class PrimusRuntime:
         if not dry_run:  # a dry run only translates arguments: the library need not be installed
             self._mark("prepare_backend")
             adapter.prepare_backend()
-        self._mark("convert_config")
-        self.backend_args = adapter.convert_config()
+        self._mark("arguments")
         version = adapter.detect_backend_version()
+        self.backend_args = adapter.typed_arguments(self._translation(adapter, version).arguments)
         ctx = PatchContext(
             backend=adapter.name, phase="build_args", backend_version=version, cfg=cfg,
             run_dir=self.run_dir, backend_args=self.backend_args,
         )
-        self._patch_phase(ctx, "build_args", enabled_ids)
-        self.backend_args = ctx.backend_args  # a patch may have replaced it (typed arguments are frozen)
         if dry_run:
             return self._write_dry_run()
 
@@ -147,6 +148,19 @@ class PrimusRuntime:
         self.trainer = None  # cleaned up normally: no second cleanup on a later error
         trainer.cleanup(on_error=False)
         return result
+
+    def _translation(self, adapter: BackendAdapter, version: Optional[str]) -> Translation:
+        """The arguments the job was prepared with; translated here only when they were made for another release of
+        the backend's library or another config (backends/translation.py)."""
+        prepared = self.job.translation
+        reason = why_translate_again(prepared, adapter, version)
+        if reason is None:
+            for patch_id in prepared.patches:
+                log.info("patch applied: %s [build_args] (when the job was prepared)", patch_id)
+            return prepared
+        log.info("backend arguments translated in this process: %s", reason)
+        self._mark("translate")
+        return translate(adapter, self.run_dir)
 
     def _patch_phase(self, ctx: PatchContext, phase: str, enabled_ids: Optional[set[str]]) -> None:
         ctx.phase = phase

@@ -2,17 +2,20 @@
 
 In this process when it is already a rank of a job (torchrun, srun), a dry run, or a job of one process; on Slurm
 as one submitted job when the primus_slurm launcher is selected (platform=slurm); otherwise through torch's
-elastic agent, which starts the workers with the prepared job.
+elastic agent, which starts the workers with the prepared job. Where it runs is decided once, when the job is
+prepared (placement_of), and travels with it (PreparedJob.placement).
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any, Optional
 
 from omegaconf import DictConfig
 
-from primus_hydra.orchestrator.prepare import HANDOFF, PreparedJob, show_warnings
+from primus_hydra.distributed_env import DistributedEnv, detect_distributed_env
+from primus_hydra.orchestrator.prepare import HANDOFF, Placement, PreparedJob, show_warnings
 
 
 class TrainTask:
@@ -26,35 +29,40 @@ class TrainTask:
                     memory_need=None) -> PreparedJob:
         """Prepared for where it will run: as a rank of a running job, as a Slurm job, or on this machine.
         memory_need: what a rank of a job that does not train holds (orchestrator/fit_checks.py: MemoryNeed)."""
-        from primus_hydra.distributed_env import detect_distributed_env
         from primus_hydra.orchestrator.prepare import prepare
 
-        dist = detect_distributed_env()
+        placement = placement_of(cfg)
         dry_run = bool(cfg.task.dry_run)
-        if dist.is_distributed:  # its launcher (torchrun, srun) started the ranks and owns the machine
-            return prepare(cfg, run_dir=run_dir, world_size=dist.world_size, launched=True, trains=not dry_run)
-        slurm = None if dry_run else slurm_launcher_settings(cfg)
-        if slurm is not None:
+        if placement.kind == "rank":  # its launcher (torchrun, srun) started the ranks and owns the machine
+            job = prepare(cfg, run_dir=run_dir, world_size=placement.dist.world_size, launched=True,
+                          trains=not dry_run)
+        elif placement.kind == "slurm":
             from primus_hydra.launch.slurm.job_shape import job_shape
 
-            return prepare(cfg, run_dir=run_dir, world_size=job_shape(cfg, slurm).world_size, on_this_machine=False)
-        return prepare(cfg, run_dir=run_dir, plan=plan, sweep_points=sweep_points, trains=not dry_run,
-                       memory_need=memory_need)
+            world = job_shape(cfg, placement.slurm).world_size
+            job = prepare(cfg, run_dir=run_dir, world_size=world, on_this_machine=False)
+        else:
+            job = prepare(cfg, run_dir=run_dir, plan=plan, sweep_points=sweep_points, trains=not dry_run,
+                          memory_need=memory_need)
+        job.placement = on_this_machine(placement, job)
+        return job
 
     @classmethod
-    def claim_run_dir(cls, cfg: DictConfig, run_dir: Path, *, check_only: bool = False) -> None:
+    def claim_run_dir(cls, cfg: DictConfig, run_dir: Path, *, check_only: bool = False,
+                      placement: Optional[Placement] = None) -> None:
         """The run dir becomes this run's (RunDirBusyError while another live run holds it): taken by the process
         that owns the run, only checked by one that submits it to Slurm (its job takes it on the cluster) and by
-        anyone before the job is prepared (which must leave nothing behind when it fails)."""
-        from primus_hydra.distributed_env import detect_distributed_env
+        anyone before the job is prepared (which must leave nothing behind when it fails). placement: the prepared
+        job's (placement_of decides it for a job not prepared yet)."""
         from primus_hydra.launch.run_dir_lock import RUN_DIR_LOCKS
 
-        dist = detect_distributed_env()
+        placement = placement or placement_of(cfg)
+        dist = placement.dist
         if dist.is_distributed and dist.rank != 0:  # rank 0 holds it for the ranks its launcher started
             return
         if int(cfg.launch.node_rank) != 0:  # each node's agent shares the run dir: the first node's holds it
             return
-        submits = not cfg.task.dry_run and not dist.is_distributed and slurm_launcher_settings(cfg) is not None
+        submits = placement.kind == "slurm"
         if check_only or submits:
             RUN_DIR_LOCKS.check_free(run_dir)
             if submits:  # nor while the run dir's earlier Slurm job is queued or running
@@ -75,38 +83,37 @@ class TrainTask:
             self.claim_run_dir(self.cfg, run_dir, check_only=True)
             job = self.prepare_job(self.cfg, run_dir, sweep_points=points_run_at_once_here())
             show_warnings(job)
-        self.claim_run_dir(job.cfg, run_dir)
+        placement = job.placement or on_this_machine(placement_of(job.cfg), job)
+        self.claim_run_dir(job.cfg, run_dir, placement=placement)
         try:
-            result = self._run_prepared(job, run_dir)
+            result = self._run_prepared(job, placement, run_dir)
         finally:
             RUN_DIR_LOCKS.release(run_dir)
-        from primus_hydra.distributed_env import detect_distributed_env
         from primus_hydra.launch.sweep.concurrency import in_multirun
         from primus_hydra.tasks.objective import run_objective
 
-        dist = detect_distributed_env()
+        dist = placement.dist
         if dist.is_distributed and not dist.is_main:  # rank 0 wrote the metrics; its result is what launchers collect
             return result
         return run_objective(job.cfg, run_dir, say=in_multirun() and not dist.is_distributed)
 
-    def _run_prepared(self, job: PreparedJob, run_dir: Path) -> Any:
-        from primus_hydra.distributed_env import detect_distributed_env
-
-        inside_job = detect_distributed_env().is_distributed
-        dry_run = bool(job.cfg.task.dry_run)
-        slurm = None if inside_job or dry_run else slurm_launcher_settings()
-        if slurm is not None:  # platform=slurm: this run is one Slurm job
+    def _run_prepared(self, job: PreparedJob, placement: Placement, run_dir: Path) -> Any:
+        if placement.kind == "slurm":  # platform=slurm: this run is one Slurm job
             from primus_hydra.launch.slurm.run import submit_single_run
 
-            return submit_single_run(job, run_dir, slurm)
-        if inside_job or dry_run or job.layout.world_size == 1:
-            return run_in_this_process(job, run_dir, report_plan=not inside_job)
-        from primus_hydra.launch.elastic import launch_elastic_job
+            return submit_single_run(job, run_dir, placement.slurm)
+        if job.cfg.task.dry_run and placement.dist.is_main:  # the job config its workers would get, arguments and all
+            from primus_hydra.launch.job_config import write_job_config
 
-        return launch_elastic_job(job, run_dir)
+            write_job_config(job, run_dir)
+        if placement.kind == "elastic":
+            from primus_hydra.launch.elastic import launch_elastic_job
+
+            return launch_elastic_job(job, run_dir)
+        return run_in_this_process(job, run_dir, placement.dist, report_plan=placement.kind != "rank")
 
 
-def run_in_this_process(job: PreparedJob, run_dir: Path, *, report_plan: bool) -> Any:
+def run_in_this_process(job: PreparedJob, run_dir: Path, dist: DistributedEnv, *, report_plan: bool) -> Any:
     """The runtime here. A rank of a torchrun/srun job keeps the thread variables its launcher gave it; otherwise
     the plan's are set before the runtime imports torch, so its OpenMP/BLAS pools start at the planned size."""
     from primus_hydra.orchestrator.apply import report_resource_plan, worker_environment
@@ -118,7 +125,26 @@ def run_in_this_process(job: PreparedJob, run_dir: Path, *, report_plan: bool) -
         if "torch" in sys.modules:  # a process that ran an earlier point (joblib's workers): its pool is sized
             sys.modules["torch"].set_num_threads(job.plan.threads_per_worker)
     with worker_environment(job.plan.worker_env if planned else {}):
-        return PrimusRuntime(job, run_dir).run()
+        return PrimusRuntime(job, run_dir, dist).run()
+
+
+def placement_of(cfg: DictConfig) -> Placement:
+    """Where a job of `cfg` runs, as far as the config and this process tell before it is prepared: as a rank of a
+    job its launcher started (torchrun, srun), as one Slurm job (platform=slurm; a dry run never submits), else on
+    this machine (prepare_job then picks this process or torch's elastic agent by the job's world size)."""
+    dist = detect_distributed_env()
+    if dist.is_distributed:
+        return Placement("rank", dist)
+    slurm = None if cfg.task.dry_run else slurm_launcher_settings(cfg)
+    return Placement("slurm", dist, slurm) if slurm is not None else Placement("this_machine", dist)
+
+
+def on_this_machine(placement: Placement, job: PreparedJob) -> Placement:
+    """A job placed on this machine runs in this process (a dry run, one process) or through torch's elastic agent."""
+    if placement.kind != "this_machine":
+        return placement
+    in_this_process = job.cfg.task.dry_run or job.layout.world_size == 1
+    return dataclasses.replace(placement, kind="this_process" if in_this_process else "elastic")
 
 
 def slurm_launcher_settings(cfg: Optional[DictConfig] = None) -> Optional[dict]:

@@ -167,12 +167,13 @@ def training_args(m: DictConfig) -> dict:
 
 
 def parallel_args(cfg: DictConfig, layout: ParallelLayout) -> dict:
+    """The job's layout (as prepared) in Megatron's names, and how Megatron runs it."""
     p, backend = cfg.module.parallel, cfg.backend
     args = {
-        "tensor_model_parallel_size": p.tp,
-        "pipeline_model_parallel_size": p.pp,
-        "context_parallel_size": p.cp,
-        "expert_model_parallel_size": p.ep,
+        "tensor_model_parallel_size": layout.tp,
+        "pipeline_model_parallel_size": layout.pp,
+        "context_parallel_size": layout.cp,
+        "expert_model_parallel_size": layout.ep,
         "sequence_parallel": p.sequence_parallel,
         "use_distributed_optimizer": backend.use_distributed_optimizer,
         "transformer_impl": backend.transformer_impl,
@@ -181,7 +182,7 @@ def parallel_args(cfg: DictConfig, layout: ParallelLayout) -> dict:
     for key in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers"):
         if backend.get(key) is not None:
             args[key] = backend[key]
-    if p.fsdp:
+    if layout.fsdp:
         # Megatron rejects torch FSDP2 together with its distributed optimizer and gradient-accumulation fusion
         args.update(use_torch_fsdp2=True, use_distributed_optimizer=False, gradient_accumulation_fusion=False)
     if backend.recompute_granularity:

@@ -3,6 +3,7 @@ arguments it reads (args.py)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from omegaconf import OmegaConf
 
@@ -90,6 +91,9 @@ class TorchAdapter(BackendAdapter):
             deterministic=cfg.backend.deterministic, num_threads=cfg.backend.num_threads,
             measure_memory=cfg.backend.measure_memory,
         )
+
+    def typed_arguments(self, arguments: Any) -> TorchTrainingArgs:
+        return arguments if isinstance(arguments, TorchTrainingArgs) else TorchTrainingArgs.from_plain(arguments)
 
     def load_trainer_class(self, stage: str) -> type[BaseTrainer]:
         # pretrain and sft share the loop; sft starts from module.checkpoint.load
