@@ -104,6 +104,18 @@ def init_parallel_state(layout: ParallelLayout, device: torch.device, dist_env: 
     return state
 
 
+def set_up_rank(requested_device: str, dist_env: DistributedEnv, timeout_s: float, *,
+                group_of_one: bool = False) -> torch.device:
+    """This rank's device (the current device on a GPU), then the job's default process group: joined when the job
+    has more than one process, or with `group_of_one` (libraries such as megatron-core need a group even then)."""
+    device = resolve_device(requested_device, dist_env.local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if dist_env.world_size > 1 or group_of_one:
+        join_process_group(device, dist_env, timeout_s)
+    return device
+
+
 def join_process_group(device: torch.device, dist_env: DistributedEnv, timeout_s: float) -> None:
     """The job's default process group (gloo on CPU, NCCL/RCCL on GPU); a one-process job gets a group of one
     (libraries such as megatron-core need a group even then)."""

@@ -3,9 +3,13 @@ module.train_iters, metrics and the progress bar, checkpoints every module.check
 stop signals the ranks agree on (a Slurm preemption notice first: checkpoint, then stop), the final checkpoint, and a
 restarted worker resuming from the job's last checkpoint.
 
-A trainer subclasses StepLoopTrainer and provides `loop_module` (the module config), `_train_step(step) -> record`,
-`_eval_step(index) -> loss` (held-out batch `index`, forward only: module.eval_interval's evaluations),
-`save_checkpoint(step)`, and, from init(), `start_step`, `checkpoints`, `metrics` and `device`.
+The set-up is the loop's too: setup() takes the device and joins the process group (distributed.py: set_up_rank),
+catches the stop signals, then calls the trainer's `set_up_backend()`; init() calls its `build()` (model, optimizer,
+data), finds the step to resume (module.checkpoint.resume, `auto` after a restart) and hands it to its
+`restore(path)`, then opens the metrics. A trainer subclasses StepLoopTrainer and implements its abstract methods:
+those two and `_train_step(step) -> record`, `_eval_step(index) -> loss` (held-out batch `index`, forward only:
+module.eval_interval's evaluations) and `save_checkpoint(step)`; `loop_module` (the module config) when its own
+is not the job's.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ import os
 import signal
 import sys
 import time
+from abc import abstractmethod
 from pathlib import Path
 from typing import Any, Optional
 
@@ -23,6 +28,9 @@ import torch
 import torch.distributed as dist
 
 from primus_hydra.backends.base import BaseTrainer
+from primus_hydra.backends.common.checkpoint import CheckpointManager
+from primus_hydra.backends.common.distributed import set_up_rank
+from primus_hydra.backends.common.metrics import MetricsLogger
 from primus_hydra.backends.fault_injection import inject_fault
 from primus_hydra.config.model_math import count_parameters
 from primus_hydra.errors import CheckpointError, StoppedBySignalError
@@ -64,6 +72,7 @@ class _BarContext:
 
 class StepLoopTrainer(BaseTrainer):
     stop_signal: Optional[int] = None
+    group_of_one = False  # the backend's library needs a process group even in a one-process job
 
     @property
     def loop_module(self) -> Any:
@@ -71,11 +80,58 @@ class StepLoopTrainer(BaseTrainer):
         the job's own module config."""
         return self.cfg.module
 
-    def _train_step(self, step: int) -> dict[str, Any]:
-        raise NotImplementedError
+    @property
+    def checkpoint_root(self) -> Path:
+        """The folder of the run's step folders: module.checkpoint.dir, as the job was prepared with it."""
+        return Path(self.loop_module.checkpoint.dir)
 
-    def save_checkpoint(self, step: int) -> Any:
-        raise NotImplementedError
+    # -- what a trainer implements ----------------------------------------------------------------------
+    @abstractmethod
+    def set_up_backend(self) -> None:
+        """After the device, the process group and the stop signals: seeds, the backend's parallel state, its files."""
+
+    @abstractmethod
+    def build(self) -> None:
+        """Model, optimizer and data, before any checkpoint is read."""
+
+    @abstractmethod
+    def restore(self, path: Optional[Path]) -> None:
+        """Continue from the verified step `path` (its state loaded, `start_step` set); None: start fresh, from the
+        weights of module.checkpoint.load when it names a checkpoint."""
+
+    @abstractmethod
+    def _train_step(self, step: int) -> dict[str, Any]:
+        """Collective: one training step; its record (step, loss, lr, grad_norm, tokens_per_s, tflops, mfu, ...)."""
+
+    @abstractmethod
+    def _eval_step(self, index: int) -> float:
+        """The mean loss of held-out global batch `index`, over the data-parallel ranks, on every rank."""
+
+    @abstractmethod
+    def save_checkpoint(self, step: int) -> Path:
+        """Collective: this step's checkpoint (save_step), its folder."""
+
+    # -- set-up -----------------------------------------------------------------------------------------
+    def setup(self) -> None:
+        self.device = set_up_rank(str(self.cfg.platform.device), self.dist, float(self.cfg.launch.timeout_s),
+                                  group_of_one=self.group_of_one)
+        self.catch_stop_signals()
+        self.set_up_backend()
+
+    def init(self) -> None:
+        self.build()
+        module = self.loop_module
+        self.checkpoints = CheckpointManager(self.checkpoint_root)
+        self.start_step = 0
+        resume = self.resume_spec()
+        path = self.checkpoint_to_resume(resume)
+        self.restore(path)
+        if path is not None:
+            log.info("resumed from %s at step %d", path, self.start_step)
+        # a resumed run or a restarted attempt appends to the job's metrics (readers keep a step's last record),
+        # also when no checkpoint was written before the crash and training starts over
+        self.metrics = MetricsLogger(self.run_dir, enabled=self.dist.is_main, tensorboard=module.log.tensorboard,
+                                     log_interval=module.log.interval, resuming=resume is not None or self.restarted)
 
     # -- set-up helpers -------------------------------------------------------------------------------
     def catch_stop_signals(self) -> None:
@@ -170,10 +226,6 @@ class StepLoopTrainer(BaseTrainer):
         evaluation, so that evaluations compare), forward only, on every rank."""
         iters = self.loop_module.eval_iters
         return sum(self._eval_step(index) for index in range(iters)) / iters
-
-    def _eval_step(self, index: int) -> float:
-        """The mean loss of held-out global batch `index`, over the data-parallel ranks, on every rank."""
-        raise NotImplementedError
 
     def close_metrics(self, on_error: bool) -> None:
         """Unfreeze the GC, flush the metrics and draw the loss curve (not after a failure)."""

@@ -3,7 +3,7 @@
 GPTModel from the translated arguments (core_model.py), model-parallel state from module.parallel (tp, pp, cp, ep,
 sequence parallel), megatron DDP + its (distributed) optimizer, `get_forward_backward_func` for the pipeline
 schedules, `OptimizerParamScheduler` for the lr, batches from megatron.core.datasets or the native backend's own
-(datasets.py), and the rails of the native backend: metrics.jsonl / TensorBoard / loss PNG, the progress bar, and
+(datasets.py), and the shared rails (backends/common): metrics.jsonl / TensorBoard / loss PNG, the progress bar, and
 atomic checksummed step folders (CheckpointManager) whose shards megatron-core's dist_checkpointing writes, so a
 checkpoint reshards across layouts. `module.checkpoint.load` also takes a native (backend=torch) checkpoint: its
 weights are converted on load (convert.py).
@@ -19,11 +19,10 @@ from typing import Any, Iterator, Optional
 import torch
 import torch.distributed as dist
 
-from primus_hydra.backends.common.checkpoint import CheckpointManager, describe_failure
+from primus_hydra.backends.common.checkpoint import describe_failure
 from primus_hydra.backends.common.checkpoint_paths import TRAINER_STATE, read_meta
-from primus_hydra.backends.common.distributed import destroy_parallel_state, join_process_group, resolve_device
+from primus_hydra.backends.common.distributed import destroy_parallel_state
 from primus_hydra.backends.common.foreign_checkpoints import weights_in_native_format
-from primus_hydra.backends.common.metrics import MetricsLogger
 from primus_hydra.backends.common.step_loop import StepLoopTrainer
 from primus_hydra.backends.megatron.checkpoint_strategy import in_process_save_strategy
 from primus_hydra.backends.megatron.core_config import quiet_library_logs
@@ -46,25 +45,26 @@ def virtual_stages(args: dict) -> int:
 
 class MegatronCoreTrainer(StepLoopTrainer):
     backend_args: dict
+    group_of_one = True  # megatron-core's parallel state is built on a process group
+
+    @property
+    def checkpoint_root(self) -> Path:
+        """Megatron's `save`: module.checkpoint.dir, or extra_args.save."""
+        return Path(self.backend_args.get("save") or self.cfg.module.checkpoint.dir)
 
     # -- lifecycle --------------------------------------------------------------------------------------
-    def setup(self) -> None:
+    def set_up_backend(self) -> None:
         from megatron.core import parallel_state, tensor_parallel
 
-        self.device = resolve_device(str(self.cfg.platform.device), self.dist.local_rank)
         if self.device.type == "cpu":
             import importlib.metadata
 
             failure = cpu_support_failure(importlib.metadata.version("megatron-core"))
             if failure:
                 raise PrimusError(failure)
-        else:
-            torch.cuda.set_device(self.device)
         quiet_library_logs()
         module, args = self.cfg.module, self.backend_args
         torch.manual_seed(module.seed)
-        self.catch_stop_signals()
-        join_process_group(self.device, self.dist, self.cfg.launch.timeout_s)
         parallel_state.initialize_model_parallel(
             tensor_model_parallel_size=args["tensor_model_parallel_size"],
             pipeline_model_parallel_size=args["pipeline_model_parallel_size"],
@@ -78,7 +78,7 @@ class MegatronCoreTrainer(StepLoopTrainer):
                  self.device, self.layout.world_size, self.layout.pp, self.layout.dp, self.layout.cp, self.layout.tp,
                  self.layout.ep, " | sequence parallel" if args.get("sequence_parallel") else "")
 
-    def init(self) -> None:
+    def build(self) -> None:
         from megatron.core.distributed import (
             DistributedDataParallel,
             DistributedDataParallelConfig,
@@ -117,12 +117,6 @@ class MegatronCoreTrainer(StepLoopTrainer):
         self.scheduler = build_lr_scheduler(self.optimizer, args)
         self.data = training_batches(self.cfg, self.run_dir, self.dist.rank)
         self.flops_per_token = training_flops_per_token(self.cfg.model, module.seq_length)
-        self.checkpoints = CheckpointManager(Path(args.get("save") or self.run_dir / "checkpoints"))
-        self.start_step = 0
-        resume = self.resume_spec()
-        self._restore(resume)
-        self.metrics = MetricsLogger(self.run_dir, enabled=self.dist.is_main, tensorboard=module.log.tensorboard,
-                                     log_interval=module.log.interval, resuming=resume is not None or self.restarted)
 
     def cleanup(self, on_error: bool = False) -> None:
         self.close_metrics(on_error)
@@ -272,13 +266,10 @@ class MegatronCoreTrainer(StepLoopTrainer):
                 "layout": {"pp": self.layout.pp, "dp": self.layout.dp, "tp": self.layout.tp, "ep": self.layout.ep}}
         return self.save_step(step, trainer_state, meta, model=None, optimizer=None, write_shards=write_shards)
 
-    def _restore(self, resume: Optional[str]) -> None:
-        """Resume (module.checkpoint.resume, auto after a restart) or start from weights (module.checkpoint.load)."""
+    def restore(self, path: Optional[Path]) -> None:
         ckpt = self.cfg.module.checkpoint
-        path = self.checkpoint_to_resume(resume)
         if path is not None:
             self._load_megatron(path, "module.checkpoint.resume", with_optimizer=True)
-            log.info("resumed from %s at step %d", path, self.start_step)
             return
         if ckpt.load:
             source, _ = self.checkpoints.find(ckpt.load, "module.checkpoint.load")

@@ -22,10 +22,9 @@ from primus_hydra.backends.common.distributed import (
     init_parallel_state,
     mean_over_data_parallel,
     reshard_after_forward_only,
-    resolve_device,
 )
 from primus_hydra.backends.common.foreign_checkpoints import weights_in_native_format
-from primus_hydra.backends.common.metrics import MetricsLogger, MfuBaseline, cpu_matmul_peak_tflops
+from primus_hydra.backends.common.metrics import MfuBaseline, cpu_matmul_peak_tflops
 from primus_hydra.backends.common.peak_memory import PeakMemory
 from primus_hydra.backends.common.step_loop import StepLoopTrainer
 from primus_hydra.backends.torch.args import TorchTrainingArgs
@@ -56,17 +55,13 @@ class TorchTrainer(StepLoopTrainer):
         return self.backend_args.module
 
     # -- lifecycle --------------------------------------------------------------------------------------
-    def setup(self) -> None:
+    def set_up_backend(self) -> None:
         args, module = self.backend_args, self.backend_args.module
-        self.device = resolve_device(str(args.device), self.dist.local_rank)
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
         if args.deterministic and self.device.type == "cpu":
             use_deterministic_algorithms(compiled=bool(module.compile))
         torch.manual_seed(module.seed)
         self.parallel = init_parallel_state(args.layout, self.device, self.dist, args.timeout_s)
         self.autocast_dtype = torch.bfloat16 if module.precision == "bf16" else None
-        self.catch_stop_signals()
         peak, measured_dtype = args.peak_tflops_per_device, None
         if peak is None and self.device.type == "cpu":
             measured_dtype = self.autocast_dtype or torch.float32
@@ -82,7 +77,7 @@ class TorchTrainer(StepLoopTrainer):
                  self.device, module.precision, torch.__version__, torch.get_num_threads(), layout.world_size,
                  layout.pp, layout.dp, layout.tp, " (fsdp)" if layout.fsdp else "")
 
-    def init(self) -> None:
+    def build(self) -> None:
         args, module = self.backend_args, self.backend_args.module
         # built on the meta device and split by the layout; then each rank makes storage and weights for its own
         # shards only (the same values whatever the layout: weights.py), and DDP wraps where ranks hold replicas
@@ -102,16 +97,6 @@ class TorchTrainer(StepLoopTrainer):
             self.pipeline = PipelineRunner(self.model, self.parallel, self.device, str(module.parallel.pp_schedule),
                                            module.micro_batch_size)
         self.flops_per_token = training_flops_per_token(args.model, module.seq_length)
-        self.start_step = 0
-        self.checkpoints = CheckpointManager(Path(module.checkpoint.dir))
-        resume = self.resume_spec()
-        self._restore(resume)
-        # a resumed run or a restarted attempt appends to the job's metrics (readers keep a step's last record),
-        # also when no checkpoint was written before the crash and training starts over
-        self.metrics = MetricsLogger(
-            self.run_dir, enabled=self.dist.is_main, tensorboard=module.log.tensorboard,
-            log_interval=module.log.interval, resuming=resume is not None or self.restarted,
-        )
 
     def cleanup(self, on_error: bool = False) -> None:
         self.close_metrics(on_error)
@@ -210,12 +195,11 @@ class TorchTrainer(StepLoopTrainer):
                 "layout": {"pp": layout.pp, "dp": layout.dp, "tp": layout.tp, "fsdp": layout.fsdp}}
         return self.save_step(step, trainer_state, meta, model=self.model, optimizer=self.optimizer)
 
-    def _restore(self, resume: Optional[str]) -> None:
+    def restore(self, path: Optional[Path]) -> None:
         ckpt = self.backend_args.module.checkpoint
         model_name, key = self.backend_args.model.name, "module.checkpoint.resume"
-        resume_from = self.checkpoint_to_resume(resume)
-        if resume_from is not None:
-            trainer_state = CheckpointManager.load(resume_from, key, self.model, self.optimizer, model_name)
+        if path is not None:
+            trainer_state = CheckpointManager.load(path, key, self.model, self.optimizer, model_name)
             self.start_step = int(trainer_state["step"])
             torch.set_rng_state(trainer_state["torch_rng"])
             if trainer_state.get("cuda_rng") and torch.cuda.is_available():
@@ -226,7 +210,6 @@ class TorchTrainer(StepLoopTrainer):
                     f"module.checkpoint.dir={self.checkpoints.root} holds steps after the resumed step {self.start_step} "
                     f"({later[0]}...); resume from the latest one or choose another module.checkpoint.dir"
                 )
-            log.info("resumed from %s at step %d", resume_from, self.start_step)
         elif ckpt.load is None and self.backend_args.module.stage == "sft":
             log.warning("module.stage=sft without module.checkpoint.load: fine-tuning starts from random weights")
         elif ckpt.load:

@@ -23,15 +23,9 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
-from primus_hydra.backends.common.checkpoint import CheckpointManager
 from primus_hydra.backends.common.checkpoint_paths import TRAINER_STATE
-from primus_hydra.backends.common.distributed import (
-    destroy_parallel_state,
-    join_process_group,
-    reshard_after_forward_only,
-    resolve_device,
-)
-from primus_hydra.backends.common.metrics import MetricsLogger, MfuBaseline
+from primus_hydra.backends.common.distributed import destroy_parallel_state, reshard_after_forward_only
+from primus_hydra.backends.common.metrics import MfuBaseline
 from primus_hydra.backends.common.step_loop import StepLoopTrainer
 from primus_hydra.backends.torchtitan.byte_tokenizer import TOKENIZER_DIR, write_byte_tokenizer
 from primus_hydra.backends.torchtitan.data import build_step_batches
@@ -59,14 +53,10 @@ class StepMetrics:
 
 class TorchTitanTrainer(StepLoopTrainer):
     backend_args: dict
+    group_of_one = True  # torchtitan's Trainer joins the project's process group, even alone
 
-    def setup(self) -> None:
-        self.device = resolve_device(str(self.cfg.platform.device), self.dist.local_rank)
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
+    def set_up_backend(self) -> None:
         os.environ.setdefault("LOCAL_RANK", str(self.dist.local_rank))  # torchtitan's Trainer names its device by it
-        self.catch_stop_signals()
-        join_process_group(self.device, self.dist, self.cfg.launch.timeout_s)
         path = self.run_dir / JOB_FILE
         if self.dist.is_main:
             write_job_file(self.backend_args, path)
@@ -75,7 +65,7 @@ class TorchTitanTrainer(StepLoopTrainer):
         dist.barrier()
         self.job_config = parse_job_file(path)
 
-    def init(self) -> None:
+    def build(self) -> None:
         import importlib.metadata
 
         from torchtitan.train import Trainer
@@ -94,21 +84,16 @@ class TorchTitanTrainer(StepLoopTrainer):
         measured = not platform_peak and self.device.type == "cpu"  # the patch's measurement: measured again if beaten
         self.mfu_baseline = MfuBaseline(platform_peak or self.titan.metrics_processor.gpu_peak_flops / 1e12,
                                         measured_dtype=torch.float32 if measured else None, remeasure=self.dist.is_main)
-        module = self.cfg.module
-        self.checkpoints = CheckpointManager(Path(module.checkpoint.dir or self.run_dir / "checkpoints"))
-        self.start_step = 0
-        resume = self.resume_spec()
-        path = self.checkpoint_to_resume(resume)
+
+    def restore(self, path: Optional[Path]) -> None:
         if path is not None:
             self._load(path)
-            log.info("resumed from %s at step %d", path, self.start_step)
-        elif module.checkpoint.load:
-            self._load_weights(module.checkpoint.load)
+        elif self.cfg.module.checkpoint.load:
+            self._load_weights(self.cfg.module.checkpoint.load)
+        # torchtitan's step counter and the batches go on from the step the run starts at
         self.titan.step = self.start_step
         self.titan.dataloader.next_step = self.start_step
         self.batches = self.titan.batch_generator(self.titan.dataloader)
-        self.metrics = MetricsLogger(self.run_dir, enabled=self.dist.is_main, tensorboard=module.log.tensorboard,
-                                     log_interval=module.log.interval, resuming=resume is not None or self.restarted)
 
     def cleanup(self, on_error: bool = False) -> None:
         self.close_metrics(on_error)
