@@ -6,25 +6,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from primus_hydra.backends.megatron.keys import MEGATRON_KEYS
+from primus_hydra.backends.torchtitan.keys import TORCHTITAN_KEYS
 from primus_hydra.migrate.emit import same_value
 from primus_hydra.migrate.mapping import GPUS_PER_NODE
 from primus_hydra.migrate.models import MEGATRON_ARCHITECTURE, TRAINING_CHOICES, megatron_architecture, normalized
 from primus_hydra.migrate.primus_yaml import dotted_get as _get
 from primus_hydra.migrate.primus_yaml import plain
 
-MEGATRON_CHECKED = ("micro_batch_size", "global_batch_size", "seq_length", "train_iters", "lr", "min_lr",
-                    "lr_warmup_iters", "lr_decay_iters", "lr_decay_style", "weight_decay", "adam_beta1", "adam_beta2",
-                    "adam_eps", "clip_grad", "tensor_model_parallel_size", "pipeline_model_parallel_size",
-                    "context_parallel_size", "expert_model_parallel_size", "sequence_parallel", "bf16", "fp16",
-                    "mock_data", "max_position_embeddings")
-TORCHTITAN_CHECKED = ("training.steps", "training.local_batch_size", "training.seq_len", "training.global_batch_size",
-                      "training.max_norm", "training.mixed_precision_param", "optimizer.lr", "optimizer.eps",
-                      "optimizer.beta1", "optimizer.beta2", "optimizer.weight_decay", "lr_scheduler.warmup_steps",
-                      "lr_scheduler.decay_type", "lr_scheduler.min_lr_factor", "lr_scheduler.decay_ratio",
-                      "parallelism.tensor_parallel_degree", "parallelism.pipeline_parallel_degree",
-                      "parallelism.context_parallel_degree", "parallelism.expert_parallel_degree",
-                      "parallelism.data_parallel_shard_degree", "parallelism.data_parallel_replicate_degree",
-                      "model.name", "model.flavor")
+# the keys of the backend's table marked checked, and those the backend derives from several canonical keys
+MEGATRON_CHECKED = MEGATRON_KEYS.checked() + ("lr_decay_style", "bf16", "fp16", "mock_data")
+TORCHTITAN_CHECKED = TORCHTITAN_KEYS.checked() + (
+    "training.global_batch_size", "training.mixed_precision_param", "lr_scheduler.decay_type",
+    "lr_scheduler.min_lr_factor", "lr_scheduler.decay_ratio", "parallelism.data_parallel_shard_degree",
+    "parallelism.data_parallel_replicate_degree", "model.name", "model.flavor")
 MAXTEXT_CHECKED = ("steps", "max_target_length", "per_device_batch_size", "ici_tensor_parallelism",
                    "ici_pipeline_parallelism", "dtype", "dataset_type", "learning_rate", "remat_policy", "attention",
                    "model_name", "adam_b1", "adam_b2")

@@ -1,9 +1,10 @@
 """A resolved Primus trainer module as this project's canonical keys.
 
-Each framework has a table of (Primus key path, canonical key, conversion); the model goes through models.py. What
-no table holds is kept: keys the experiment's own `overrides` set, and keys of the model preset, go to
-`backend.extra_args` verbatim (they reach the backend unchanged); keys read only by Primus itself (its launcher,
-logging and extension switches) are listed in the generated file's header with their values.
+The keys a framework takes as they are come from its backend's key table (backends/<name>/keys.py), read in reverse:
+the native name back to the canonical key; the model goes through models.py. What no table holds is kept: keys the
+experiment's own `overrides` set, and keys of the model preset, go to `backend.extra_args` verbatim (they reach the
+backend unchanged); keys read only by Primus itself (its launcher, logging and extension switches) are listed in the
+generated file's header with their values.
 """
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from primus_hydra.backends.extra_args_owners import flatten
+from primus_hydra.backends.key_table import Key, KeyTable
+from primus_hydra.backends.megatron.keys import MEGATRON_KEYS
+from primus_hydra.backends.torchtitan.keys import TORCHTITAN_KEYS
 from primus_hydra.errors import PrimusError
 from primus_hydra.migrate.models import ModelChoice, megatron_model, stem, zoo_models
 from primus_hydra.migrate.primus_yaml import EnvString, EnvValue, TrainerModule, dotted_get, plain, shown
@@ -66,6 +70,16 @@ class Imported:
             converted = value
         self.canonical[canonical] = converted
 
+    def take_keys(self, params: dict, table: KeyTable) -> None:
+        """Every key of a backend's table, from its native name back to the canonical key."""
+        for key in table:
+            self.take(params, key.native, key.canonical, _conversion(key))
+
+
+def _conversion(key: Key) -> Callable:
+    convert = key.kind or _same
+    return convert if key.imports_null else lambda value: _SKIP if value is None else convert(value)
+
 
 _MISSING, _SKIP = object(), object()
 
@@ -93,29 +107,7 @@ def _skip_none(value: Any) -> Any:
     return _SKIP if value is None else value
 
 
-# -- megatron (flat Megatron-LM argument names) ----------------------------------------------------------------
-MEGATRON_KEYS = (
-    ("train_iters", "module.train_iters", _same), ("micro_batch_size", "module.micro_batch_size", _same),
-    ("global_batch_size", "module.global_batch_size", _same), ("seq_length", "module.seq_length", _same),
-    ("lr", "module.lr", float), ("min_lr", "module.min_lr", float),
-    ("lr_warmup_iters", "module.warmup_iters", _same), ("lr_decay_iters", "module.lr_decay_iters", _same),
-    ("weight_decay", "module.weight_decay", float), ("adam_beta1", "module.adam_beta1", float),
-    ("adam_beta2", "module.adam_beta2", float), ("adam_eps", "module.adam_eps", float),
-    ("clip_grad", "module.clip_grad", float), ("seed", "module.seed", _same),
-    ("exit_interval", "module.exit_interval", _same),
-    ("tensor_model_parallel_size", "module.parallel.tp", _same),
-    ("pipeline_model_parallel_size", "module.parallel.pp", _same),
-    ("context_parallel_size", "module.parallel.cp", _same),
-    ("expert_model_parallel_size", "module.parallel.ep", _same),
-    ("sequence_parallel", "module.parallel.sequence_parallel", bool),
-    ("use_torch_fsdp2", "module.parallel.fsdp", bool),
-    ("use_distributed_optimizer", "backend.use_distributed_optimizer", bool),
-    ("num_virtual_stages_per_pipeline_rank", "backend.virtual_stages_per_pipeline_rank", _same),
-    ("tokenizer_type", "backend.tokenizer_type", _same), ("tokenizer_model", "backend.tokenizer_model", _same),
-    ("log_interval", "module.log.interval", _same),
-    ("max_position_embeddings", "model.max_position_embeddings", _skip_none),
-    ("vocab_size", "model.vocab_size", _skip_none), ("num_workers", "module.data.num_workers", _skip_none),
-)
+# -- megatron (flat Megatron-LM argument names: backends/megatron/keys.py) -------------------------------------
 LR_DECAY_STYLES = ("cosine", "linear", "constant")
 MEGATRON_EVAL_ITERS = 100  # Megatron-LM's --eval-iters default, for an experiment that sets only eval_interval
 
@@ -134,8 +126,7 @@ _NO_DATA_PATH = ("mock_data=false without a data path (Primus's trainer reads a 
 
 def map_megatron(module: TrainerModule, imported: Imported) -> None:
     params = module.params
-    for path, canonical, convert in MEGATRON_KEYS:
-        imported.take(params, path, canonical, convert)
+    imported.take_keys(params, MEGATRON_KEYS)
     style = plain(params.get("lr_decay_style", "cosine"))
     imported.consumed.add("lr_decay_style")
     if style in LR_DECAY_STYLES:
@@ -232,24 +223,7 @@ def _megatron_checkpoints(params: dict, imported: Imported) -> None:
 # -- torchtitan (its JobConfig sections) -----------------------------------------------------------------------
 def map_torchtitan(module: TrainerModule, imported: Imported) -> None:
     params = module.params
-    for path, canonical, convert in (
-            ("training.steps", "module.train_iters", _same),
-            ("training.local_batch_size", "module.micro_batch_size", _same),
-            ("training.seq_len", "module.seq_length", _same), ("training.max_norm", "module.clip_grad", float),
-            ("optimizer.lr", "module.lr", float), ("optimizer.eps", "module.adam_eps", float),
-            ("optimizer.beta1", "module.adam_beta1", float), ("optimizer.beta2", "module.adam_beta2", float),
-            ("optimizer.weight_decay", "module.weight_decay", float),
-            ("lr_scheduler.warmup_steps", "module.warmup_iters", _same),
-            ("lr_scheduler.total_steps", "module.lr_decay_iters", _same),
-            ("parallelism.tensor_parallel_degree", "module.parallel.tp", _same),
-            ("parallelism.pipeline_parallel_degree", "module.parallel.pp", _same),
-            ("parallelism.context_parallel_degree", "module.parallel.cp", _same),
-            ("parallelism.expert_parallel_degree", "module.parallel.ep", _same),
-            ("activation_checkpoint.mode", "backend.activation_checkpoint", _same),
-            ("compile.enable", "backend.compile", bool), ("debug.seed", "module.seed", _skip_none),
-            ("metrics.log_freq", "module.log.interval", _same),
-            ("model.hf_assets_path", "backend.tokenizer_path", _skip_none)):
-        imported.take(params, path, canonical, convert)
+    imported.take_keys(params, TORCHTITAN_KEYS)
     lr = number(params, "optimizer.lr", 8e-4, float)
     factor = number(params, "lr_scheduler.min_lr_factor", None, float)
     imported.consumed.add("lr_scheduler.min_lr_factor")
@@ -400,9 +374,8 @@ def maxtext_model(module: TrainerModule, imported: Imported) -> ModelChoice:
 # -- megatron_bridge (flat Megatron names, a recipe for the model) ---------------------------------------------
 def map_megatron_bridge(module: TrainerModule, imported: Imported) -> None:
     params = module.params
-    for path, canonical, convert in MEGATRON_KEYS:
-        if not canonical.startswith(("backend.", "model.")):
-            imported.take(params, path, canonical, convert)
+    megatrons_own = ("backend.", "model.")  # backend=megatron's switches; Bridge's recipe decides the model
+    imported.take_keys(params, KeyTable(key for key in MEGATRON_KEYS if not key.canonical.startswith(megatrons_own)))
     lr = params.get("finetune_lr", params.get("lr"))
     if lr is not None:
         imported.canonical["module.lr"] = number(params, "finetune_lr" if "finetune_lr" in params else "lr", None, float)

@@ -1,6 +1,8 @@
 """The canonical config as Megatron-LM arguments: flat argparse destinations of
 megatron/training/arguments.py (`--disable-bias-linear` is the dest `add_bias_linear`, and so on), the
-namespace Megatron's own `parse_args` would produce. `backend.extra_args` is merged last (the user wins).
+namespace Megatron's own `parse_args` would produce. The keys Megatron takes as they are have their names in
+keys.py (MEGATRON_KEYS, read group by group); the rest is derived here. `backend.extra_args` is merged last (the
+user wins).
 
 Paths that depend on the run directory (save, load, tensorboard_dir) and the mock-data tokenizer are set by the
 build_args patches in patches.py, so that a user can see and switch them off by id.
@@ -10,6 +12,7 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from primus_hydra.backends.external import checkpoint_load_path, merge_extra_args, wants_checkpoints
+from primus_hydra.backends.megatron.keys import MEGATRON_KEYS
 from primus_hydra.config.layout import ParallelLayout
 from primus_hydra.config.model_math import attention_head_dim, shared_expert_ffn_hidden_size
 
@@ -34,7 +37,7 @@ def model_args(model: DictConfig) -> dict:
         "num_attention_heads": model.num_attention_heads,
         "group_query_attention": model.num_kv_heads < model.num_attention_heads,
         "num_query_groups": model.num_kv_heads,
-        "max_position_embeddings": model.max_position_embeddings,
+        **MEGATRON_KEYS.translate(model, "model"),
         "position_embedding_type": "rope",
         "rotary_base": int(model.rope_theta),  # Megatron parses --rotary-base as int
         "rotary_percent": 1.0,
@@ -47,7 +50,6 @@ def model_args(model: DictConfig) -> dict:
         # MLA normalises the q/kv latents (DeepSeek's q_a/kv_a layernorms) through the same switch
         "qk_layernorm": model.qk_norm or model.mla.enabled,
         "init_method_std": model.init_std,
-        "vocab_size": model.vocab_size,
         "make_vocab_size_divisible_by": 128,
         # the presets are dropout-free; Megatron's defaults are 0.1
         "hidden_dropout": 0.0,
@@ -129,13 +131,7 @@ def optimizer_args(m: DictConfig) -> dict:
     """Megatron-core's optimizer names (Megatron-Bridge's OptimizerConfig uses the same ones)."""
     return {
         "optimizer": "adam",  # Megatron's adam is AdamW (decoupled weight decay)
-        "lr": m.lr,
-        "min_lr": m.min_lr,
-        "weight_decay": m.weight_decay,
-        "adam_beta1": m.adam_beta1,
-        "adam_beta2": m.adam_beta2,
-        "adam_eps": m.adam_eps,
-        "clip_grad": m.clip_grad,
+        **MEGATRON_KEYS.translate(m, "optimizer"),
         "bf16": str(m.precision) == "bf16",
         "fp16": False,
     }
@@ -144,25 +140,20 @@ def optimizer_args(m: DictConfig) -> dict:
 def scheduler_args(m: DictConfig) -> dict:
     return {
         "lr_decay_style": str(m.lr_decay_style),
-        "lr_warmup_iters": m.warmup_iters,
+        **MEGATRON_KEYS.translate(m, "scheduler"),
         "lr_decay_iters": m.lr_decay_iters or m.train_iters,
     }
 
 
 def training_args(m: DictConfig) -> dict:
     return {
-        "micro_batch_size": m.micro_batch_size,
-        "global_batch_size": m.global_batch_size,
-        "seq_length": m.seq_length,
-        "train_iters": m.train_iters,
-        "exit_interval": m.get("exit_interval"),
+        **MEGATRON_KEYS.translate(m, "training"),
         # Megatron-LM evaluates every eval_interval steps and after training; eval_iters=0 turns it off
         "eval_interval": m.eval_interval or m.train_iters,
         "eval_iters": m.eval_iters if m.eval_interval else 0,
         "split": str(m.data.split),
         **optimizer_args(m),
         **scheduler_args(m),
-        "seed": m.seed,
     }
 
 
@@ -170,14 +161,10 @@ def parallel_args(cfg: DictConfig, layout: ParallelLayout) -> dict:
     """The job's layout (as prepared) in Megatron's names, and how Megatron runs it."""
     p, backend = cfg.module.parallel, cfg.backend
     args = {
-        "tensor_model_parallel_size": layout.tp,
-        "pipeline_model_parallel_size": layout.pp,
-        "context_parallel_size": layout.cp,
-        "expert_model_parallel_size": layout.ep,
-        "sequence_parallel": p.sequence_parallel,
-        "use_distributed_optimizer": backend.use_distributed_optimizer,
+        **MEGATRON_KEYS.translate(layout, "layout"),
+        **MEGATRON_KEYS.translate(p, "parallel"),
+        **MEGATRON_KEYS.translate(backend, "distributed"),
         "transformer_impl": backend.transformer_impl,
-        "num_virtual_stages_per_pipeline_rank": backend.virtual_stages_per_pipeline_rank,
     }
     for key in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers"):
         if backend.get(key) is not None:
@@ -201,8 +188,7 @@ def data_args(cfg: DictConfig) -> dict:
         # Megatron's --data-path: a prefix of <prefix>.bin / <prefix>.idx, or a blend "weight prefix ..." (source=text:
         # the run dir's indexed copy of the text, patch megatron.args.text_as_indexed)
         "data_path": str(data.path).split() if data.path and str(data.source) == "indexed" else None,
-        "tokenizer_type": backend.tokenizer_type,
-        "tokenizer_model": backend.tokenizer_model,
+        **MEGATRON_KEYS.translate(backend, "tokenizer"),
     }
     if isinstance(num_workers, int):
         args["num_workers"] = num_workers
@@ -218,6 +204,6 @@ def checkpoint_and_logging_args(cfg: DictConfig) -> dict:
         "save_interval": ckpt.interval or None,
         "load": load,
         "finetune": bool(ckpt.load),  # weights only: Megatron skips optimizer/rng state and restarts at iteration 0
-        "log_interval": log.interval,
+        **MEGATRON_KEYS.translate(log, "logging"),
         "tensorboard_dir": None,  # patch megatron.args.tensorboard_path
     }

@@ -4,6 +4,7 @@ compile.enable, lr_scheduler.min_lr_factor, debug.seed, model.hf_assets_path), p
 torchtitan picks an architecture by model.name + model.flavor from its own registry, so `model_args` spells out
 the preset's architecture in torchtitan's TransformerModelArgs / DeepSeekV3ModelArgs names; the trainer will
 apply it over the flavor (Primus's torchtitan.model_override does the same) so that the preset, not the flavor, decides.
+The keys torchtitan takes as they are have their names in keys.py (TORCHTITAN_KEYS, read section by section).
 `backend.extra_args` is merged last, section by section (the user wins).
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ from omegaconf import DictConfig
 
 from primus_hydra.backends.external import merge_extra_args, size_tag
 from primus_hydra.backends.torchtitan.byte_tokenizer import TOKENIZER_DIR
+from primus_hydra.backends.torchtitan.keys import TORCHTITAN_KEYS
 from primus_hydra.config.layout import ParallelLayout
 
 TORCHTITAN_MODEL_NAMES = {"llama": "llama3", "deepseek": "deepseek_v3", "qwen3": "qwen3"}  # by model.family
@@ -32,20 +34,17 @@ def build_torchtitan_job_config(cfg: DictConfig, run_dir, layout: ParallelLayout
             "name": TORCHTITAN_MODEL_NAMES.get(cfg.model.family, cfg.model.family),
             "flavor": backend.flavor or KNOWN_FLAVORS.get(cfg.model.name) or size_tag(cfg.model.name) or cfg.model.name,
         },
-        "optimizer": {
-            "name": "AdamW", "lr": m.lr, "beta1": m.adam_beta1, "beta2": m.adam_beta2,
-            "eps": m.adam_eps, "weight_decay": m.weight_decay,
-        },
+        "optimizer": {"name": "AdamW", **TORCHTITAN_KEYS.translate(m, "optimizer")},
         "lr_scheduler": lr_scheduler_section(m),
         "training": training_section(cfg),
         "parallelism": parallelism_section(cfg, layout),
         "checkpoint": checkpoint_section(cfg),
-        "activation_checkpoint": {"mode": backend.activation_checkpoint},
+        "activation_checkpoint": TORCHTITAN_KEYS.translate(backend, "activation_checkpoint"),
         "compile": {"enable": backend.compile or m.compile},
         # every step's metrics reach the project's metrics.jsonl / TensorBoard (module.log.interval: the console)
         # (its own console line per step stays, plain: the run logs are files)
         "metrics": {"log_freq": 1, "enable_tensorboard": False, "disable_color_printing": True},
-        "debug": {"seed": m.seed},
+        "debug": TORCHTITAN_KEYS.translate(m, "debug"),
         "model_args": model_args_section(cfg.model, m.seq_length),
     }
     # the user's tokenizer, else the byte-level one the trainer writes into the run dir (byte_tokenizer.py)
@@ -56,10 +55,9 @@ def build_torchtitan_job_config(cfg: DictConfig, run_dir, layout: ParallelLayout
 def lr_scheduler_section(m: DictConfig) -> dict:
     style = str(m.lr_decay_style)
     section = {
-        "warmup_steps": m.warmup_iters,
+        **TORCHTITAN_KEYS.translate(m, "lr_scheduler"),  # total_steps null: training.steps
         "decay_type": DECAY_TYPES[style],
         "min_lr_factor": m.min_lr / m.lr,
-        "total_steps": m.lr_decay_iters,  # null: training.steps
     }
     if style == "constant":  # warmup-stable-decay with an empty decay phase is a constant schedule
         section["decay_ratio"] = 0.0
@@ -70,11 +68,8 @@ def training_section(cfg: DictConfig) -> dict:
     m, data = cfg.module, cfg.module.data
     return {
         # torchtitan's local batch is one micro-batch; it accumulates up to global_batch_size
-        "local_batch_size": m.micro_batch_size,
+        **TORCHTITAN_KEYS.translate(m, "training"),
         "global_batch_size": m.global_batch_size,
-        "seq_len": m.seq_length,
-        "steps": m.train_iters,
-        "max_norm": m.clip_grad,
         "mixed_precision_param": "bfloat16" if str(m.precision) == "bf16" else "float32",
         # the trainer's dataloader is the project's own (module.data.source): these two only name it
         "dataset": f"primus_hydra_{data.source}",
@@ -87,10 +82,7 @@ def parallelism_section(cfg: DictConfig, layout: ParallelLayout) -> dict:
     return {
         "data_parallel_replicate_degree": 1 if p.fsdp else dp,
         "data_parallel_shard_degree": dp if p.fsdp else 1,
-        "tensor_parallel_degree": p.tp,
-        "pipeline_parallel_degree": p.pp,
-        "context_parallel_degree": p.cp,
-        "expert_parallel_degree": p.ep,
+        **TORCHTITAN_KEYS.translate(p, "parallelism"),
     }
 
 
