@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig
 
+from primus_hydra.backends.traits import BackendTraits
 from primus_hydra.config.layout import ParallelLayout
 from primus_hydra.config.targets import load_target
 from primus_hydra.distributed_env import DistributedEnv
@@ -57,6 +58,7 @@ class BackendAdapter(ABC):
     distribution: Optional[str] = None  # pip distribution used for version detection
     third_party_dir: Optional[str] = None  # folder name under third_party/ (a source checkout)
     install_hint: str = ""
+    traits: BackendTraits = BackendTraits()  # what code outside the backend's folder asks of it (traits.py)
 
     @property
     def on_cpu(self) -> bool:
@@ -206,9 +208,30 @@ class BackendAdapter(ABC):
         return self.load_trainer_class(stage)
 
 
+def adapter_class(cfg: Any) -> type[BackendAdapter]:
+    """The adapter class backend._target_ names (importing it imports neither torch nor the backend's library)."""
+    return load_target(cfg.backend._target_, "backend._target_")
+
+
 def load_adapter(cfg: DictConfig, layout: ParallelLayout, run_dir: Optional[Path] = None) -> BackendAdapter:
     """The adapter named by backend._target_, for this config and layout."""
-    return load_target(cfg.backend._target_, "backend._target_")(cfg=cfg, layout=layout, run_dir=run_dir)
+    return adapter_class(cfg)(cfg=cfg, layout=layout, run_dir=run_dir)
+
+
+def adapter_class_named(name: str) -> Optional[type[BackendAdapter]]:
+    """The adapter of backend=`name` (e.g. as a checkpoint's meta.json names the backend that wrote it): the class in
+    backends/<name>/adapter.py whose `name` it is; None when no backend has that name."""
+    if not name.isidentifier():
+        return None
+    module_name = f"{__package__}.{name}.adapter"
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name in (module_name, module_name.rpartition(".")[0]):  # no such backend, not a broken adapter
+            return None
+        raise
+    return next((value for value in vars(module).values() if isinstance(value, type)
+                 and issubclass(value, BackendAdapter) and value.name == name), None)
 
 
 def module_findable(name: str, extra_paths: list[str]) -> bool:

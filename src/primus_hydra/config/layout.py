@@ -87,7 +87,19 @@ def parallel_layout(cfg: Any, world_size: int) -> ParallelLayout:
     failures = layout_failures(cfg, world_size)
     if failures:
         raise ConfigValidationError(failures)
+    return unchecked_parallel_layout(cfg, world_size)
+
+
+def unchecked_parallel_layout(cfg: Any, world_size: int) -> ParallelLayout:
+    """The same split, also where it does not fit (a memory estimate, a search starting from a refused layout)."""
     p = cfg.module.parallel
     dp = data_parallel_size(p, world_size)
     return ParallelLayout(world_size=world_size, tp=int(p.tp), pp=int(p.pp), cp=int(p.cp), ep=int(p.ep), dp=dp,
                           grad_accum=gradient_accumulation(cfg.module, dp), fsdp=bool(p.fsdp))
+
+
+def shards_beside_tp(layout: ParallelLayout) -> bool:
+    """FSDP over dp where dp shards beside tp (BackendTraits.dp_shards_beside_tp; the native backend's
+    parallelize.py): asked for (module.parallel.fsdp), or next to TP (FSDP2 on a 2-D mesh); dp = 1 has nothing to
+    shard, and dp > 1 otherwise replicates (DDP)."""
+    return layout.dp > 1 and (layout.fsdp or layout.tp > 1)

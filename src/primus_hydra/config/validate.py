@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from primus_hydra.config.choices import auto_int_failure
 from primus_hydra.config.derived_values import with_typed_sources
 from primus_hydra.config.layout import stage_layers
+from primus_hydra.config.targets import load_target
 from primus_hydra.config.validate_numbers import number_failures
 from primus_hydra.errors import ConfigValidationError
 
@@ -224,9 +225,9 @@ def _learning_rate(cfg: DictConfig, failures: list[str], warnings: list[str]) ->
     if m.lr < m.min_lr:  # lr > 0 is a number rule (config/validate_numbers.py)
         failures.append(f"module.lr={m.lr} is below module.min_lr={m.min_lr}; lr must be >= min_lr")
     if m.warmup_iters > m.train_iters:  # a short smoke run of a long recipe: what Megatron and torchtitan allow too
-        if cfg.backend.name == "torchtitan":  # its scheduler shortens the warmup instead
+        if load_target(cfg.backend._target_, "backend._target_").traits.shortens_long_warmup:  # its adapter's
             warnings.append(f"module.warmup_iters={m.warmup_iters} exceeds module.train_iters={m.train_iters}: "
-                            f"torchtitan shortens its warmup to {m.train_iters} steps")
+                            f"{cfg.backend.name} shortens its warmup to {m.train_iters} steps")
         else:
             warnings.append(f"module.warmup_iters={m.warmup_iters} exceeds module.train_iters={m.train_iters}: "
                             f"the learning rate rises for the whole run and never reaches module.lr={m.lr}")

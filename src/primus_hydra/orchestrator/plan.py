@@ -15,6 +15,7 @@ from typing import Mapping, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from primus_hydra.backends.base import adapter_class
 from primus_hydra.config.choices import AUTO, auto_int, is_auto
 from primus_hydra.config.layout import configured_world_size
 from primus_hydra.config.values import to_plain
@@ -28,8 +29,6 @@ PROBE_DEVICE_MARGIN = 1.15  # a measured peak is raised by this much before it s
 PROBE_HOST_MARGIN = 1.10
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 COMPILE_THREADS_VARIABLE = "TORCHINDUCTOR_COMPILE_THREADS"
-# backend=torch builds each step's batch from (seed, step) in the training process: no DataLoader children.
-BACKENDS_WITHOUT_LOADER_PROCESSES = ("torch",)
 
 
 @dataclass(frozen=True)
@@ -51,7 +50,7 @@ class PlanInputs:
     num_workers: object
     compile: bool
     max_parallel: object
-    backend: str
+    loader_processes: bool  # the backend's batches come from DataLoader worker processes (its adapter's traits)
     estimate_gib: Optional[float]  # None: the model could not be estimated
 
 
@@ -121,13 +120,14 @@ def plan_inputs(cfg: DictConfig, num_gpus: int) -> PlanInputs:
     return PlanInputs(
         nproc_per_node=to_plain(cfg.launch.nproc_per_node), nnodes=nnodes, device=str(cfg.platform.device),
         num_workers=to_plain(cfg.module.data.num_workers), compile=compile_requested(cfg),
-        max_parallel=to_plain(sweep.max_parallel) if sweep is not None else AUTO, backend=str(cfg.backend.name),
+        max_parallel=to_plain(sweep.max_parallel) if sweep is not None else AUTO,
+        loader_processes=adapter_class(cfg).traits.loader_processes,
         estimate_gib=estimate,
     )
 
 
 GENERIC_APP_INPUTS = PlanInputs(nproc_per_node=1, nnodes=1, device="auto", num_workers=0, compile=False,
-                                max_parallel=AUTO, backend="", estimate_gib=None)
+                                max_parallel=AUTO, loader_processes=True, estimate_gib=None)
 
 
 def plan_for_generic_points(sweep_points: int, resources: MachineResources | None = None,
@@ -190,7 +190,7 @@ def plan_from_inputs(inputs: PlanInputs, resources: MachineResources, *, sweep_p
 
     # per-process knobs, for the processes that will really run side by side
     loader = _num_workers(inputs, resources, parallel * nproc, environ)
-    loader_processes = 0 if inputs.backend in BACKENDS_WITHOUT_LOADER_PROCESSES else loader
+    loader_processes = loader if inputs.loader_processes else 0
     host_per_job = nproc * (host_per_process + rules.HOST_GIB_PER_LOADER * loader_processes)
     if auto["sweep.max_parallel"] and loader_processes:
         host_cap = rules.jobs_in_host_memory(resources.ram_available_gib, host_per_job)

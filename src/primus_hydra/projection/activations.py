@@ -95,11 +95,11 @@ def native_layer(model: Any, layer: int, *, tokens: float, tp: int, act_bytes: i
     return tokens * elements * act_bytes
 
 
-def output_layer(model: Any, *, tokens: float, tp: int, sp: bool, backend: str, act_bytes: int,
+def output_layer(model: Any, *, tokens: float, tp: int, sp: bool, native: bool, act_bytes: int,
                  padded_vocab: int) -> float:
-    """The last stage's final norm, output layer and loss for one micro-batch."""
+    """The last stage's final norm, output layer and loss for one micro-batch (native: the native model's)."""
     h = model.hidden_size
-    if backend == "torch":  # final norm (3 h), logits (gathered to the full vocabulary under tp) and log-softmax
+    if native:  # final norm (3 h), logits (gathered to the full vocabulary under tp) and log-softmax
         return tokens * (3 * h * act_bytes + padded_vocab * (act_bytes * (1 + 1 / tp) + 4))
     rep_div = tp if sp else 1
     return tokens * (2 * h * act_bytes / rep_div + 4 * padded_vocab / tp)  # norm in/out; fp32 vocab-parallel logits

@@ -1,12 +1,14 @@
-"""The layout a projection is made for: the config's parallel knobs, read the way each backend applies them."""
+"""The layout a projection is made for: the prepared split of the ranks (config/layout.py), as the backend applies it
+(its adapter's traits, backends/traits.py)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-from primus_hydra.config.layout import data_parallel_size, gradient_accumulation
+from primus_hydra.backends.base import adapter_class, adapter_class_named
+from primus_hydra.backends.traits import BackendTraits
+from primus_hydra.config.layout import ParallelLayout, shards_beside_tp, unchecked_parallel_layout
 
-MEGATRON_LIKE = ("megatron", "megatron_bridge")
 # World sizes beyond real clusters. The largest built for training hold about 200,000 accelerators (2025) and the
 # step-time model (one ring per group, each device's share of its node's NICs, no congestion, no failures) was
 # checked on nothing near that: above LARGE_WORLD a projection is made but comes with a warning (most often a
@@ -14,7 +16,6 @@ MEGATRON_LIKE = ("megatron", "megatron_bridge")
 # (divisors of the node, the smallest-world hint's sizes) grows with it.
 LARGE_WORLD = 1 << 18  # 262,144 ranks
 MAX_WORLD = 1 << 20  # 1,048,576 ranks
-VOCAB_PAD = {"megatron": 128, "megatron_bridge": 128}  # make_vocab_size_divisible_by
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,15 @@ class Layout:
     flash_attention: bool = True  # attention scores are never stored (flash / memory-efficient SDPA, TE)
     first_stage_layers: Optional[int] = None
     last_stage_layers: Optional[int] = None
+    # what the backend does (its adapter's); None: looked up by the backend's name
+    traits: Optional[BackendTraits] = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.traits is None:
+            adapter = adapter_class_named(self.backend)
+            if adapter is None:
+                raise ValueError(f"backend={self.backend}: no backend has this name")
+            object.__setattr__(self, "traits", adapter.traits)
 
     @property
     def etp(self) -> int:
@@ -49,34 +59,26 @@ class Layout:
         return replace(self, **changes)
 
 
-def recompute_of(cfg: Any) -> str:
-    backend = cfg.backend
-    if backend.name in MEGATRON_LIKE:
-        return str(backend.get("recompute_granularity") or "none")
-    if backend.name == "torchtitan":
-        mode = str(backend.activation_checkpoint)
-        return mode if mode in ("none", "selective", "full") else "selective"
-    if backend.name == "maxtext":
-        return "full" if str(backend.remat_policy) == "full" else "selective"
-    return "none"  # backend=torch stores every activation
+def projection_layout(cfg: Any, parallel: ParallelLayout, nproc_per_node: int, traits: BackendTraits) -> Layout:
+    """The prepared split (config/layout.py) as the backend applies it (its traits and its backend.* knobs)."""
+    p, m, backend = cfg.module.parallel, cfg.module, cfg.backend
+    fsdp = shards_beside_tp(parallel) if traits.dp_shards_beside_tp else parallel.fsdp
+    uneven = traits.uneven_pipeline_stages
+    return Layout(
+        backend=str(backend.name), traits=traits, world=parallel.world_size, nproc_per_node=nproc_per_node,
+        tp=parallel.tp, pp=parallel.pp, cp=parallel.cp, ep=parallel.ep, dp=parallel.dp,
+        micro_batch=int(m.micro_batch_size), grad_accum=parallel.grad_accum,
+        vpp=int(backend.get("virtual_stages_per_pipeline_rank") or 1) if traits.interleaved_pipeline else 1,
+        fsdp=fsdp, distributed_optimizer=traits.distributed_optimizer and bool(backend.get("use_distributed_optimizer"))
+        and not fsdp, sequence_parallel=bool(p.sequence_parallel), recompute=traits.recompute_mode(backend),
+        precision=str(m.precision), schedule=str(p.pp_schedule) if str(p.pp_schedule) in traits.pipeline_schedules
+        else "1f1b", flash_attention=str(backend.get("transformer_impl")) != "local",
+        first_stage_layers=backend.get("decoder_first_pipeline_num_layers") if uneven else None,
+        last_stage_layers=backend.get("decoder_last_pipeline_num_layers") if uneven else None,
+    )
 
 
 def layout_from_config(cfg: Any, world: int, nproc_per_node: int) -> Layout:
-    p, m, backend = cfg.module.parallel, cfg.module, cfg.backend
-    dp = data_parallel_size(p, world)
-    name = str(backend.name)
-    megatron = name in MEGATRON_LIKE
-    fsdp = bool(p.fsdp)
-    if name == "torch":  # FSDP2 over dp when asked for, or next to TP (a 2-D mesh: backends/torch/parallelize.py)
-        fsdp = dp > 1 and (fsdp or p.tp > 1)
-    vpp = int(backend.get("virtual_stages_per_pipeline_rank") or 1) if megatron else 1
-    flash = not (megatron and str(backend.get("transformer_impl")) == "local")
-    return Layout(
-        backend=name, world=world, nproc_per_node=nproc_per_node, tp=int(p.tp), pp=int(p.pp), cp=int(p.cp),
-        ep=int(p.ep), dp=dp, micro_batch=int(m.micro_batch_size), grad_accum=gradient_accumulation(m, dp), vpp=vpp,
-        fsdp=fsdp, distributed_optimizer=megatron and bool(backend.get("use_distributed_optimizer")) and not fsdp,
-        sequence_parallel=bool(p.sequence_parallel), recompute=recompute_of(cfg),
-        precision=str(m.precision), schedule=str(p.pp_schedule) if name == "torch" else "1f1b", flash_attention=flash,
-        first_stage_layers=backend.get("decoder_first_pipeline_num_layers") if megatron else None,
-        last_stage_layers=backend.get("decoder_last_pipeline_num_layers") if megatron else None,
-    )
+    """projection_layout of this config's split of `world` ranks (checked or not), for the adapter backend._target_
+    names."""
+    return projection_layout(cfg, unchecked_parallel_layout(cfg, world), nproc_per_node, adapter_class(cfg).traits)

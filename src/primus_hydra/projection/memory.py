@@ -18,7 +18,7 @@ from typing import Any
 from primus_hydra.config.layout import stage_layers
 from primus_hydra.config.model_math import padded_vocab
 from primus_hydra.projection import activations
-from primus_hydra.projection.layout import MEGATRON_LIKE, VOCAB_PAD, Layout
+from primus_hydra.projection.layout import Layout
 from primus_hydra.projection.parameters import (
     RankParameters,
     attention_parameters,
@@ -73,7 +73,8 @@ def _largest_block(model: Any, layout: Layout) -> float:
 
 
 def stage_memory(model: Any, layout: Layout, seq: int, stage: int, layer_ids: list[int], runtime_overhead: float) -> StageMemory:
-    pad = VOCAB_PAD.get(layout.backend)  # None: the backend does not pad
+    traits = layout.traits
+    pad = traits.vocab_pad_multiple
     first, last = stage == 0, stage == layout.pp - 1
     params = rank_parameters(model, tp=layout.tp, ep=layout.ep, layer_ids=layer_ids, first_stage=first,
                              last_stage=last, pp=layout.pp, pad_multiple=pad)
@@ -81,37 +82,36 @@ def stage_memory(model: Any, layout: Layout, seq: int, stage: int, layer_ids: li
     act = activation_bytes(layout)
     bf16 = layout.precision != "fp32"
     overhead = runtime_overhead
-    if layout.backend in MEGATRON_LIKE:
-        weight_bytes = 2 if bf16 else 4
-        opt_bytes = 12 if bf16 else 8
+    weight_bytes, grad_bytes, opt_bytes = traits.state_bytes(layout.precision)
+    if traits.distributed_optimizer:
         if layout.fsdp:
             shard, expert_shard = dp, edp
             weights = params.dense * weight_bytes / shard + params.expert * weight_bytes / expert_shard
-            gradients = params.dense * 4 / shard + params.expert * 4 / expert_shard
+            gradients = params.dense * grad_bytes / shard + params.expert * grad_bytes / expert_shard
             overhead += 2 * _largest_block(model, layout) * weight_bytes  # gathered blocks
         else:
             weights = params.total * weight_bytes
-            gradients = params.total * 4
+            gradients = params.total * grad_bytes
             shard, expert_shard = (dp, edp) if layout.distributed_optimizer else (1, 1)
         optimizer = params.dense * opt_bytes / shard + params.expert * opt_bytes / expert_shard
-    else:  # torch, torchtitan (and the JAX backends, projected with the same FSDP rules)
+    else:  # PyTorch's DDP or FSDP2 (the JAX backends projected with the same rules)
         shard = dp if layout.fsdp else 1
         expert_shard = edp if layout.fsdp else 1
         total_shard = params.dense / shard + params.expert / expert_shard
-        weights, gradients, optimizer = total_shard * 4, total_shard * 4, total_shard * 8
+        weights, gradients, optimizer = total_shard * weight_bytes, total_shard * grad_bytes, total_shard * opt_bytes
         if layout.fsdp:  # gathered blocks (current and prefetched) plus the unsharded root
-            gathered = 4 if layout.backend == "torch" or not bf16 else 2
+            gathered = 2 if bf16 and traits.bf16_parameter_gathers else 4
             vocab = padded_vocab(model.vocab_size, layout.tp, pad) * model.hidden_size
             root = vocab * ((1 if first else 0) + (1 if last and not model.tie_embeddings else 0)) / layout.tp
             overhead += (2 * _largest_block(model, layout) + root) * gathered
         elif layout.dp > 1:
             overhead += params.total * 4  # DDP's gradient buckets
-        if bf16 and layout.backend == "torch":
+        if bf16 and traits.bf16_by_autocast:
             overhead += params.total * 2  # autocast's bf16 weight copies, kept for backward
     tokens = layout.micro_batch * seq / layout.cp
     per_micro_batch = 0.0
     for layer in layer_ids:
-        if layout.backend == "torch":
+        if traits.native_activations:
             per_micro_batch += activations.native_layer(model, layer, tokens=tokens, tp=layout.tp, act_bytes=4 if not bf16 else 3)  # bf16: fp32 residual and norms, bf16 matmul outputs
         else:
             per_micro_batch += activations.megatron_layer(model, layer, tokens=tokens, seq=seq, tp=layout.tp,
@@ -123,16 +123,16 @@ def stage_memory(model: Any, layout: Layout, seq: int, stage: int, layer_ids: li
         stored += activations.megatron_layer(model, layer_ids[-1], tokens=tokens, seq=seq, tp=layout.tp,
                                              sp=layout.sequence_parallel, recompute="none",
                                              flash=layout.flash_attention, act_bytes=act, etp=layout.etp)
-    if first and layout.backend != "torch":
+    if first and not traits.native_activations:
         stored += tokens * model.hidden_size * act * in_flight / (layout.tp if layout.sequence_parallel else 1)
     if last:
         stored += activations.output_layer(model, tokens=tokens, tp=layout.tp, sp=layout.sequence_parallel,
-                                           backend=layout.backend, act_bytes=4 if not bf16 else 2,
+                                           native=traits.native_activations, act_bytes=4 if not bf16 else 2,
                                            padded_vocab=padded_vocab(model.vocab_size, layout.tp, pad))
-    # backend=torch sets gradients to None every step: at the end of the forward pass no gradient exists yet,
+    # gradients set to None every step: at the end of the forward pass no gradient exists yet,
     # at the end of the backward pass every gradient does and the activations are gone (one micro-batch a step)
     without_gradients = 0.0
-    if layout.backend == "torch" and layout.grad_accum == 1:  # with accumulation, gradients outlive micro-batch 1
+    if traits.frees_gradients_between_steps and layout.grad_accum == 1:  # accumulated: they outlive micro-batch 1
         without_gradients = max(weights + optimizer + stored + overhead, weights + optimizer + gradients + overhead)
     return StageMemory(stage, params, weights, gradients, optimizer, stored, overhead, without_gradients)
 

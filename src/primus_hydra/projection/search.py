@@ -1,11 +1,13 @@
 """task.search=true: every layout of the world size, projected, ranked by tokens/s among those that fit.
 
 Candidates: tp over the divisors of nproc_per_node that split the heads; cp (for sequences of 8k tokens and more)
-that halves-divides the sequence; pp over the divisors of the layer count, with virtual stages (megatron) where
-the interleaved schedule applies, and (megatron) powers of two with a lighter first stage where they do not divide; ep over the divisors of the expert count; the data-parallel rest; micro batches
+that halves-divides the sequence; pp over the divisors of the layer count, with virtual stages where the
+interleaved schedule applies, and powers of two with a lighter first stage where they do not divide (both where the
+backend has them, e.g. megatron); ep over the divisors of the expert count; the data-parallel rest; micro batches
 that divide the global batch; the backend's ways of sharding state (megatron: distributed optimizer or FSDP;
 torch and torchtitan: DDP or FSDP2); and the least recompute that fits (recompute only ever slows a step).
-backend=torch gets no cp or ep and pp only alone: what its adapter runs.
+What the backend runs comes from its adapter's traits (backends/traits.py): backend=torch gets no cp or ep and pp
+only alone.
 The cheap rules prune; the ranked layouts are then checked, best first, with the real run's validation
 (orchestrator/prepare.py) until enough pass: the search never proposes a layout a run would refuse.
 When none passes, smallest_fitting_world names the smallest world size at which this same search finds one.
@@ -16,12 +18,12 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
+from primus_hydra.backends.traits import BackendTraits
 from primus_hydra.projection.hardware import GIB, Hardware
-from primus_hydra.projection.layout import MAX_WORLD, MEGATRON_LIKE, Layout
+from primus_hydra.projection.layout import MAX_WORLD, Layout
 from primus_hydra.projection.memory import most_loaded_stage
 from primus_hydra.projection.project import Projection, hardware_overhead, project, workload_of
 
-RECOMPUTE_ORDER = ("none", "selective", "full")
 LONG_SEQUENCE = 8192  # cp is searched from this sequence length on
 
 
@@ -32,14 +34,8 @@ def divisors(n: int, limit: Optional[int] = None) -> list[int]:
     return [d for d in every if d <= (limit or n)]
 
 
-def recompute_choices(backend: str) -> tuple[str, ...]:
-    if backend in MEGATRON_LIKE or backend == "torchtitan":
-        return RECOMPUTE_ORDER
-    return ("none",)
-
-
-def _state_choices(backend: str, dp: int, pp: int, ep: int) -> list[dict]:
-    if backend in MEGATRON_LIKE:
+def _state_choices(traits: BackendTraits, dp: int, pp: int, ep: int) -> list[dict]:
+    if traits.distributed_optimizer:
         choices = [{"fsdp": False, "distributed_optimizer": True}]
         if dp > 1:
             choices.append({"fsdp": False, "distributed_optimizer": False})
@@ -54,47 +50,47 @@ def candidate_layouts(cfg: Any, base: Layout, world: int, *, require_batch_split
     divide (the fit-anywhere search)."""
     work = workload_of(cfg)
     model, gbs, seq = work.model, work.global_batch_size, work.seq_length
-    backend = base.backend
+    traits = base.traits
     heads, kv = model.num_attention_heads, model.num_kv_heads
     for tp in divisors(base.nproc_per_node):
         if heads % tp or (not model.mla.enabled and kv % tp):
             continue
-        for cp in _context_splits(backend, seq):
+        for cp in _context_splits(traits, seq):
             if world % (tp * cp):
                 continue
-            for pp, first in _pipeline_splits(backend, model.num_layers, world // (tp * cp)):
+            for pp, first in _pipeline_splits(traits, model.num_layers, world // (tp * cp)):
                 if world % (tp * cp * pp):
                     continue
                 dp = world // (tp * cp * pp)
-                if backend == "torch" and pp > 1 and (tp > 1 or dp > 1):
-                    continue  # backend=torch runs pp alone (its adapter's rule): cheap to prune, costly to validate
+                if traits.pipeline_alone and pp > 1 and (tp > 1 or dp > 1):
+                    continue  # the adapter's rule: cheap to prune, costly to validate
                 experts = model.moe.num_experts
-                for ep in (divisors(experts) if experts and backend != "torch" else [1]):
+                for ep in (divisors(experts) if experts and traits.expert_parallel else [1]):
                     if (world // pp) % ep:
                         continue
                     for mb in (1, 2, 4, 8, 16):
                         if require_batch_split and gbs % (mb * dp):
                             continue
                         grad_accum = max(1, gbs // (mb * dp))
-                        for vpp in _virtual_stages(backend, model.num_layers, pp, grad_accum) if first is None else [1]:
-                            for state in _state_choices(backend, dp, pp, ep):
+                        for vpp in _virtual_stages(traits, model.num_layers, pp, grad_accum) if first is None else [1]:
+                            for state in _state_choices(traits, dp, pp, ep):
                                 yield base.with_(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, micro_batch=mb,
                                                  grad_accum=grad_accum, vpp=vpp, recompute="none",
-                                                 sequence_parallel=backend in MEGATRON_LIKE and tp > 1,
+                                                 sequence_parallel=traits.sequence_parallel_with_tp and tp > 1,
                                                  first_stage_layers=first, last_stage_layers=None, **state)
 
 
-def _context_splits(backend: str, seq: int) -> list[int]:
-    if backend == "torch":  # backend=torch implements neither cp nor ep (its adapter's rule)
+def _context_splits(traits: BackendTraits, seq: int) -> list[int]:
+    if not traits.context_parallel:
         return [1]
     return [c for c in (1, 2, 4, 8) if c == 1 or (seq >= LONG_SEQUENCE * c // 2 and seq % (2 * c) == 0)]
 
 
-def _pipeline_splits(backend: str, layers: int, most: int) -> list[tuple[int, Optional[int]]]:
-    """(pp, layers of the first stage or None for even stages): the divisors of the layer count, and for megatron the
-    powers of two that do not divide it, with a lighter first stage (it also holds the embedding)."""
+def _pipeline_splits(traits: BackendTraits, layers: int, most: int) -> list[tuple[int, Optional[int]]]:
+    """(pp, layers of the first stage or None for even stages): the divisors of the layer count, and where stages
+    may be uneven the powers of two that do not divide it, with a lighter first stage (it also holds the embedding)."""
     splits: list[tuple[int, Optional[int]]] = [(pp, None) for pp in divisors(layers, min(layers, most))]
-    if backend in MEGATRON_LIKE:
+    if traits.uneven_pipeline_stages:
         pp = 2
         while pp <= min(layers, most):
             per_stage = -(-layers // pp)
@@ -105,8 +101,8 @@ def _pipeline_splits(backend: str, layers: int, most: int) -> list[tuple[int, Op
     return splits
 
 
-def _virtual_stages(backend: str, layers: int, pp: int, grad_accum: int) -> list[int]:
-    if backend not in MEGATRON_LIKE or pp < 2 or grad_accum < pp:
+def _virtual_stages(traits: BackendTraits, layers: int, pp: int, grad_accum: int) -> list[int]:
+    if not traits.interleaved_pipeline or pp < 2 or grad_accum < pp:
         return [1]
     return [v for v in (1, 2, 4, 8) if layers % (pp * v) == 0]
 
@@ -126,7 +122,7 @@ def least_fitting_recompute(cfg: Any, layout: Layout, hardware: Hardware) -> Opt
     """The layout with the least recompute whose most loaded stage fits (Projection.fits, without the step time)."""
     work = workload_of(cfg)
     usable, overhead = hardware.usable_memory_gib * GIB, hardware_overhead(hardware)
-    for recompute in recompute_choices(layout.backend):
+    for recompute in layout.traits.searched_recompute:
         candidate = layout.with_(recompute=recompute)
         if most_loaded_stage(work.model, candidate, work.seq_length, overhead).total <= usable:
             return candidate
@@ -138,16 +134,17 @@ def overrides_for(layout: Layout) -> list[str]:
     out = [f"module.parallel.tp={layout.tp}", f"module.parallel.pp={layout.pp}", f"module.parallel.cp={layout.cp}",
            f"module.parallel.ep={layout.ep}", "module.parallel.dp=auto", f"module.micro_batch_size={layout.micro_batch}",
            f"module.parallel.sequence_parallel={str(layout.sequence_parallel).lower()}"]
-    if layout.backend in MEGATRON_LIKE:
-        out += [f"module.parallel.fsdp={str(layout.fsdp).lower()}",
-                f"backend.use_distributed_optimizer={str(layout.distributed_optimizer).lower()}",
-                f"backend.virtual_stages_per_pipeline_rank={layout.vpp if layout.vpp > 1 else 'null'}",
-                f"backend.decoder_first_pipeline_num_layers={layout.first_stage_layers or 'null'}",
-                f"backend.recompute_granularity={'null' if layout.recompute == 'none' else layout.recompute}"]
-    elif layout.backend == "torchtitan":
-        out += [f"module.parallel.fsdp={str(layout.fsdp).lower()}", f"backend.activation_checkpoint={layout.recompute}"]
-    else:
-        out += [f"module.parallel.fsdp={str(layout.fsdp).lower()}"]
+    traits = layout.traits
+    out.append(f"module.parallel.fsdp={str(layout.fsdp).lower()}")
+    if traits.distributed_optimizer:
+        out.append(f"backend.use_distributed_optimizer={str(layout.distributed_optimizer).lower()}")
+    if traits.interleaved_pipeline:
+        out.append(f"backend.virtual_stages_per_pipeline_rank={layout.vpp if layout.vpp > 1 else 'null'}")
+    if traits.uneven_pipeline_stages:
+        out.append(f"backend.decoder_first_pipeline_num_layers={layout.first_stage_layers or 'null'}")
+    if traits.search_sets_recompute:
+        off = layout.recompute == "none"
+        out.append(f"backend.{traits.recompute_key}={traits.recompute_off if off else layout.recompute}")
     return out
 
 
@@ -204,8 +201,8 @@ def _batch_splitting_worlds(work: Any, base: Layout, max_world: int) -> list[int
     model, nproc = work.model, base.nproc_per_node
     worlds = set()
     for tp in divisors(nproc):
-        for cp in _context_splits(base.backend, work.seq_length):
-            for pp, _ in _pipeline_splits(base.backend, model.num_layers, model.num_layers):
+        for cp in _context_splits(base.traits, work.seq_length):
+            for pp, _ in _pipeline_splits(base.traits, model.num_layers, model.num_layers):
                 for dp in divisors(work.global_batch_size):
                     world = tp * cp * pp * dp
                     if world % nproc == 0 and world <= max_world and world != base.world:

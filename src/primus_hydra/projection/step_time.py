@@ -24,7 +24,7 @@ from primus_hydra.config import model_math
 from primus_hydra.projection import activations
 from primus_hydra.projection.hardware import Hardware
 from primus_hydra.projection.host_ops import step_host_ops
-from primus_hydra.projection.layout import MEGATRON_LIKE, Layout
+from primus_hydra.projection.layout import Layout
 from primus_hydra.projection.memory import StageMemory, activation_bytes
 
 
@@ -121,7 +121,7 @@ def step_time(model: Any, layout: Layout, seq: int, stage: StageMemory, layer_id
             recompute_attention += layer_attention / 3
             recompute_matmul += layer_matmul / 3 if layout.recompute == "full" else 0.0
         stored = (activations.native_layer(model, layer, tokens=tokens, tp=layout.tp, act_bytes=act)
-                  if layout.backend == "torch" else
+                  if layout.traits.native_activations else
                   activations.megatron_layer(model, layer, tokens=tokens, seq=seq, tp=layout.tp,
                                              sp=layout.sequence_parallel, recompute="none",
                                              flash=layout.flash_attention, act_bytes=act, etp=layout.etp))
@@ -161,8 +161,9 @@ def step_time(model: Any, layout: Layout, seq: int, stage: StageMemory, layer_id
     dp_ranks = layout.dp * layout.cp
     dp_bw, dp_lat = _link(hardware, layout, layout.tp, dp_ranks)
     params = stage.parameters
-    grad_bytes = 2 if layout.backend in MEGATRON_LIKE and layout.precision != "fp32" else 4
-    param_bytes = 2 if layout.precision != "fp32" and layout.backend != "torch" else 4
+    bf16 = layout.precision != "fp32"
+    grad_bytes = 2 if bf16 and layout.traits.bf16_gradient_reduction else 4
+    param_bytes = 2 if bf16 and layout.traits.bf16_parameter_gathers else 4
     micro_batch_backward = micro_batch * 2 / 3 if hides else 0.0
     micro_batch_hiding = micro_batch if hides else 0.0
     if layout.fsdp:  # per micro-batch: gather for forward and backward, reduce-scatter the gradients

@@ -73,8 +73,10 @@ class ProjectionTask:
         return data
 
     def _project(self) -> dict:
+        from primus_hydra.backends.base import adapter_class
+        from primus_hydra.config.layout import unchecked_parallel_layout
         from primus_hydra.orchestrator.prepare import HANDOFF, show_warnings
-        from primus_hydra.projection.layout import layout_from_config
+        from primus_hydra.projection.layout import projection_layout
         from primus_hydra.projection.project import project
         from primus_hydra.projection.report import describe
         from primus_hydra.tasks.plan import handed_over_at
@@ -85,7 +87,8 @@ class ProjectionTask:
             show_warnings(job)
         cfg = job.cfg
         world = projected_world_size(cfg)
-        layout = layout_from_config(cfg, world, world_nproc(cfg, world))
+        split = job.layout or unchecked_parallel_layout(cfg, world)  # None: a search from a layout a run refuses
+        layout = projection_layout(cfg, split, world_nproc(cfg, world), adapter_class(cfg).traits)
         hardware = target_hardware(cfg, layout, fresh_measurement=bool(cfg.task.calibrate))
         data, projection = {"configured": None}, None
         if job.layout is not None:  # the configured layout (a search may start from one a run refuses)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from primus_hydra.backends.external import ExternalBackendAdapter
 from primus_hydra.backends.hummingbirdxt.args import build_hummingbirdxt_args
+from primus_hydra.backends.traits import BackendTraits
 
 
 class HummingbirdXTAdapter(ExternalBackendAdapter):
@@ -17,6 +18,7 @@ class HummingbirdXTAdapter(ExternalBackendAdapter):
     )
     stages = ("sft",)
     library = "HummingbirdXT"
+    traits = BackendTraits()
 
     def convert_config(self) -> dict:
         return build_hummingbirdxt_args(self.cfg, self.run_dir)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from primus_hydra.backends.external import ExternalBackendAdapter
 from primus_hydra.backends.maxtext.args import build_maxtext_config
+from primus_hydra.backends.traits import BackendTraits
 
 
 class MaxTextAdapter(ExternalBackendAdapter):
@@ -17,6 +18,7 @@ class MaxTextAdapter(ExternalBackendAdapter):
     )
     stages = ("pretrain",)
     library = "MaxText"
+    traits = BackendTraits(recompute_key="remat_policy")
 
     def convert_config(self) -> dict:
         return build_maxtext_config(self.cfg, self.run_dir, self.layout)

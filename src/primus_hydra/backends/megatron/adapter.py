@@ -23,6 +23,7 @@ from primus_hydra.backends.megatron.megatron_lm import (
     parse_with_megatron,
     version_failure,
 )
+from primus_hydra.backends.traits import RECOMPUTE_MODES, BackendTraits
 from primus_hydra.config.paths import checkpoint_dir_of
 from primus_hydra.config.targets import load_target
 from primus_hydra.errors import BackendUnavailableError, PrimusError
@@ -47,6 +48,14 @@ class MegatronAdapter(ExternalBackendAdapter):
     distribution = "megatron-core"
     third_party_dir = "Megatron-LM"
     install_hint = "Install it with: pip install 'primus-hydra[megatron]' (megatron-core, pinned for your Python)."
+    traits = BackendTraits(
+        interleaved_pipeline=True, uneven_pipeline_stages=True, sequence_parallel_with_tp=True,
+        distributed_optimizer=True, recompute_key="recompute_granularity", recompute_off="null",
+        searched_recompute=RECOMPUTE_MODES, vocab_pad_multiple=128,  # make_vocab_size_divisible_by
+        bf16_state_bytes=(2, 4, 12),  # bf16 weights, fp32 main gradients, fp32 master weights and two Adam moments
+        bf16_gradient_reduction=True,
+        weight_converter="primus_hydra.backends.megatron.dcp_weights.write_native_copy",
+    )
     stages = ("pretrain", "sft")
     library = "megatron-core"
     trainer_classes = {"pretrain": CORE_TRAINER, "sft": CORE_TRAINER}

@@ -11,6 +11,7 @@ from primus_hydra.backends.base import BackendAdapter, BaseTrainer
 from primus_hydra.backends.common.data_sources import data_source_failures, data_source_warnings
 from primus_hydra.backends.common.run_dir_checks import checkpoint_load_warnings, existing_run_failures
 from primus_hydra.backends.torch.args import TorchTrainingArgs
+from primus_hydra.backends.traits import BackendTraits
 from primus_hydra.config.paths import checkpoint_dir_of, writable_dir_failure
 
 
@@ -20,6 +21,12 @@ class TorchAdapter(BackendAdapter):
     distribution = "torch"
     required_modules = ("torch", "numpy")  # the rest of the extra (tqdm, tensorboard, matplotlib) is optional
     install_hint = "Install the torch extra: pip install 'primus-hydra[torch]' (pin torch to your CUDA/ROCm/CPU build)."
+    traits = BackendTraits(
+        context_parallel=False, expert_parallel=False, pipeline_alone=True, pipeline_schedules=("1f1b", "gpipe"),
+        dp_shards_beside_tp=True, bf16_parameter_gathers=False, bf16_by_autocast=True, native_activations=True,
+        frees_gradients_between_steps=True,
+        loader_processes=False,  # each step's batch is built from (seed, step) in the training process
+    )
 
     def validate(self) -> list[str]:
         failures = self._layout_failures()

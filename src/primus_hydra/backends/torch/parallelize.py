@@ -14,6 +14,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from primus_hydra.backends.common.distributed import ParallelState
 from primus_hydra.backends.torch.model import Transformer
+from primus_hydra.config.layout import shards_beside_tp
 
 
 def block_tp_plan() -> dict:
@@ -78,8 +79,7 @@ def apply_fsdp(model: Transformer, state: ParallelState) -> None:
 
 def shards_over_data_parallel(state: ParallelState) -> bool:
     """FSDP2 over dp: asked for, or next to TP (a 2-D mesh); otherwise dp > 1 replicates (DDP)."""
-    layout = state.layout
-    return layout.dp > 1 and (layout.fsdp or layout.tp > 1)
+    return shards_beside_tp(state.layout)
 
 
 def shard(model: Transformer, state: ParallelState) -> Transformer:

@@ -12,6 +12,7 @@ from primus_hydra.backends.external import ExternalBackendAdapter
 from primus_hydra.backends.extra_args_types import dataclass_annotations, extra_args_type_failures
 from primus_hydra.backends.torchtitan.args import TORCHTITAN_MODEL_NAMES, build_torchtitan_job_config
 from primus_hydra.backends.torchtitan.patches import cpu_support_failure
+from primus_hydra.backends.traits import RECOMPUTE_MODES, BackendTraits
 from primus_hydra.config.model_math import shared_expert_ffn_hidden_size
 from primus_hydra.config.paths import checkpoint_dir_of
 from primus_hydra.errors import PrimusError
@@ -29,6 +30,10 @@ class TorchTitanAdapter(ExternalBackendAdapter):
     distribution = "torchtitan"
     third_party_dir = "torchtitan"
     install_hint = "Install it with: pip install 'primus-hydra[torchtitan]' (torchtitan 0.2.2 and triton)."
+    traits = BackendTraits(
+        recompute_key="activation_checkpoint", searched_recompute=RECOMPUTE_MODES, shortens_long_warmup=True,
+        weight_converter="primus_hydra.backends.torchtitan.convert.write_native_copy",
+    )
     stages = ("pretrain",)
     library = "torchtitan"
     trainer_classes = {"pretrain": TRAINER}
