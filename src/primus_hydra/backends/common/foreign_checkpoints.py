@@ -1,36 +1,34 @@
 """Weights of another backend's checkpoint, for `module.checkpoint.load` with backend=torch.
 
-A backend=megatron or backend=torchtitan step (its meta.json says so) is converted once, by rank 0, into a native weights folder under
+A step of a backend whose adapter declares a weight converter (BackendTraits.weight_converter: megatron,
+torchtitan; its meta.json names the backend) is converted once, by rank 0, into a native weights folder under
 `<run_dir>/.primus/converted/`; every rank then loads and reshards it as any native checkpoint, and the folder is
 removed again. Only rank 0 ever holds the whole model, on the CPU, while converting.
 """
 from __future__ import annotations
 
 import contextlib
-import importlib
 import shutil
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 import torch.distributed as dist
 
+from primus_hydra.backends.base import adapter_class_named
 from primus_hydra.backends.common.checkpoint_paths import read_meta
 from primus_hydra.backends.common.distributed import broadcast_from_rank_0
+from primus_hydra.config.targets import load_target
 from primus_hydra.errors import CheckpointError
-
-# the module whose write_native_copy(step, out, model_cfg) converts a step of that backend
-CONVERTERS = {"megatron": "primus_hydra.backends.megatron.dcp_weights",
-              "torchtitan": "primus_hydra.backends.torchtitan.convert"}
 
 
 @contextlib.contextmanager
 def weights_in_native_format(step_dir: Path, run_dir: Path, model_cfg: Any) -> Iterator[Path]:
     """Collective: `step_dir` itself when it is a native checkpoint, else its converted copy while the block runs."""
-    backend = read_meta(step_dir)[0].get("backend")
-    if backend not in CONVERTERS:
+    converter = weight_converter(read_meta(step_dir)[0].get("backend"))
+    if converter is None:
         yield step_dir
         return
-    write_native_copy = importlib.import_module(CONVERTERS[backend]).write_native_copy
+    write_native_copy = load_target(converter, "weight_converter")
 
     out = run_dir / ".primus" / "converted" / step_dir.name
     main = not dist.is_initialized() or dist.get_rank() == 0
@@ -53,6 +51,13 @@ def weights_in_native_format(step_dir: Path, run_dir: Path, model_cfg: Any) -> I
             shutil.rmtree(out, ignore_errors=True)
             with contextlib.suppress(OSError):
                 out.parent.rmdir()  # only when no other conversion is there
+
+
+def weight_converter(backend: Any) -> Optional[str]:
+    """The converter the adapter of the backend that wrote a step declares (BackendTraits.weight_converter); None
+    for a native step, one no backend converts, or a backend this version does not have."""
+    adapter = adapter_class_named(backend) if isinstance(backend, str) else None
+    return adapter.traits.weight_converter if adapter is not None else None
 
 
 def model_object(model_cfg: Any) -> Any:
