@@ -2,7 +2,7 @@
 leaves nothing behind, whatever rejected it. Counted in a real `python -m primus_hydra` process."""
 from __future__ import annotations
 
-import json
+import collections
 import subprocess
 import sys
 
@@ -10,16 +10,17 @@ import pytest
 
 from helpers.cli import clean_env, primus, run_dirs
 
-# Runs the CLI with counters around the functions that validate, plan and lay out a job; prints the counts at exit.
+# Runs the CLI with counters around the functions that validate, plan, lay out and translate a job; every call is
+# one line in $PRIMUS_TEST_COUNTS, from whichever process makes it (the composing one, or a worker forked from it).
 COUNTING = (
-    "import atexit, collections, json, runpy, sys\n"
-    "counts = collections.Counter()\n"
-    "def counted(module, name):\n"
+    "import os, runpy, sys\n"
+    "def counted(module, name, label=None):\n"
     "    import importlib\n"
     "    owner = importlib.import_module(module)\n"
     "    original = getattr(owner, name)\n"
     "    def wrapper(*args, **kwargs):\n"
-    "        counts[name] += 1\n"
+    "        with open(os.environ['PRIMUS_TEST_COUNTS'], 'a') as calls:\n"
+    "            calls.write((label or name) + '\\n')\n"
     "        return original(*args, **kwargs)\n"
     "    setattr(owner, name, wrapper)\n"
     "counted('primus_hydra.orchestrator.prepare', 'validate_config')\n"
@@ -27,7 +28,8 @@ COUNTING = (
     "counted('primus_hydra.orchestrator.prepare', 'prepare')\n"
     "counted('primus_hydra.orchestrator.prepare', 'parallel_layout')\n"
     "counted('primus_hydra.config.layout', 'layout_failures')\n"
-    "atexit.register(lambda: print('COUNTS ' + json.dumps(counts), file=sys.stderr))\n"
+    "counted('primus_hydra.orchestrator.prepare', 'translate', 'translate (prepare)')\n"
+    "counted('primus_hydra.runtime.train_runtime', 'translate', 'translate (worker)')\n"
     "sys.argv = ['primus_hydra', *sys.argv[1:]]\n"
     "runpy.run_module('primus_hydra', run_name='__main__')\n"
 )
@@ -36,11 +38,13 @@ QUICK = ["module.train_iters=2", "module.warmup_iters=0", "module.seq_length=32"
 
 
 def counts_of(tmp_path, *args: str) -> dict:
+    calls = tmp_path / "calls.txt"
+    calls.touch()
     result = subprocess.run([sys.executable, "-c", COUNTING, *args], capture_output=True, text=True, cwd=tmp_path,
-                            env=clean_env({"PRIMUS_OUTPUT_ROOT": str(tmp_path)}), timeout=240)
+                            env=clean_env({"PRIMUS_OUTPUT_ROOT": str(tmp_path), "PRIMUS_TEST_COUNTS": str(calls)}),
+                            timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
-    line = next(line for line in result.stderr.splitlines() if line.startswith("COUNTS "))
-    return json.loads(line[len("COUNTS "):])
+    return dict(collections.Counter(calls.read_text().splitlines()))
 
 
 @pytest.mark.parametrize("args", [
@@ -51,8 +55,9 @@ def counts_of(tmp_path, *args: str) -> dict:
 ], ids=["dry_run", "one_process", "two_workers", "plan"])
 def test_the_composing_process_prepares_the_job_once(tmp_path, args):
     counts = counts_of(tmp_path, *args)
+    translated = {} if args == ["task=plan"] else {"translate (prepare)": 1}  # workers translate nothing
     assert counts == {"prepare": 1, "validate_config": 1, "build_resource_plan": 1, "parallel_layout": 1,
-                      "layout_failures": 1}
+                      "layout_failures": 1, **translated}
 
 
 @pytest.mark.parametrize("args, expected", [
@@ -91,7 +96,7 @@ def test_a_fresh_run_in_an_earlier_runs_dir_is_rejected_before_hydra_writes_ther
 def test_a_basic_sweep_prepares_each_point_once(tmp_path):
     counts = counts_of(tmp_path, "-m", *QUICK, "module.lr=1e-3,2e-3", "hydra/launcher=basic")
     assert counts == {"prepare": 2, "validate_config": 2, "build_resource_plan": 2, "parallel_layout": 2,
-                      "layout_failures": 2}
+                      "layout_failures": 2, "translate (prepare)": 2}
 
 
 def test_a_basic_sweep_with_a_bad_point_stops_before_any_point_runs(tmp_path):

@@ -65,7 +65,7 @@ def prepare_single_run(config: DictConfig) -> None:
     claim_run_dir = getattr(task_class_of(config), "claim_run_dir", lambda *args, **kwargs: None)
     claim_run_dir(config, run_dir, check_only=True)
     job = prepare_job(config, run_dir)
-    claim_run_dir(config, run_dir, placement=job.placement)
+    claim_run_dir(config, run_dir, placement=getattr(job, "placement", None))  # a train job's, decided once
     show_warnings(job)
     HANDOFF.give(run_dir, job)
 
