@@ -12,11 +12,10 @@ import sys
 from pathlib import Path
 
 from helpers.cli import clean_env
+from helpers.overrides import QUIET_LOGS, SMALL_BATCHES
 from helpers.slurm_cluster import wait_until
 
-FAST = ["module.warmup_iters=0", "module.micro_batch_size=4", "module.global_batch_size=8", "module.seq_length=64",
-        "module.log.interval=1", "module.log.tensorboard=false", "module.log.plot=false",
-        "module.log.progress_bar=false", "module.checkpoint.save_final=false"]
+FAST = ["module.warmup_iters=0", *SMALL_BATCHES, "module.log.interval=1", *QUIET_LOGS, "module.checkpoint.save_final=false"]
 SLURM = ["platform=slurm", "hydra.launcher.poll_interval_s=0.5", "hydra.launcher.timeout_min=10"]
 JOB_TIMEOUT_S = 240
 LONGER_STEPS = ["module.seq_length=128"]  # so that a preemption or requeue lands mid-run

@@ -13,13 +13,14 @@ from helpers.cli import error_lines, primus, primus_reporting_torch
 from helpers.compose import compose_primus
 from helpers.curves import assert_same_curve, losses
 from helpers.libraries import needs_megatron_core, needs_torchtitan
+from helpers.overrides import QUIET_LOGS
 from primus_hydra.config.model_math import count_parameters
 
 pytestmark = [pytest.mark.slow, needs_megatron_core, needs_torchtitan]
 
 TINY = ["model=llama_tiny", "module.train_iters=2", "module.warmup_iters=1", "module.micro_batch_size=2",
         "module.global_batch_size=2", "module.seq_length=32", "module.data.source=mock", "module.log.interval=1",
-        "module.log.tensorboard=false", "module.log.plot=false", "module.checkpoint.interval=0"]
+        *QUIET_LOGS, "module.checkpoint.interval=0"]
 
 
 @pytest.fixture(scope="module")

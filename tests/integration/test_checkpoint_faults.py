@@ -15,14 +15,15 @@ import pytest
 
 from helpers.cli import primus
 from helpers.compose import run_job
+from helpers.overrides import QUIET_LOGS
 from primus_hydra.backends.common.checkpoint import CheckpointManager
 from primus_hydra.backends.common.metrics import read_metrics
 from primus_hydra.errors import CheckpointError, ConfigValidationError
 
 # llama_tiny cut to one layer (0.86M parameters: 10.3 MB checkpoints), 3 steps of 8 x 32 tokens, a checkpoint after each
 SMALL = ["model.num_layers=1", "module.train_iters=3", "module.warmup_iters=1", "module.micro_batch_size=2",
-         "module.global_batch_size=8", "module.seq_length=32", "module.log.interval=1", "module.log.tensorboard=false",
-         "module.log.plot=false", "module.log.progress_bar=false", "module.checkpoint.interval=1"]
+         "module.global_batch_size=8", "module.seq_length=32", "module.log.interval=1", *QUIET_LOGS,
+         "module.checkpoint.interval=1"]
 AUTO = "module.checkpoint.resume=auto"
 
 

@@ -16,11 +16,12 @@ import pytest
 import yaml
 
 from helpers.compose import PYTHON, REPO
+from helpers.overrides import QUIET_LOGS
 
 pytestmark = pytest.mark.slow  # every test here trains for real
 
-FAST = ["module.train_iters=2", "module.warmup_iters=0", "module.log.interval=1", "module.log.plot=false",
-        "module.log.tensorboard=false", "module.log.progress_bar=false", "module.checkpoint.save_final=false"]
+FAST = ["module.train_iters=2", "module.warmup_iters=0", "module.log.interval=1", *QUIET_LOGS,
+        "module.checkpoint.save_final=false"]
 DIVERGES = "1e9"  # module.lr that turns the loss to NaN at step 2: a TrainingDivergedError, the user's to fix
 
 

@@ -14,15 +14,12 @@ from pathlib import Path
 import pytest
 
 from helpers.compose import PYTHON, REPO
+from helpers.overrides import QUIET_LOGS
 
 pytestmark = pytest.mark.slow  # every test here trains or runs real processes for seconds
 
-FAST = [
-    "hydra/launcher=primus_local",
-    "module.train_iters=3", "module.warmup_iters=1", "module.log.interval=1",
-    "module.log.plot=false", "module.log.tensorboard=false", "module.log.progress_bar=false",
-    "module.checkpoint.save_final=false", "platform.peak_tflops_per_device=1.0",
-]
+FAST = ["hydra/launcher=primus_local", "module.train_iters=3", "module.warmup_iters=1", "module.log.interval=1",
+        *QUIET_LOGS, "module.checkpoint.save_final=false", "platform.peak_tflops_per_device=1.0"]
 
 
 def sweep(tmp_path: Path, *overrides: str, vcpus: int = 2, timeout: float = 120) -> subprocess.CompletedProcess:

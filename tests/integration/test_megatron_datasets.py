@@ -14,12 +14,11 @@ from helpers.cli import primus
 from helpers.curves import assert_same_curve, losses
 from helpers.indexed_data import write_indexed
 from helpers.libraries import needs_megatron_core
+from helpers.overrides import SHORT_RUN
 
 pytestmark = [pytest.mark.slow, needs_megatron_core]
 
-QUICK = ["model=llama_tiny", "module.train_iters=5", "module.warmup_iters=2", "module.micro_batch_size=4",
-         "module.global_batch_size=8", "module.seq_length=64", "module.log.interval=1", "module.log.tensorboard=false",
-         "module.log.plot=false", "module.checkpoint.interval=0", "module.checkpoint.save_final=false"]
+QUICK = SHORT_RUN
 
 
 def train(run_dir: Path, *args: str) -> tuple[dict[int, float], str]:

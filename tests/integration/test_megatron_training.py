@@ -13,13 +13,11 @@ import pytest
 from helpers.cli import primus
 from helpers.curves import assert_same_curve, eval_losses, losses
 from helpers.libraries import needs_megatron_core
+from helpers.overrides import SHORT_RUN
 
 pytestmark = [pytest.mark.slow, needs_megatron_core]
 
-QUICK = ["module.train_iters=5", "module.warmup_iters=2", "module.micro_batch_size=4", "module.global_batch_size=8",
-         "module.seq_length=64", "module.log.interval=1", "module.log.tensorboard=false", "module.log.plot=false",
-         "module.checkpoint.interval=0", "module.checkpoint.save_final=false", "module.eval_interval=5",
-         "module.eval_iters=2"]
+QUICK = [*SHORT_RUN, "module.eval_interval=5", "module.eval_iters=2"]
 # GQA (8 heads, 4 groups), RoPE, SwiGLU, untied embeddings; the third also ties them and changes the norm eps; the
 # last reads mock batches instead of the default text. Cross-backend runs read backend=torch's own batches.
 SAME_BATCHES = "backend.dataset=native"

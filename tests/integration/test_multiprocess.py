@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from helpers.curves import assert_same_curve, eval_losses, losses
+from helpers.overrides import NO_CHECKPOINTS, QUIET_LOGS
 
 pytestmark = pytest.mark.slow  # every test here trains or runs real processes for seconds
 
 SMALL = ["module.warmup_iters=1", "module.micro_batch_size=2", "module.global_batch_size=8", "module.seq_length=32",
-         "module.log.interval=1", "module.log.tensorboard=false", "module.log.plot=false", "module.checkpoint.interval=0",
-         "module.checkpoint.save_final=false", "module.eval_interval=3", "module.eval_iters=2"]
+         "module.log.interval=1", *QUIET_LOGS, *NO_CHECKPOINTS, "module.eval_interval=3", "module.eval_iters=2"]
 LAYOUTS = {
     "dp2": ["launch.nproc_per_node=2"],
     "fsdp2": ["launch.nproc_per_node=2", "module.parallel.fsdp=true"],

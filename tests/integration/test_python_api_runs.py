@@ -16,13 +16,10 @@ from hydra.experimental.callback import Callback
 
 import primus_hydra
 from helpers.cli import clean_env, primus
+from helpers.overrides import QUIET_LOGS, SMALL_BATCHES
 from primus_hydra.errors import PrimusError
 
-FAST = [
-    "module.seq_length=64", "module.micro_batch_size=4", "module.global_batch_size=8", "module.warmup_iters=2",
-    "module.log.tensorboard=false", "module.log.plot=false", "module.log.progress_bar=false",
-    "module.checkpoint.save_final=false",
-]
+FAST = [*SMALL_BATCHES, "module.warmup_iters=2", *QUIET_LOGS, "module.checkpoint.save_final=false"]
 
 
 def _printed_by(code: str, cwd: Path) -> str:

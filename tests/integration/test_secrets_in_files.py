@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from helpers.cli import primus, run_dirs
+from helpers.overrides import NO_CHECKPOINTS, QUIET_LOGS
 
 pytestmark = pytest.mark.slow  # every test here trains or runs real processes for seconds
 
 TOKEN = "hf_integration_test_token_5f3a9c"
 LITERAL = "wandb-literal-key-77e1"
 TINY = ["model=llama_tiny", "module.train_iters=2", "module.warmup_iters=0", "module.seq_length=16",
-        "module.micro_batch_size=1", "module.global_batch_size=2", "module.log.tensorboard=false",
-        "module.log.plot=false", "module.checkpoint.interval=0", "module.checkpoint.save_final=false",
+        "module.micro_batch_size=1", "module.global_batch_size=2", *QUIET_LOGS, *NO_CHECKPOINTS,
         "platform.peak_tflops_per_device=1.0"]
 SECRETS = ["+platform.env.HUGGING_FACE_HUB_TOKEN=${oc.env:HF_TOKEN}", f"+platform.env.WANDB_API_KEY={LITERAL}"]
 HYDRA_RECORDS = {".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml"}

@@ -10,12 +10,11 @@ import pytest
 
 import primus_hydra
 from helpers.cli import error_lines, primus, primus_reporting_torch, run_dirs
+from helpers.overrides import TINY_RUN
 from primus_hydra.backends.cpu_peak_cache import cache_key
 from primus_hydra.errors import PatchError
 
-TINY = ["module.train_iters=2", "module.warmup_iters=0", "module.seq_length=32", "module.micro_batch_size=2",
-        "module.global_batch_size=2", "module.log.tensorboard=false", "module.log.plot=false",
-        "module.log.progress_bar=false", "module.checkpoint.save_final=false"]
+TINY = TINY_RUN
 
 
 def write_experiment(conf_dir, name: str, text: str) -> None:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from helpers.compose import run_job
+from helpers.overrides import QUIET_LOGS, SMALL_BATCHES
 from primus_hydra.backends.common.checkpoint import CheckpointManager
 from primus_hydra.backends.common.metrics import read_metrics
 from primus_hydra.errors import CheckpointError, ConfigValidationError, DataError, PrimusError
@@ -15,10 +16,7 @@ from primus_hydra.errors import CheckpointError, ConfigValidationError, DataErro
 pytestmark = pytest.mark.slow  # every test here trains or runs real processes for seconds
 
 # small and fast: 2 micro-batches of 4 x 64 tokens per step
-FAST = [
-    "module.seq_length=64", "module.micro_batch_size=4", "module.global_batch_size=8", "module.warmup_iters=2",
-    "module.log.tensorboard=false", "module.log.plot=false", "module.log.progress_bar=false", "module.checkpoint.interval=0",
-]
+FAST = [*SMALL_BATCHES, "module.warmup_iters=2", *QUIET_LOGS, "module.checkpoint.interval=0"]
 
 
 def train(compose_config, run_dir: Path, *overrides: str):

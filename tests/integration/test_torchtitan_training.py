@@ -15,13 +15,11 @@ import pytest
 from helpers.cli import primus
 from helpers.curves import assert_same_curve, eval_losses, losses
 from helpers.libraries import needs_torchtitan
+from helpers.overrides import SHORT_RUN
 
 pytestmark = [pytest.mark.slow, needs_torchtitan]
 
-QUICK = ["model=llama_tiny", "module.train_iters=5", "module.warmup_iters=2", "module.micro_batch_size=4",
-         "module.global_batch_size=8", "module.seq_length=64", "module.log.interval=1", "module.log.tensorboard=false",
-         "module.log.plot=false", "module.checkpoint.interval=0", "module.checkpoint.save_final=false",
-         "module.weight_decay=0", "module.eval_interval=5", "module.eval_iters=2"]
+QUICK = [*SHORT_RUN, "module.weight_decay=0", "module.eval_interval=5", "module.eval_iters=2"]
 QWEN3_TINY = ["model=qwen3_8b", "model.num_layers=2", "model.hidden_size=128", "model.num_attention_heads=4",
               "model.num_kv_heads=2", "model.head_dim=32", "model.ffn_hidden_size=256", "model.vocab_size=256"]
 

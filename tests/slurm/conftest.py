@@ -1,10 +1,17 @@
-"""Fixtures of the Slurm tier: the local loss curve every Slurm job must reproduce."""
+"""Fixtures of the Slurm tier: every test needs the cluster (skipped without one, see helpers/slurm_cluster.py);
+the local loss curve every Slurm job must reproduce."""
 from __future__ import annotations
 
 import pytest
 
 from helpers.curves import losses
+from helpers.slurm_cluster import require_slurm
 from helpers.slurm_runs import FAST, primus
+
+
+@pytest.fixture(autouse=True)
+def _cluster():
+    require_slurm()
 
 
 @pytest.fixture(scope="module")

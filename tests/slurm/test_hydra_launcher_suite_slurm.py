@@ -6,16 +6,10 @@ import pytest
 from hydra.test_utils.launcher_common_tests import IntegrationTestSuite, LauncherTestSuite
 
 from helpers.hydra_state import unspecified_version_base  # noqa: F401 (an autouse fixture)
-from helpers.slurm_cluster import require_slurm
 
 pytestmark = pytest.mark.slow
 
 CLUSTER = ["hydra.launcher.timeout_min=5", "hydra.launcher.cpus_per_task=1"]
-
-
-@pytest.fixture(autouse=True)
-def _cluster():
-    require_slurm()
 
 
 @pytest.mark.parametrize("launcher_name, overrides", [("primus_slurm", CLUSTER)])

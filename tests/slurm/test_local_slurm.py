@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from helpers.slurm_cluster import LOCAL_SLURM, require_slurm, sacct_state, slurm_conf_path, squeue_job_ids, wait_until
+from helpers.slurm_cluster import LOCAL_SLURM, sacct_state, slurm_conf_path, squeue_job_ids, wait_until
 
 
 @pytest.fixture
 def slurm():
-    require_slurm()
     return slurm_conf_path()
 
 

@@ -18,15 +18,10 @@ import pytest
 
 from helpers.curves import assert_same_curve, losses
 from helpers.libraries import needs_megatron_core, needs_torchtitan
-from helpers.slurm_cluster import require_slurm, sacct_state, squeue_job_ids, wait_until
+from helpers.slurm_cluster import sacct_state, squeue_job_ids, wait_until
 from helpers.slurm_runs import FAST, JOB_TIMEOUT_S, LONGER_STEPS, SLURM, accounted_job_ids, primus, submission
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
-
-
-@pytest.fixture(autouse=True)
-def _cluster():
-    require_slurm()
 
 
 SHAPES = {

@@ -17,7 +17,7 @@ import pytest
 
 from helpers.cli import error_lines
 from helpers.curves import assert_same_curve, losses
-from helpers.slurm_cluster import failed_node, require_slurm, sacct_state, slurm_conf_path, squeue_job_ids, wait_until
+from helpers.slurm_cluster import failed_node, sacct_state, slurm_conf_path, squeue_job_ids, wait_until
 from helpers.slurm_runs import (
     FAST,
     HELD_IN_QUEUE,
@@ -32,11 +32,6 @@ from helpers.slurm_runs import (
 )
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
-
-
-@pytest.fixture(autouse=True)
-def _cluster():
-    require_slurm()
 
 
 def queue_state(job_id: str) -> str:

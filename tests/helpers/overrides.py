@@ -1,0 +1,16 @@
+"""The overrides the tests that train share: a quiet run dir, small batches, no checkpoints, and two short runs made
+of them. A test adds what it needs after these (the last value of a key wins)."""
+from __future__ import annotations
+
+# no TensorBoard files, no loss plot, no progress bar: the run dir holds what the test reads
+QUIET_LOGS = ["module.log.tensorboard=false", "module.log.plot=false", "module.log.progress_bar=false"]
+# 8 sequences of 64 tokens per step, in micro batches of 4
+SMALL_BATCHES = ["module.micro_batch_size=4", "module.global_batch_size=8", "module.seq_length=64"]
+NO_CHECKPOINTS = ["module.checkpoint.interval=0", "module.checkpoint.save_final=false"]
+
+# five steps of llama_tiny on small batches, a log line at every step: a loss curve in seconds
+SHORT_RUN = ["model=llama_tiny", "module.train_iters=5", "module.warmup_iters=2", *SMALL_BATCHES,
+             "module.log.interval=1", *QUIET_LOGS, *NO_CHECKPOINTS]
+# two steps of 2 sequences of 32 tokens: a run that only has to start and finish
+TINY_RUN = ["module.train_iters=2", "module.warmup_iters=0", "module.seq_length=32", "module.micro_batch_size=2",
+            "module.global_batch_size=2", *QUIET_LOGS, "module.checkpoint.save_final=false"]
