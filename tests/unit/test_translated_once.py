@@ -4,6 +4,7 @@ were made for another release of its library or another config (backends/transla
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import logging
 
 import pytest
@@ -76,7 +77,15 @@ def test_the_dry_run_writes_the_job_config_its_workers_would_get(compose_config,
     assert shipped == yaml.safe_load((tmp_path / "run" / DRY_RUN_FILE).read_text())
     assert shipped["tokenizer_type"] == "NullTokenizer"  # after the build_args patches (megatron.args.mock_data)
     assert "megatron.args.mock_data" in document["translated"]["patches"]
+    assert document["translated"]["for"]["library_version"] == installed_version("megatron-core")  # for the gate
     assert document["prepared"]["placement"] == "this_process"
+
+
+def installed_version(distribution):
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def test_typed_arguments_come_back_from_their_plain_form(compose_config, tmp_path):
