@@ -1,17 +1,45 @@
 """Weights between the native model (backend=torch) and megatron-core's GPTModel, both ways, as full (unsharded)
 state dicts. Pure tensor shuffling: no megatron import.
 
-Megatron stores attention as one `linear_qkv` whose rows go query group by query group ([the group's query heads,
-its key head, its value head]), and SwiGLU as one `linear_fc1` = [gate (w1); up (w3)]. Routed experts are
-SequentialMLP's `local_experts.<e>`; the native model stacks them in (experts, ...) tensors.
+One table (`weight_table`) lists, for a model, which native weights become which Megatron weights and how; each
+direction reads it, so the two cannot drift apart. Megatron stores attention as one `linear_qkv` whose rows go query
+group by query group ([the group's query heads, its key head, its value head]), and SwiGLU as one `linear_fc1` =
+[gate (w1); up (w3)]. Routed experts are SequentialMLP's `local_experts.<e>`; the native model stacks them in
+(experts, ...) tensors.
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
 import torch
 
-_LAYER = "decoder.layers.{i}."
+Tensors = Sequence[torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Move:
+    """Native weights that become Megatron weights: `to_megatron` and `to_native` are each other's inverse."""
+
+    native: tuple[str, ...]
+    megatron: tuple[str, ...]
+    to_megatron: Callable[[Tensors], Tensors] = tuple
+    to_native: Callable[[Tensors], Tensors] = tuple
+    optional: bool = False  # moved only where the source state has it (a router's expert bias, shared experts)
+
+
+def _renamed(native: str, megatron: str, optional: bool = False) -> Move:
+    return Move((native,), (megatron,), optional=optional)
+
+
+def _vocabulary_rows(native: str, megatron: str, vocab: int) -> Move:
+    """One row per token; read back, Megatron's padding rows (pad_vocabulary) are dropped."""
+    return Move((native,), (megatron,), to_native=lambda t: (t[0][:vocab],))
+
+
+def _swiglu(native_gate: str, native_up: str, megatron: str, optional: bool = False) -> Move:
+    return Move((native_gate, native_up), (megatron,), lambda t: (torch.cat(list(t)),), lambda t: t[0].chunk(2),
+                optional=optional)
 
 
 def _qkv(wq: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor, groups: int) -> torch.Tensor:
@@ -30,94 +58,84 @@ def _split_qkv(qkv: torch.Tensor, groups: int, head_dim: int, heads: int) -> tup
     return tuple(t.reshape(-1, *qkv.shape[1:]) for t in (q, k, v))
 
 
+def _fused_qkv(native_prefix: str, megatron: str, suffix: str, model: Any) -> Move:
+    groups, heads = model.num_kv_heads, model.num_attention_heads
+    head_dim = model.head_dim or model.hidden_size // heads
+    return Move(tuple(f"{native_prefix}{name}.{suffix}" for name in ("wq", "wk", "wv")), (megatron,),
+                lambda t: (_qkv(*t, groups),), lambda t: _split_qkv(t[0], groups, head_dim, heads))
+
+
+def _routed_experts(ffn: str, mlp: str, experts: int) -> list[Move]:
+    """The native (experts, ...) stacks of w1 / w3 / w2 as each local expert's fused linear_fc1 and linear_fc2."""
+    local = [f"{mlp}experts.local_experts.{e}." for e in range(experts)]
+
+    def fc1_to_native(fused: Tensors) -> Tensors:
+        gates_ups = [t.chunk(2) for t in fused]
+        return torch.stack([gate for gate, _ in gates_ups]), torch.stack([up for _, up in gates_ups])
+
+    return [Move((ffn + "w1", ffn + "w3"), tuple(name + "linear_fc1.weight" for name in local),
+                 lambda t: tuple(torch.cat([t[0][e], t[1][e]]) for e in range(experts)), fc1_to_native),
+            Move((ffn + "w2",), tuple(name + "linear_fc2.weight" for name in local),
+                 lambda t: tuple(t[0][e] for e in range(experts)), lambda t: (torch.stack(list(t)),))]
+
+
 def _is_moe_layer(model: Any, index: int) -> bool:
     return model.moe.num_experts > 0 and index >= model.moe.first_dense_layers
 
 
-def native_to_megatron(state: dict[str, torch.Tensor], model: Any) -> dict[str, torch.Tensor]:
-    """The native model's state dict (names of backends/torch/model.py) under megatron-core's GPTModel names."""
+def _layer_moves(model: Any, i: int) -> list[Move]:
+    src, dst = f"layers.{i}.", f"decoder.layers.{i}."
+    attn, ffn, mlp = src + "attention.", src + "feed_forward.", dst + "mlp."
+    moves = [_renamed(src + "attention_norm.weight", dst + "input_layernorm.weight"),
+             _fused_qkv(attn, dst + "self_attention.linear_qkv.weight", "weight", model)]
+    if model.qkv_bias:
+        moves.append(_fused_qkv(attn, dst + "self_attention.linear_qkv.bias", "bias", model))
+    if model.qk_norm:
+        moves += [_renamed(attn + "q_norm.weight", dst + "self_attention.q_layernorm.weight"),
+                  _renamed(attn + "k_norm.weight", dst + "self_attention.k_layernorm.weight")]
+    moves += [_renamed(attn + "wo.weight", dst + "self_attention.linear_proj.weight"),
+              _renamed(src + "ffn_norm.weight", dst + "pre_mlp_layernorm.weight")]
+    if not _is_moe_layer(model, i):
+        return moves + [_swiglu(ffn + "w1.weight", ffn + "w3.weight", mlp + "linear_fc1.weight"),
+                        _renamed(ffn + "w2.weight", mlp + "linear_fc2.weight")]
+    return moves + [_renamed(ffn + "router.weight", mlp + "router.weight"),
+                    _renamed(ffn + "expert_bias", mlp + "router.expert_bias", optional=True),
+                    *_routed_experts(ffn, mlp, model.moe.num_experts),
+                    _swiglu(ffn + "shared.w1.weight", ffn + "shared.w3.weight",
+                            mlp + "shared_experts.linear_fc1.weight", optional=True),
+                    _renamed(ffn + "shared.w2.weight", mlp + "shared_experts.linear_fc2.weight", optional=True)]
+
+
+def weight_table(model: Any) -> list[Move]:
+    """Every weight of the model, from its native name to its megatron-core GPTModel name."""
     if model.mla.enabled:
         raise ValueError(f"model={model.name}: converting multi-latent attention weights is not supported yet")
-    groups = model.num_kv_heads
-    out = {"embedding.word_embeddings.weight": state["tok_embeddings.weight"],
-           "decoder.final_layernorm.weight": state["norm.weight"]}
+    moves = [_vocabulary_rows("tok_embeddings.weight", "embedding.word_embeddings.weight", model.vocab_size),
+             _renamed("norm.weight", "decoder.final_layernorm.weight")]
     if not model.tie_embeddings:
-        out["output_layer.weight"] = state["output.weight"]
+        moves.append(_vocabulary_rows("output.weight", "output_layer.weight", model.vocab_size))
     for i in range(model.num_layers):
-        src, dst = f"layers.{i}.", _LAYER.format(i=i)
-        attn = src + "attention."
-        out[dst + "input_layernorm.weight"] = state[src + "attention_norm.weight"]
-        out[dst + "self_attention.linear_qkv.weight"] = _qkv(state[attn + "wq.weight"], state[attn + "wk.weight"],
-                                                             state[attn + "wv.weight"], groups)
-        if model.qkv_bias:
-            out[dst + "self_attention.linear_qkv.bias"] = _qkv(state[attn + "wq.bias"], state[attn + "wk.bias"],
-                                                               state[attn + "wv.bias"], groups)
-        if model.qk_norm:
-            out[dst + "self_attention.q_layernorm.weight"] = state[attn + "q_norm.weight"]
-            out[dst + "self_attention.k_layernorm.weight"] = state[attn + "k_norm.weight"]
-        out[dst + "self_attention.linear_proj.weight"] = state[attn + "wo.weight"]
-        out[dst + "pre_mlp_layernorm.weight"] = state[src + "ffn_norm.weight"]
-        ffn = src + "feed_forward."
-        if not _is_moe_layer(model, i):
-            out[dst + "mlp.linear_fc1.weight"] = torch.cat([state[ffn + "w1.weight"], state[ffn + "w3.weight"]])
-            out[dst + "mlp.linear_fc2.weight"] = state[ffn + "w2.weight"]
+        moves += _layer_moves(model, i)
+    return moves
+
+
+def native_to_megatron(state: dict[str, torch.Tensor], model: Any) -> dict[str, torch.Tensor]:
+    """The native model's state dict (names of backends/torch/model.py) under megatron-core's GPTModel names."""
+    out: dict[str, torch.Tensor] = {}
+    for move in weight_table(model):
+        if move.optional and move.native[0] not in state:
             continue
-        out[dst + "mlp.router.weight"] = state[ffn + "router.weight"]
-        if ffn + "expert_bias" in state:
-            out[dst + "mlp.router.expert_bias"] = state[ffn + "expert_bias"]
-        for e in range(model.moe.num_experts):
-            expert = dst + f"mlp.experts.local_experts.{e}."
-            out[expert + "linear_fc1.weight"] = torch.cat([state[ffn + "w1"][e], state[ffn + "w3"][e]])
-            out[expert + "linear_fc2.weight"] = state[ffn + "w2"][e]
-        if ffn + "shared.w1.weight" in state:
-            out[dst + "mlp.shared_experts.linear_fc1.weight"] = torch.cat([state[ffn + "shared.w1.weight"],
-                                                                           state[ffn + "shared.w3.weight"]])
-            out[dst + "mlp.shared_experts.linear_fc2.weight"] = state[ffn + "shared.w2.weight"]
+        out.update(zip(move.megatron, move.to_megatron([state[name] for name in move.native])))
     return out
 
 
 def megatron_to_native(state: dict[str, torch.Tensor], model: Any) -> dict[str, torch.Tensor]:
-    """megatron-core GPTModel weights (full, unpadded vocabulary) under the native model's names."""
-    if model.mla.enabled:
-        raise ValueError(f"model={model.name}: converting multi-latent attention weights is not supported yet")
-    head_dim = model.head_dim or model.hidden_size // model.num_attention_heads
-    vocab = model.vocab_size
-    out = {"tok_embeddings.weight": state["embedding.word_embeddings.weight"][:vocab],
-           "norm.weight": state["decoder.final_layernorm.weight"]}
-    if not model.tie_embeddings:
-        out["output.weight"] = state["output_layer.weight"][:vocab]
-    for i in range(model.num_layers):
-        src, dst = _LAYER.format(i=i), f"layers.{i}."
-        attn = dst + "attention."
-        out[dst + "attention_norm.weight"] = state[src + "input_layernorm.weight"]
-        q, k, v = _split_qkv(state[src + "self_attention.linear_qkv.weight"], model.num_kv_heads, head_dim,
-                             model.num_attention_heads)
-        out.update({attn + "wq.weight": q, attn + "wk.weight": k, attn + "wv.weight": v})
-        if model.qkv_bias:
-            q, k, v = _split_qkv(state[src + "self_attention.linear_qkv.bias"], model.num_kv_heads, head_dim,
-                                 model.num_attention_heads)
-            out.update({attn + "wq.bias": q, attn + "wk.bias": k, attn + "wv.bias": v})
-        if model.qk_norm:
-            out[attn + "q_norm.weight"] = state[src + "self_attention.q_layernorm.weight"]
-            out[attn + "k_norm.weight"] = state[src + "self_attention.k_layernorm.weight"]
-        out[attn + "wo.weight"] = state[src + "self_attention.linear_proj.weight"]
-        out[dst + "ffn_norm.weight"] = state[src + "pre_mlp_layernorm.weight"]
-        ffn = dst + "feed_forward."
-        if not _is_moe_layer(model, i):
-            out[ffn + "w1.weight"], out[ffn + "w3.weight"] = state[src + "mlp.linear_fc1.weight"].chunk(2)
-            out[ffn + "w2.weight"] = state[src + "mlp.linear_fc2.weight"]
+    """megatron-core GPTModel weights (full; a padded vocabulary is cut to the model's) under the native model's names."""
+    out: dict[str, torch.Tensor] = {}
+    for move in weight_table(model):
+        if move.optional and move.megatron[0] not in state:
             continue
-        out[ffn + "router.weight"] = state[src + "mlp.router.weight"]
-        if src + "mlp.router.expert_bias" in state:
-            out[ffn + "expert_bias"] = state[src + "mlp.router.expert_bias"]
-        experts = [src + f"mlp.experts.local_experts.{e}." for e in range(model.moe.num_experts)]
-        gates_ups = [state[expert + "linear_fc1.weight"].chunk(2) for expert in experts]
-        out[ffn + "w1"] = torch.stack([gate for gate, _ in gates_ups])
-        out[ffn + "w3"] = torch.stack([up for _, up in gates_ups])
-        out[ffn + "w2"] = torch.stack([state[expert + "linear_fc2.weight"] for expert in experts])
-        if src + "mlp.shared_experts.linear_fc1.weight" in state:
-            out[ffn + "shared.w1.weight"], out[ffn + "shared.w3.weight"] = state[src + "mlp.shared_experts.linear_fc1.weight"].chunk(2)
-            out[ffn + "shared.w2.weight"] = state[src + "mlp.shared_experts.linear_fc2.weight"]
+        out.update(zip(move.native, move.to_native([state[name] for name in move.megatron])))
     return out
 
 
