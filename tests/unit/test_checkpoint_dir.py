@@ -7,6 +7,8 @@ import pytest
 import yaml
 
 from helpers.compose import run_job
+from primus_hydra.launch.slurm.submission import stage_job
+from primus_hydra.orchestrator.prepare import prepare
 from primus_hydra.runtime.train_runtime import RESOLVED_CONFIG_FILE
 
 STEP_LOOP_BACKENDS = ("torch", "megatron", "torchtitan")
@@ -49,3 +51,11 @@ def test_the_native_trainer_reads_the_resolved_checkpoint_dir(compose_config, tm
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     _, args = dry_run(compose_config, tmp_path / "run", "torch", "module.checkpoint.dir='~/ckpt'")
     assert args["module"]["checkpoint"]["dir"] == str(tmp_path / "home" / "ckpt")
+
+
+def test_a_job_prepared_before_its_run_dir_gets_its_checkpoint_dir_when_staged_for_slurm(compose_config, tmp_path):
+    """A Slurm sweep prepares its points before their run dirs exist; the folder is filled in when each is staged."""
+    job = prepare(compose_config(), world_size=1, on_this_machine=False, trains=False)
+    assert job.cfg.module.checkpoint.dir is None
+    stage_job(job, tmp_path / "run", {})
+    assert job.cfg.module.checkpoint.dir == str(tmp_path / "run" / "checkpoints")
