@@ -159,22 +159,8 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return components
 
 
-# Known violations, each to be removed with the code that makes it; nothing else may join this list.
-ALLOWED_EDGES = {
-    # foreign_checkpoints.CONVERTERS names megatron's and torchtitan's converters, which import foreign_checkpoints
-    # back: the shared rails know the backends built on them (issue 24, section 1)
-    ("primus_hydra.backends.common.foreign_checkpoints", "primus_hydra.backends.megatron.dcp_weights"),
-    ("primus_hydra.backends.common.foreign_checkpoints", "primus_hydra.backends.torchtitan.convert"),
-}
-
-
-def contract_graph() -> dict[str, set[str]]:
-    return {module: targets - {target for source, target in ALLOWED_EDGES if source == module}
-            for module, targets in import_graph().items()}
-
-
 def test_no_two_modules_import_each_other():
-    cycles = _cycles(contract_graph())
+    cycles = _cycles(import_graph())
     assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(cycle) for cycle in cycles)
 
 
@@ -194,7 +180,7 @@ def test_only_the_shared_rails_import_the_native_backend():
     """Another backend or a task reaches backends/torch (the native model, its trainer) through backends/common."""
     offenders = sorted(
         f"{module} imports {target}"
-        for module, targets in contract_graph().items()
+        for module, targets in import_graph().items()
         if not (_inside(module, NATIVE_BACKEND) or _inside(module, SHARED_RAILS) or module in NATIVE_BACKEND_READERS)
         for target in targets
         if _inside(target, NATIVE_BACKEND)
