@@ -7,12 +7,14 @@ import pytest
 from omegaconf import OmegaConf
 
 from primus_hydra.backends.key_table import Key, KeyTable
+from primus_hydra.backends.maxtext.args import build_maxtext_config
+from primus_hydra.backends.maxtext.keys import MAXTEXT_KEYS
 from primus_hydra.backends.megatron.args import build_megatron_args
 from primus_hydra.backends.megatron.keys import MEGATRON_KEYS
 from primus_hydra.backends.torchtitan.args import build_torchtitan_job_config
 from primus_hydra.backends.torchtitan.keys import TORCHTITAN_KEYS
 from primus_hydra.config.layout import configured_world_size, parallel_layout
-from primus_hydra.migrate.check import MEGATRON_CHECKED, TORCHTITAN_CHECKED
+from primus_hydra.migrate.check import MAXTEXT_CHECKED, MEGATRON_CHECKED, TORCHTITAN_CHECKED
 from primus_hydra.migrate.mapping import Imported
 from primus_hydra.migrate.primus_yaml import dotted_get
 
@@ -24,6 +26,7 @@ OVERRIDES = ("module.data.source=mock", "module.lr=0.0007", "module.min_lr=0.000
 TABLES = {
     "megatron": (MEGATRON_KEYS, lambda cfg, layout, run_dir: build_megatron_args(cfg, layout)),
     "torchtitan": (TORCHTITAN_KEYS, lambda cfg, layout, run_dir: build_torchtitan_job_config(cfg, run_dir, layout)),
+    "maxtext": (MAXTEXT_KEYS, lambda cfg, layout, run_dir: build_maxtext_config(cfg, run_dir, layout)),
 }
 
 
@@ -63,6 +66,7 @@ def test_the_import_reads_the_translation_back_to_the_canonical_values(compose_c
 def test_the_import_check_compares_the_keys_marked_checked():
     assert set(MEGATRON_KEYS.checked()) <= set(MEGATRON_CHECKED)
     assert set(TORCHTITAN_KEYS.checked()) <= set(TORCHTITAN_CHECKED)
+    assert set(MAXTEXT_KEYS.checked()) <= set(MAXTEXT_CHECKED)
     assert "tensor_model_parallel_size" in MEGATRON_CHECKED and "seed" not in MEGATRON_CHECKED
 
 

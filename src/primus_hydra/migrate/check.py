@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from primus_hydra.backends.maxtext.keys import MAXTEXT_KEYS
 from primus_hydra.backends.megatron.keys import MEGATRON_KEYS
 from primus_hydra.backends.torchtitan.keys import TORCHTITAN_KEYS
 from primus_hydra.migrate.emit import same_value
@@ -20,9 +21,8 @@ TORCHTITAN_CHECKED = TORCHTITAN_KEYS.checked() + (
     "training.global_batch_size", "training.mixed_precision_param", "lr_scheduler.decay_type",
     "lr_scheduler.min_lr_factor", "lr_scheduler.decay_ratio", "parallelism.data_parallel_shard_degree",
     "parallelism.data_parallel_replicate_degree", "model.name", "model.flavor")
-MAXTEXT_CHECKED = ("steps", "max_target_length", "per_device_batch_size", "ici_tensor_parallelism",
-                   "ici_pipeline_parallelism", "dtype", "dataset_type", "learning_rate", "remat_policy", "attention",
-                   "model_name", "adam_b1", "adam_b2")
+MAXTEXT_CHECKED = MAXTEXT_KEYS.checked() + ("per_device_batch_size", "ici_tensor_parallelism",
+                                             "ici_pipeline_parallelism", "dtype", "dataset_type")
 # Megatron-Bridge: Primus's flat names -> this project's ConfigContainer sections
 BRIDGE_CHECKED = {"train_iters": "train.train_iters", "micro_batch_size": "train.micro_batch_size",
                   "global_batch_size": "train.global_batch_size", "seq_length": "model.seq_length",

@@ -13,6 +13,7 @@ from typing import Any, Callable, Optional
 
 from primus_hydra.backends.extra_args_owners import flatten
 from primus_hydra.backends.key_table import Key, KeyTable
+from primus_hydra.backends.maxtext.keys import MAXTEXT_KEYS
 from primus_hydra.backends.megatron.keys import MEGATRON_KEYS
 from primus_hydra.backends.torchtitan.keys import TORCHTITAN_KEYS
 from primus_hydra.errors import PrimusError
@@ -312,7 +313,7 @@ def _torchtitan_names(zoo: str) -> tuple[str, str]:
             KNOWN_FLAVORS.get(zoo) or size_tag(zoo) or zoo)
 
 
-# -- maxtext (flat MaxText names) --------------------------------------------------------------------------------
+# -- maxtext (flat MaxText names: backends/maxtext/keys.py) -----------------------------------------------------
 MAXTEXT_MODELS = {"llama2-7b": "llama2_7b", "llama2-13b": "llama2_13b", "llama2-70b": "llama2_70b",
                   "llama3-8b": "llama3_8b", "llama3-70b": "llama3_70b", "llama3.1-8b": "llama3.1_8b",
                   "llama3.1-70b": "llama3.1_70b", "llama3.1-405b": "llama3.1_405b", "mixtral-8x7b": "mixtral_8x7b",
@@ -323,15 +324,7 @@ MAXTEXT_MODELS = {"llama2-7b": "llama2_7b", "llama2-13b": "llama2_13b", "llama2-
 
 def map_maxtext(module: TrainerModule, imported: Imported) -> None:
     params = module.params
-    for path, canonical, convert in (
-            ("steps", "module.train_iters", _same), ("max_target_length", "module.seq_length", _same),
-            ("learning_rate", "module.lr", float), ("adam_b1", "module.adam_beta1", float),
-            ("adam_b2", "module.adam_beta2", float), ("adam_eps", "module.adam_eps", float),
-            ("adam_weight_decay", "module.weight_decay", float),
-            ("gradient_clipping_threshold", "module.clip_grad", float), ("log_period", "module.log.interval", _same),
-            ("remat_policy", "backend.remat_policy", _same), ("attention", "backend.attention", _same),
-            ("model_name", "backend.model_name", _same)):
-        imported.take(params, path, canonical, convert)
+    imported.take_keys(params, MAXTEXT_KEYS)
     imported.consumed.update({"dtype", "dataset_type", "per_device_batch_size", "enable_checkpointing"})
     imported.canonical["module.precision"] = "bf16" if plain(params.get("dtype")) == "bfloat16" else "fp32"
     imported.canonical["module.data.source"] = "mock" if plain(params.get("dataset_type")) == "synthetic" else "text"

@@ -3,7 +3,8 @@
 model_name stays "default" so that the preset's base_* sizes decide; a MaxText model name in backend.model_name
 is passed on with override_model_config=true (MaxText otherwise rejects overriding a named model's sizes).
 Parallelism follows Megatron's convention (ep is carved out of dp) and is laid out on MaxText's mesh: nodes on
-the DCN data axis, everything else on ICI axes. `backend.extra_args` is merged last (the user wins).
+the DCN data axis, everything else on ICI axes. The keys MaxText takes as they are have their names in keys.py
+(MAXTEXT_KEYS, read group by group). `backend.extra_args` is merged last (the user wins).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from primus_hydra.backends.external import merge_extra_args, wants_checkpoints
+from primus_hydra.backends.maxtext.keys import MAXTEXT_KEYS
 from primus_hydra.config.layout import ParallelLayout
 from primus_hydra.config.model_math import attention_head_dim
 
@@ -27,8 +29,7 @@ def build_maxtext_config(cfg: DictConfig, run_dir: Path, layout: ParallelLayout)
         "model_name": cfg.backend.model_name or "default",
         "override_model_config": bool(cfg.backend.model_name),
         "hardware": "cpu" if cfg.platform.device == "cpu" else "gpu",
-        "attention": cfg.backend.attention,
-        "remat_policy": cfg.backend.remat_policy,
+        **MAXTEXT_KEYS.translate(cfg.backend, "kernels"),
         "scan_layers": cfg.module.parallel.pp == 1,  # MaxText scans pipeline iterations instead of layers
     }
     config.update(model_config(cfg.model))
@@ -106,19 +107,12 @@ def training_config(cfg: DictConfig, layout: ParallelLayout) -> dict:
         # MaxText's batch is per device (all devices, model-parallel ones included) and may be fractional
         "per_device_batch_size": m.micro_batch_size * layout.dp / layout.world_size,
         "gradient_accumulation_steps": layout.grad_accum,
-        "max_target_length": m.seq_length,
-        "steps": m.train_iters,
+        **MAXTEXT_KEYS.translate(m, "training"),
         "opt_type": "adamw",
-        "learning_rate": m.lr,
         "lr_schedule_type": "cosine",
         "learning_rate_final_fraction": m.min_lr / m.lr,
         "warmup_steps_fraction": warmup_fraction,
         "learning_rate_schedule_steps": schedule_steps,
-        "adam_b1": m.adam_beta1,
-        "adam_b2": m.adam_beta2,
-        "adam_eps": m.adam_eps,
-        "adam_weight_decay": m.weight_decay,
-        "gradient_clipping_threshold": m.clip_grad,
         "dtype": "bfloat16" if str(m.precision) == "bf16" else "float32",
         "weight_dtype": "float32",
         "init_weights_seed": m.seed,
@@ -156,7 +150,7 @@ def data_checkpoint_logging_config(cfg: DictConfig) -> dict:
         "checkpoint_period": ckpt.interval or m.train_iters,
         "load_parameters_path": str(ckpt.load) if ckpt.load else "",
         "load_full_state_path": str(ckpt.resume) if ckpt.resume not in (None, "auto") else "",
-        "log_period": m.log.interval,
+        **MAXTEXT_KEYS.translate(m.log, "logging"),
         "enable_tensorboard": m.log.tensorboard,
     }
     if not mock and m.data.path:
