@@ -11,10 +11,12 @@ from primus_hydra.backends.maxtext.args import build_maxtext_config
 from primus_hydra.backends.maxtext.keys import MAXTEXT_KEYS
 from primus_hydra.backends.megatron.args import build_megatron_args
 from primus_hydra.backends.megatron.keys import MEGATRON_KEYS
+from primus_hydra.backends.megatron_bridge.args import build_megatron_bridge_config
+from primus_hydra.backends.megatron_bridge.keys import MEGATRON_BRIDGE_KEYS
 from primus_hydra.backends.torchtitan.args import build_torchtitan_job_config
 from primus_hydra.backends.torchtitan.keys import TORCHTITAN_KEYS
 from primus_hydra.config.layout import configured_world_size, parallel_layout
-from primus_hydra.migrate.check import MAXTEXT_CHECKED, MEGATRON_CHECKED, TORCHTITAN_CHECKED
+from primus_hydra.migrate.check import BRIDGE_CHECKED, MAXTEXT_CHECKED, MEGATRON_CHECKED, TORCHTITAN_CHECKED
 from primus_hydra.migrate.mapping import Imported
 from primus_hydra.migrate.primus_yaml import dotted_get
 
@@ -27,6 +29,7 @@ TABLES = {
     "megatron": (MEGATRON_KEYS, lambda cfg, layout, run_dir: build_megatron_args(cfg, layout)),
     "torchtitan": (TORCHTITAN_KEYS, lambda cfg, layout, run_dir: build_torchtitan_job_config(cfg, run_dir, layout)),
     "maxtext": (MAXTEXT_KEYS, lambda cfg, layout, run_dir: build_maxtext_config(cfg, run_dir, layout)),
+    "megatron_bridge": (MEGATRON_BRIDGE_KEYS, lambda cfg, layout, run_dir: build_megatron_bridge_config(cfg, run_dir)),
 }
 
 
@@ -67,6 +70,7 @@ def test_the_import_check_compares_the_keys_marked_checked():
     assert set(MEGATRON_KEYS.checked()) <= set(MEGATRON_CHECKED)
     assert set(TORCHTITAN_KEYS.checked()) <= set(TORCHTITAN_CHECKED)
     assert set(MAXTEXT_KEYS.checked()) <= set(MAXTEXT_CHECKED)
+    assert set(MEGATRON_BRIDGE_KEYS.checked()) == set(BRIDGE_CHECKED.values())
     assert "tensor_model_parallel_size" in MEGATRON_CHECKED and "seed" not in MEGATRON_CHECKED
 
 

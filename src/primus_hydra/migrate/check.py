@@ -8,6 +8,7 @@ from typing import Any
 
 from primus_hydra.backends.maxtext.keys import MAXTEXT_KEYS
 from primus_hydra.backends.megatron.keys import MEGATRON_KEYS
+from primus_hydra.backends.megatron_bridge.keys import MEGATRON_BRIDGE_KEYS
 from primus_hydra.backends.torchtitan.keys import TORCHTITAN_KEYS
 from primus_hydra.migrate.emit import same_value
 from primus_hydra.migrate.mapping import GPUS_PER_NODE
@@ -23,13 +24,8 @@ TORCHTITAN_CHECKED = TORCHTITAN_KEYS.checked() + (
     "parallelism.data_parallel_replicate_degree", "model.name", "model.flavor")
 MAXTEXT_CHECKED = MAXTEXT_KEYS.checked() + ("per_device_batch_size", "ici_tensor_parallelism",
                                              "ici_pipeline_parallelism", "dtype", "dataset_type")
-# Megatron-Bridge: Primus's flat names -> this project's ConfigContainer sections
-BRIDGE_CHECKED = {"train_iters": "train.train_iters", "micro_batch_size": "train.micro_batch_size",
-                  "global_batch_size": "train.global_batch_size", "seq_length": "model.seq_length",
-                  "min_lr": "optimizer.min_lr", "lr_warmup_iters": "scheduler.lr_warmup_iters",
-                  "tensor_model_parallel_size": "model.tensor_model_parallel_size",
-                  "pipeline_model_parallel_size": "model.pipeline_model_parallel_size",
-                  "context_parallel_size": "model.context_parallel_size"}
+# Megatron-Bridge: Primus's flat names (Megatron's) -> this project's ConfigContainer sections
+BRIDGE_CHECKED = {MEGATRON_KEYS.native(key.canonical): key.native for key in MEGATRON_BRIDGE_KEYS if key.checked}
 
 
 

@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 
 from primus_hydra.backends.external import merge_extra_args, wants_checkpoints
 from primus_hydra.backends.megatron.args import optimizer_args, scheduler_args
+from primus_hydra.backends.megatron_bridge.keys import MEGATRON_BRIDGE_KEYS
 from primus_hydra.config.paths import checkpoint_dir_of
 
 
@@ -34,19 +35,11 @@ def build_megatron_bridge_config(cfg: DictConfig, run_dir: Path) -> dict:
             "stage": str(m.stage),
         },
         "model": {
-            "tensor_model_parallel_size": p.tp,
-            "pipeline_model_parallel_size": p.pp,
-            "context_parallel_size": p.cp,
-            "expert_model_parallel_size": p.ep,
+            **MEGATRON_BRIDGE_KEYS.translate(p, "parallel"),
             "sequence_parallel": p.sequence_parallel and p.tp > 1,  # sequence parallelism splits along TP
-            "seq_length": m.seq_length,
+            **MEGATRON_BRIDGE_KEYS.translate(m, "sequence"),
         },
-        "train": {
-            "micro_batch_size": m.micro_batch_size,
-            "global_batch_size": m.global_batch_size,
-            "train_iters": m.train_iters,
-            "exit_interval": m.get("exit_interval"),
-        },
+        "train": MEGATRON_BRIDGE_KEYS.translate(m, "train"),
         "optimizer": {**optimizer_args(m), "use_distributed_optimizer": not p.fsdp},
         "scheduler": scheduler_args(m),
         "checkpoint": {
@@ -57,10 +50,10 @@ def build_megatron_bridge_config(cfg: DictConfig, run_dir: Path) -> dict:
             "pretrained_checkpoint": str(ckpt.load) if ckpt.load else None,  # weights to fine-tune from
         },
         "logger": {
-            "log_interval": m.log.interval,
+            **MEGATRON_BRIDGE_KEYS.translate(m.log, "logger"),
             "tensorboard_dir": str(run_dir / "tensorboard") if m.log.tensorboard else None,
         },
-        "rng": {"seed": m.seed},
+        "rng": MEGATRON_BRIDGE_KEYS.translate(m, "rng"),
         "tokenizer": {
             "tokenizer_type": "NullTokenizer" if mock else "HuggingFaceTokenizer",
             "tokenizer_model": None if mock else backend.hf_model_id,
