@@ -101,3 +101,11 @@ def test_megatron_parallel_arguments_come_from_the_prepared_layout(compose_confi
     args = parallel_args(cfg, layout)
     assert (args["tensor_model_parallel_size"], args["pipeline_model_parallel_size"], args["use_torch_fsdp2"]) == \
         (2, 3, True)
+
+
+def test_arguments_that_hold_a_secret_stay_out_of_the_job_config(compose_config, tmp_path):
+    cfg = compose_config("backend=maxtext", "module.data.source=mock", "+backend.extra_args.wandb_api_key=s3cr3t-value")
+    job = prepare(cfg, run_dir=tmp_path, trains=False)
+    assert job.translation.arguments["wandb_api_key"] == "s3cr3t-value"
+    path = write_job_config(job, tmp_path)
+    assert "s3cr3t-value" not in path.read_text() and load_job_config(path).translation is None  # translated again
