@@ -125,7 +125,7 @@ class PrimusRuntime:
         version = adapter.detect_backend_version()
         self.backend_args = adapter.typed_arguments(self._translation(adapter, version).arguments)
         ctx = PatchContext(
-            backend=adapter.name, phase="build_args", backend_version=version, cfg=cfg,
+            backend=adapter.name, phase="setup", backend_version=version, cfg=cfg,
             run_dir=self.run_dir, backend_args=self.backend_args,
         )
         if dry_run:
