@@ -10,8 +10,9 @@ import pytest
 
 from helpers.cli import clean_env, primus, run_dirs
 
-# Runs the CLI with counters around the functions that validate, plan, lay out and translate a job; every call is
-# one line in $PRIMUS_TEST_COUNTS, from whichever process makes it (the composing one, or a worker forked from it).
+# Runs the CLI with counters around the functions that validate, plan, lay out and translate a job (the plan sizes
+# ranks by the prepared layout: it derives none of its own); every call is one line in $PRIMUS_TEST_COUNTS, from
+# whichever process makes it (the composing one, or a worker forked from it).
 COUNTING = (
     "import os, runpy, sys\n"
     "def counted(module, name, label=None):\n"
@@ -28,6 +29,7 @@ COUNTING = (
     "counted('primus_hydra.orchestrator.prepare', 'prepare')\n"
     "counted('primus_hydra.orchestrator.prepare', 'parallel_layout')\n"
     "counted('primus_hydra.config.layout', 'layout_failures')\n"
+    "counted('primus_hydra.orchestrator.plan', 'unchecked_parallel_layout')\n"
     "counted('primus_hydra.orchestrator.prepare', 'translate', 'translate (prepare)')\n"
     "counted('primus_hydra.runtime.train_runtime', 'translate', 'translate (worker)')\n"
     "sys.argv = ['primus_hydra', *sys.argv[1:]]\n"

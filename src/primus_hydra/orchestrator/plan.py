@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from primus_hydra.backends.base import adapter_class
 from primus_hydra.config.choices import AUTO, auto_int, is_auto
-from primus_hydra.config.layout import configured_world_size
+from primus_hydra.config.layout import ParallelLayout, configured_world_size, unchecked_parallel_layout
 from primus_hydra.config.values import to_plain
 from primus_hydra.orchestrator import rules
 from primus_hydra.orchestrator.gpu_probe import parse_number_env
@@ -109,12 +109,17 @@ def compile_requested(cfg: DictConfig) -> bool:
                 or OmegaConf.select(cfg, "backend.compile", default=False))
 
 
-def plan_inputs(cfg: DictConfig, num_gpus: int) -> PlanInputs:
+def planned_world_size(cfg: DictConfig, num_gpus: int) -> int:
+    """launch.nnodes x the nproc_per_node a plan gives on a machine with `num_gpus` GPUs: the world it sizes ranks for."""
+    return configured_world_size(cfg, nproc_for(cfg.launch.nproc_per_node, cfg.platform.device, num_gpus))
+
+
+def plan_inputs(cfg: DictConfig, num_gpus: int, layout: Optional[ParallelLayout] = None) -> PlanInputs:
+    """layout: the job's, as prepare() derived it (else this config's split of the planned world)."""
     sweep = cfg.get("sweep")
     nnodes = int(cfg.launch.nnodes)
     try:
-        world = configured_world_size(cfg, nproc_for(cfg.launch.nproc_per_node, cfg.platform.device, num_gpus))
-        estimate = estimate_rank_gib(cfg, world)
+        estimate = estimate_rank_gib(cfg, layout or unchecked_parallel_layout(cfg, planned_world_size(cfg, num_gpus)))
     except Exception:  # an incomplete or exotic model: the generic fallback sizes it
         estimate = None
     return PlanInputs(
@@ -139,9 +144,12 @@ def plan_for_generic_points(sweep_points: int, resources: MachineResources | Non
 
 
 def build_resource_plan(cfg: DictConfig, resources: MachineResources | None = None, *, sweep_points: int = 1,
-                        environ: Mapping[str, str] = os.environ) -> ResourcePlan:
+                        environ: Mapping[str, str] = os.environ,
+                        layout: Optional[ParallelLayout] = None) -> ResourcePlan:
+    """layout: the job's, derived once by prepare() for planned_world_size (its ranks' working set is sized by it)."""
     resources = resources if resources is not None else detect_resources(environ)
-    return plan_from_inputs(plan_inputs(cfg, resources.num_gpus), resources, sweep_points=sweep_points, environ=environ)
+    return plan_from_inputs(plan_inputs(cfg, resources.num_gpus, layout), resources, sweep_points=sweep_points,
+                            environ=environ)
 
 
 def with_working_set(plan: ResourcePlan, gib: float, environ: Mapping[str, str] = os.environ) -> ResourcePlan:

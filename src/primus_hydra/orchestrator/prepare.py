@@ -36,12 +36,13 @@ from primus_hydra.distributed_env import DistributedEnv
 from primus_hydra.errors import ConfigValidationError
 from primus_hydra.orchestrator.fit_checks import MemoryNeed, fit_failures
 from primus_hydra.orchestrator.network_interfaces import socket_interface_failures
-from primus_hydra.orchestrator.plan import ResourcePlan, build_resource_plan, with_working_set
+from primus_hydra.orchestrator.plan import ResourcePlan, build_resource_plan, planned_world_size, with_working_set
 from primus_hydra.orchestrator.resource_checks import (
     master_address_failures,
     override_failures,
     visible_devices_failures,
 )
+from primus_hydra.orchestrator.resources import detect_resources
 from primus_hydra.patches.runner import patch_failures
 
 
@@ -94,14 +95,19 @@ def prepare(cfg: DictConfig, *, run_dir: Optional[Path] = None, world_size: Opti
     if failures:
         raise ConfigValidationError(failures)
     auto_knobs = frozenset(key for key in AUTO_KNOBS if is_auto(OmegaConf.select(job, key)))
+    layout = None  # derived once (config/layout.py), ConfigValidationError when the config does not fit the world
     if on_this_machine and not launched:
-        plan = plan if plan is not None else build_resource_plan(job, sweep_points=sweep_points)
+        if plan is None:  # this job's own plan sizes its ranks by its layout
+            resources = detect_resources()
+            layout = parallel_layout(job, world_size or planned_world_size(job, resources.num_gpus))
+            plan = build_resource_plan(job, resources, sweep_points=sweep_points, layout=layout)
         plan = with_working_set(plan, memory_need.gib) if memory_need is not None else plan
         _resolve_auto_knobs(job, plan, auto_knobs)
-    world = world_size if world_size is not None else configured_world_size(job)
-    if world is None:
-        raise ValueError("prepare: the world size of a job planned elsewhere must be given")
-    layout = parallel_layout(job, world)  # ConfigValidationError when the config does not fit the world
+    if layout is None:
+        world = world_size if world_size is not None else configured_world_size(job)
+        if world is None:
+            raise ValueError("prepare: the world size of a job planned elsewhere must be given")
+        layout = parallel_layout(job, world)
     if on_this_machine and not launched and trains:
         failures += _device_count_failures(job, plan)
         failures += master_address_failures(job) if layout.world_size > 1 else []
@@ -193,7 +199,7 @@ def plan_on_this_node(job: PreparedJob, nproc_per_node: Optional[int] = None) ->
     if nproc_per_node is not None:
         cfg.launch.nproc_per_node = nproc_per_node
     auto_knobs = frozenset(key for key in AUTO_KNOBS if is_auto(OmegaConf.select(cfg, key)))
-    plan = build_resource_plan(cfg)
+    plan = build_resource_plan(cfg, layout=job.layout)
     _resolve_auto_knobs(cfg, plan, auto_knobs)
     return dataclasses.replace(job, cfg=cfg, plan=plan, auto_knobs=auto_knobs)
 
