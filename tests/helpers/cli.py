@@ -33,17 +33,22 @@ def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("error:")]
 
 
-# `python -m primus_hydra` that says at exit whether torch was imported: a job refused while it is prepared never is
-_REPORTING_TORCH = ("import atexit, runpy, sys\n"
-                    "atexit.register(lambda: print('TORCH_IMPORTED=%s' % ('torch' in sys.modules), file=sys.stderr))\n"
-                    "sys.argv = ['primus_hydra', *sys.argv[1:]]\n"
-                    "runpy.run_module('primus_hydra', run_name='__main__', alter_sys=True)\n")
+# `python -m primus_hydra` that says at exit whether torch was imported (a job refused while it is prepared never
+# is): also when the CLI ends with os._exit, as a command that is done does, which skips atexit
+REPORTING_TORCH = ("import atexit, os, runpy, sys\n"
+                   "def report():\n"
+                   "    print('TORCH_IMPORTED=%s' % ('torch' in sys.modules), file=sys.stderr, flush=True)\n"
+                   "atexit.register(report)\n"
+                   "exit_now = os._exit\n"
+                   "os._exit = lambda code: (report(), exit_now(code))\n"
+                   "sys.argv = ['primus_hydra', *sys.argv[1:]]\n"
+                   "runpy.run_module('primus_hydra', run_name='__main__', alter_sys=True)\n")
 
 
 def primus_reporting_torch(*args: str, cwd: Path, env: Optional[dict] = None,
                            timeout: float = 240) -> tuple[subprocess.CompletedProcess, bool]:
     """`primus(...)`, and whether the process imported torch."""
     Path(cwd).mkdir(parents=True, exist_ok=True)
-    result = subprocess.run([sys.executable, "-c", _REPORTING_TORCH, *args], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-c", REPORTING_TORCH, *args], capture_output=True, text=True,
                             env=clean_env(env), timeout=timeout, cwd=cwd)
     return result, "TORCH_IMPORTED=True" in result.stderr

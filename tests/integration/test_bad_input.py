@@ -8,14 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from helpers.cli import clean_env, error_lines
+from helpers.cli import REPORTING_TORCH, clean_env, error_lines
 from helpers.read_only import read_only_folder
 
 # the CLI as `python -m primus_hydra`, reporting at exit whether torch was imported
-WRAPPER = ("import atexit, runpy, sys\n"
-           "atexit.register(lambda: print('TORCH_IMPORTED=%s' % ('torch' in sys.modules), file=sys.stderr))\n"
-           "sys.argv = ['primus_hydra', *sys.argv[1:]]\n"
-           "runpy.run_module('primus_hydra', run_name='__main__', alter_sys=True)\n")
 MEGATRON = ["backend=megatron", "module.data.source=mock", "task.dry_run=true"]
 
 ROWS = [  # (id, arguments, extra environment, the start of the one error line)
@@ -56,7 +52,7 @@ ROWS = [  # (id, arguments, extra environment, the start of the one error line)
 
 def run_cli(tmp_path: Path, args: list[str], env: dict, output_root: Path | None = None) -> subprocess.CompletedProcess:
     environment = clean_env({"PRIMUS_OUTPUT_ROOT": str(output_root or tmp_path / "out"), **env})
-    return subprocess.run([sys.executable, "-c", WRAPPER, *args, "module.train_iters=2"], capture_output=True,
+    return subprocess.run([sys.executable, "-c", REPORTING_TORCH, *args, "module.train_iters=2"], capture_output=True,
                           text=True, env=environment, cwd=tmp_path, timeout=120)
 
 

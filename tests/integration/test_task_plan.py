@@ -8,15 +8,9 @@ import sys
 
 import pytest
 
+from helpers.cli import REPORTING_TORCH
 from helpers.compose import REPO
 
-# Runs the CLI and reports on stderr, at exit, whether torch was imported.
-WRAPPER = (
-    "import atexit, runpy, sys\n"
-    "atexit.register(lambda: print('torch imported:', 'torch' in sys.modules, file=sys.stderr))\n"
-    "sys.argv = ['primus_hydra', *sys.argv[1:]]\n"
-    "runpy.run_module('primus_hydra', run_name='__main__')\n"
-)
 FAKE_8_GPU_NODE = {"PRIMUS_AUTO_NUM_GPUS": "8", "PRIMUS_AUTO_FREE_VRAM_GB": "80", "PRIMUS_AUTO_PER_JOB_GB": "4",
                    "PRIMUS_AUTO_VCPUS": "176", "PRIMUS_AUTO_RAM_GB": "2000"}
 
@@ -26,7 +20,7 @@ def primus_plan(cwd, *args, env=None):
                 if not k.startswith("PRIMUS_AUTO_") and k not in ("HYDRA_FULL_ERROR", "OMP_NUM_THREADS")}
     full_env["PYTHONPATH"] = str(REPO / "src")
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-c", WRAPPER, *args], capture_output=True, text=True, cwd=cwd,
+    return subprocess.run([sys.executable, "-c", REPORTING_TORCH, *args], capture_output=True, text=True, cwd=cwd,
                           env=full_env, timeout=120)
 
 
@@ -38,7 +32,7 @@ def test_plan_prints_the_resolved_plan_as_json_and_writes_nothing(tmp_path):
     assert plan["nproc_per_node"] == 8 and plan["auto"]["launch.nproc_per_node"] is True
     assert plan["per_job_source"] == "env" and plan["jobs_per_gpu"] == 1  # one point: one job on each of the 8 GPUs
     assert plan["resources"]["vcpus"] == 176 and len(plan["resources"]["gpus"]) == 8
-    assert "torch imported: False" in result.stderr
+    assert "TORCH_IMPORTED=False" in result.stderr
     assert list(tmp_path.iterdir()) == []
 
 
@@ -47,7 +41,7 @@ def test_plan_on_this_machine_needs_no_overrides(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     plan = json.loads(result.stdout)
     assert plan["nproc_per_node"] == 1 and plan["threads_per_worker"] >= 1 and plan["parallel_jobs"] == 1
-    assert "torch imported: False" in result.stderr
+    assert "TORCH_IMPORTED=False" in result.stderr
 
 
 def test_plan_of_a_sweep_plans_for_all_its_points(tmp_path):
@@ -57,7 +51,7 @@ def test_plan_of_a_sweep_plans_for_all_its_points(tmp_path):
     points = [json.loads(line) for line in result.stdout.splitlines()]
     assert [p["point"]["num"] for p in points] == list(range(6))
     assert {p["sweep_points"] for p in points} == {6} and {p["parallel_jobs"] for p in points} == {6}
-    assert "torch imported: False" in result.stderr
+    assert "TORCH_IMPORTED=False" in result.stderr
     assert list(tmp_path.iterdir()) == []  # a plan writes nothing, not even Hydra's multirun.yaml
 
 

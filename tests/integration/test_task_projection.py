@@ -31,7 +31,7 @@ def test_projection_prints_json_and_a_report_and_writes_nothing(tmp_path):
     memory = data["memory_gib"]
     assert memory["total"] == pytest.approx(sum(v for k, v in memory.items() if k != "total"), abs=1e-3)
     assert data["fits"] and 0 < data["mfu"] < 1
-    assert "memory per GPU" in result.stderr and "torch imported: False" in result.stderr
+    assert "memory per GPU" in result.stderr and "TORCH_IMPORTED=False" in result.stderr
     assert list(tmp_path.iterdir()) == []
 
 
@@ -45,7 +45,7 @@ def test_multirun_over_layouts_prints_one_json_line_per_point(tmp_path):
     points = {(line["layout"]["tp"], line["layout"]["micro_batch_size"]) for line in lines}
     assert points == {(tp, mb) for tp in (1, 2, 4, 8) for mb in (1, 2, 4)}
     assert all("module.parallel.tp=" in " ".join(line["point"]["overrides"]) for line in lines)
-    assert "torch imported: False" in result.stderr
+    assert "TORCH_IMPORTED=False" in result.stderr
 
 
 def test_search_ranks_layouts_that_a_run_accepts(tmp_path):
