@@ -4,26 +4,32 @@ backend's. It lives here, the lowest layer that sees them all; nothing it import
 """
 from __future__ import annotations
 
+import importlib
+from pathlib import Path
+
 from omegaconf import DictConfig, OmegaConf
 
-from primus_hydra.backends.hummingbirdxt.schema import HummingbirdXTBackendConfig
-from primus_hydra.backends.maxtext.schema import MaxTextBackendConfig
-from primus_hydra.backends.megatron.schema import MegatronBackendConfig
-from primus_hydra.backends.megatron_bridge.schema import MegatronBridgeBackendConfig
-from primus_hydra.backends.torch.schema import TorchBackendConfig
-from primus_hydra.backends.torchtitan.schema import TorchTitanBackendConfig
 from primus_hydra.config.schema import PrimusConfig
 from primus_hydra.config.schema_hardware import HardwareConfig
+from primus_hydra.config.schema_run import BackendConfig
 from primus_hydra.config.schema_task import TASK_SCHEMAS
 
-BACKEND_SCHEMAS = {
-    "torch": TorchBackendConfig,
-    "megatron": MegatronBackendConfig,
-    "torchtitan": TorchTitanBackendConfig,
-    "maxtext": MaxTextBackendConfig,
-    "megatron_bridge": MegatronBridgeBackendConfig,
-    "hummingbirdxt": HummingbirdXTBackendConfig,
-}
+
+def _backend_schemas() -> dict[str, type]:
+    """Each backend folder's schema: the BackendConfig subclass its `schema.py` defines, under the folder's name (a
+    new backend is one folder; nothing here lists it)."""
+    schemas = {}
+    for folder in sorted(path.parent for path in Path(__file__).parent.glob("*/schema.py")):
+        module = importlib.import_module(f"{__package__}.{folder.name}.schema")
+        defined = [value for value in vars(module).values() if isinstance(value, type)
+                   and issubclass(value, BackendConfig) and value.__module__ == module.__name__]
+        if len(defined) != 1:
+            raise TypeError(f"{module.__file__}: defines {len(defined)} BackendConfig subclasses, not one")
+        schemas[folder.name] = defined[0]
+    return schemas
+
+
+BACKEND_SCHEMAS = _backend_schemas()
 # the nodes typed by their selected option's schema, found by the option's `name`
 SCHEMAS_BY_NAME = {"backend": BACKEND_SCHEMAS, "task": TASK_SCHEMAS}
 
