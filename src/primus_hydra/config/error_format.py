@@ -7,6 +7,8 @@ import yaml
 from hydra.errors import HydraException, MissingConfigException
 from omegaconf.errors import OmegaConfBaseException
 
+from primus_hydra.errors import ConfigValidationError, PrimusError
+
 
 def is_compose_error(error: BaseException) -> bool:
     """Composition and command-line errors (Hydra raises some CLI misuse as plain ValueError), and a config file
@@ -99,8 +101,6 @@ def _first_sentence(text: str) -> str:
 def user_error_lines(error: BaseException) -> list[str]:
     """What to print for an error the user can fix: a failed check's lines, a user error's lines, a composition
     error as one line. Anything else is a bug: re-raised, with its traceback."""
-    from primus_hydra.errors import ConfigValidationError, PrimusError
-
     if isinstance(error, ConfigValidationError):
         return list(error.failures)
     if isinstance(error, PrimusError):

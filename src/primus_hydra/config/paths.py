@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from primus_hydra.errors import PrimusError
+
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -58,8 +60,6 @@ def hydra_job_dir(config, *, sweep: bool) -> Path:
         hydra_config.set_config(config)
     key = "hydra.sweep.dir" if sweep else "hydra.run.dir"
     if not str(OmegaConf.select(config, key) or "").strip():  # Hydra would run in the current folder
-        from primus_hydra.errors import PrimusError
-
         raise PrimusError(f"{key} is empty; give a folder (or unset it for the default)")
     try:
         if sweep:

@@ -21,6 +21,8 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 
 from omegaconf import OmegaConf
 
+from primus_hydra.distributed_env import detect_distributed_env
+
 REDACTED = "<redacted>"  # a plain YAML scalar, unlike "***" (an alias)
 SECRET_ENDINGS = ("TOKEN", "KEY", "KEYS", "SECRET", "SECRETS", "PASSWORD", "PASSWORDS", "PASSWD", "CREDENTIAL",
                   "CREDENTIALS")
@@ -162,8 +164,6 @@ def literal_secret_overrides(args: Iterable[str]) -> list[tuple[str, str]]:
 def warn_about_literal_secrets(args: Iterable[str]) -> None:
     """One warning line per secret typed on the command line: Hydra records overrides in the run dir as typed.
     Under a user's torchrun/srun only rank 0 warns."""
-    from primus_hydra.distributed_env import detect_distributed_env
-
     if not detect_distributed_env().is_main:
         return
     for key, _ in literal_secret_overrides(args):

@@ -16,6 +16,7 @@ from primus_hydra.config.choices import auto_int_failure
 from primus_hydra.errors import ConfigValidationError
 from primus_hydra.orchestrator.gpu_probe import parse_free_vram_env, parse_number_env
 from primus_hydra.orchestrator.plan import THREAD_VARIABLES
+from primus_hydra.orchestrator.resources import detect_resources
 
 NUMERIC_OVERRIDES = {  # variable: (integer, zero allowed)
     "PRIMUS_AUTO_NUM_GPUS": (True, True),
@@ -55,7 +56,6 @@ def visible_devices_failures(cfg: DictConfig) -> list[str]:
     """A CUDA_/HIP_/ROCR_VISIBLE_DEVICES entry that names no device of this machine (when a vendor tool lists them)."""
     if cfg.platform.device == "cpu":
         return []
-    from primus_hydra.orchestrator.resources import detect_resources
 
     try:
         resources = detect_resources()

@@ -11,6 +11,7 @@ from typing import Any, Optional
 from omegaconf import OmegaConf
 
 from primus_hydra.config.paths import find_conf_dir
+from primus_hydra.config.schema_hardware import HARDWARE_RANGES, PEAK_RANGE, HardwareConfig, out_of_range
 from primus_hydra.errors import ConfigValidationError
 
 REQUIRED = ("memory_bandwidth_gbps", "intra_node_bandwidth_gbps", "intra_node_latency_us",
@@ -55,8 +56,6 @@ def hardware_entries() -> list[str]:
 
 def load_entry(name: str) -> Any:
     """conf/hardware/<name>.yaml merged over the schema (a file read, no composition)."""
-    from primus_hydra.config.schema_hardware import HardwareConfig
-
     path = Path(find_conf_dir()) / "hardware" / f"{name}.yaml"
     data = OmegaConf.load(path)
     with_defaults = OmegaConf.masked_copy(data, [key for key in data.keys() if key != "defaults"])
@@ -127,8 +126,6 @@ def _check_resolved(entry: Any, *, peak: float, source: str, memory: float, op_u
     """The numbers that did not come from the entry (measured on this CPU, read from the measurement cache, the
     host's memory) in the ranges the entry's own numbers are held to (a stale or damaged cache, a host without
     memory to spare): one line naming where each came from."""
-    from primus_hydra.config.schema_hardware import HARDWARE_RANGES, PEAK_RANGE, out_of_range
-
     checks = [(f"the peak ({source})", peak, PEAK_RANGE),
               ("the memory per rank (hardware.memory_gib, or the host's available memory over its ranks)", memory,
                HARDWARE_RANGES["memory_gib"]),

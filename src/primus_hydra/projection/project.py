@@ -8,9 +8,10 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from primus_hydra.config import model_math
+from primus_hydra.config.model_math import count_active_matmul_parameters
 from primus_hydra.projection.hardware import GIB, Hardware
 from primus_hydra.projection.layout import Layout
-from primus_hydra.projection.memory import StageMemory, most_loaded_stage, stage_split
+from primus_hydra.projection.memory import StageMemory, most_loaded_stage, stage_memory, stage_split
 from primus_hydra.projection.step_time import StepTime, step_time
 
 
@@ -109,14 +110,10 @@ def hardware_overhead(hardware: Hardware) -> float:
 
 def _stage_cost(model: Any, layout: Layout, stage: int) -> float:
     """Layers on the stage, the output layer counted as layers' worth of its FLOPs: picks the slowest stage."""
-    from primus_hydra.config.model_math import count_active_matmul_parameters
-
     layers = len(stage_split(model, layout)[stage])
     per_layer = max(1.0, (count_active_matmul_parameters(model) - model.vocab_size * model.hidden_size) / model.num_layers)
     return layers + (model.vocab_size * model.hidden_size / per_layer if stage == layout.pp - 1 else 0.0)
 
 
 def _stage_memory(model: Any, layout: Layout, seq: int, stage: int, overhead: float) -> StageMemory:
-    from primus_hydra.projection.memory import stage_memory
-
     return stage_memory(model, layout, seq, stage, stage_split(model, layout)[stage], overhead)

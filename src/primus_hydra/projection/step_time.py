@@ -26,6 +26,7 @@ from primus_hydra.projection.hardware import Hardware
 from primus_hydra.projection.host_ops import step_host_ops
 from primus_hydra.projection.layout import Layout
 from primus_hydra.projection.memory import StageMemory, activation_bytes
+from primus_hydra.projection.parameters import attention_parameters, ffn_parameters
 
 
 @dataclass(frozen=True)
@@ -82,8 +83,6 @@ def collective_seconds(kind: str, nbytes: float, ranks: int, bandwidth: float, l
 
 def _layer_matmul_flops(model: Any, layer: int, tokens: float, layout: Layout) -> float:
     """Forward + backward matmul FLOPs of one layer on one rank (2 x 3 per multiply-add and token)."""
-    from primus_hydra.projection.parameters import attention_parameters, ffn_parameters
-
     attn_split, _ = attention_parameters(model)
     h = model.hidden_size
     ffn_split, _, experts = ffn_parameters(model, layer)

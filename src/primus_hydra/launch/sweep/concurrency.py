@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from primus_hydra.orchestrator.resources import detect_resources
+
 JOBLIB_LAUNCHER = "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"
 SUBMITIT_LOCAL_LAUNCHER = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher"
 
@@ -31,8 +33,6 @@ def points_run_at_once(launcher: Mapping[str, Any], vcpus: int) -> int:
 def points_run_at_once_here() -> int:
     """For the sweep point this process runs (HydraConfig set by run_job); 1 outside a multirun."""
     from hydra.core.hydra_config import HydraConfig
-
-    from primus_hydra.orchestrator.resources import detect_resources
 
     if not in_multirun():
         return 1
