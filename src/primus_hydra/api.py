@@ -21,7 +21,15 @@ from typing import Any, Iterator, Sequence, Union
 
 from omegaconf import DictConfig, open_dict, read_write
 
-from primus_hydra.errors import PrimusError
+from primus_hydra.config.error_format import format_compose_error, is_compose_error
+from primus_hydra.config.fast_composition import install as install_fast_composition
+from primus_hydra.config.paths import hydra_job_dir
+from primus_hydra.config.secrets import warn_about_literal_secrets
+from primus_hydra.config.validate import validate_config
+from primus_hydra.config.values import without_hydra_node
+from primus_hydra.distributed_env import launch_environment_failures
+from primus_hydra.errors import ConfigValidationError, PrimusError
+from primus_hydra.launch.external import overrides_for_external_launch
 
 CONF_MODULE = "primus_hydra.conf"
 JOB_NAME = "primus"
@@ -34,11 +42,6 @@ def compose(overrides: Sequence[str] = (), *, config_name: str = "config", valid
     launch overrides too (the job's shared run dir)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
-
-    from primus_hydra.config.error_format import format_compose_error, is_compose_error
-    from primus_hydra.config.fast_composition import install as install_fast_composition
-    from primus_hydra.config.secrets import warn_about_literal_secrets
-    from primus_hydra.launch.external import overrides_for_external_launch
 
     install_fast_composition()
 
@@ -54,9 +57,6 @@ def compose(overrides: Sequence[str] = (), *, config_name: str = "config", valid
             raise
         raise PrimusError(format_compose_error(error)) from error
     if validate:
-        from primus_hydra.config.validate import validate_config
-        from primus_hydra.config.values import without_hydra_node
-
         validate_config(without_hydra_node(cfg))
     return cfg
 
@@ -111,9 +111,6 @@ def run(cfg: DictConfig, run_dir: Union[str, os.PathLike, None] = None) -> Any:
     from hydra.core.utils import JobStatus, run_job
     from hydra.types import HydraContext, RunMode
 
-    from primus_hydra.config.paths import hydra_job_dir
-    from primus_hydra.distributed_env import launch_environment_failures
-    from primus_hydra.errors import ConfigValidationError
     from primus_hydra.launch.run_dir_lock import RUN_DIR_LOCKS
     from primus_hydra.orchestrator.prepare import HANDOFF
     from primus_hydra.tasks import run_task

@@ -18,6 +18,7 @@ from primus_hydra.backends.schemas import register_schemas
 from primus_hydra.config.fast_composition import install as install_fast_composition
 from primus_hydra.config.paths import find_conf_dir
 from primus_hydra.config.secrets import redacted_stdout, warn_about_literal_secrets
+from primus_hydra.distributed_env import launch_environment_failures, stray_launch_variables
 from primus_hydra.errors import PrimusError, SweepPointFailed
 
 _USER_WANTS_TRACEBACK = os.environ.get("HYDRA_FULL_ERROR") == "1"
@@ -62,8 +63,6 @@ def _sweep_point_label() -> str:
 
 
 def main() -> None:
-    from primus_hydra.distributed_env import launch_environment_failures, stray_launch_variables
-
     register_schemas()
     install_fast_composition()
     failures = launch_environment_failures()

@@ -13,7 +13,6 @@ from typing import Callable, List
 from omegaconf import DictConfig, OmegaConf
 
 from primus_hydra.config.choices import auto_int_failure
-from primus_hydra.config.data_split import split_failure
 from primus_hydra.config.derived_values import with_typed_sources
 from primus_hydra.config.layout import stage_layers
 from primus_hydra.config.targets import load_target
@@ -242,6 +241,8 @@ def _learning_rate(cfg: DictConfig, failures: list[str], warnings: list[str]) ->
 
 
 def _data(cfg: DictConfig, failures: list[str], warnings: list[str]) -> None:
+    from primus_hydra.config.data_split import split_failure
+
     data = cfg.module.data
     failure = split_failure(str(data.split), bool(cfg.module.eval_interval))
     if failure:

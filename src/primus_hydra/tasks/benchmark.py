@@ -19,8 +19,10 @@ from primus_hydra.benchmark.cases import (
     rounding_note,
     suite_cases,
 )
+from primus_hydra.config.layout import configured_world_size
 from primus_hydra.errors import ConfigValidationError
 from primus_hydra.orchestrator.fit_checks import MemoryNeed
+from primus_hydra.orchestrator.gpu_probe import detect_gpus
 from primus_hydra.orchestrator.working_set import CONTEXT_OVERHEAD_GIB
 from primus_hydra.tasks.train import TrainTask
 
@@ -73,16 +75,12 @@ def runs_on_cpu(cfg: DictConfig) -> bool:
         return str(cfg.platform.device) == "cpu"
     import os
 
-    from primus_hydra.orchestrator.gpu_probe import detect_gpus
-
     return not detect_gpus(os.environ).gpus
 
 
 class BenchmarkTask(TrainTask):
     @classmethod
     def prepare_job(cls, cfg: DictConfig, run_dir: Optional[Path], *, plan=None, sweep_points: int = 1):
-        from primus_hydra.config.layout import configured_world_size
-
         on_cpu = runs_on_cpu(cfg)
         world = configured_world_size(cfg)
         failures = benchmark_failures(cfg, world, on_cpu)

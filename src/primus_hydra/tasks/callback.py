@@ -18,13 +18,16 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from primus_hydra.config.error_format import stop_with, user_error_lines
+from primus_hydra.config.paths import hydra_job_dir
+from primus_hydra.config.secrets import secret_values
+from primus_hydra.config.targets import task_class_of
+from primus_hydra.orchestrator.prepare import HANDOFF, show_warnings
 from primus_hydra.patches.runner import load_patch_modules
 
 
 class PrepareJobCallback(Callback):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from primus_hydra.config.error_format import stop_with, user_error_lines
-
         try:
             prepare_single_run(config)
         except Exception as error:  # noqa: BLE001 - a user's error (a failed check, an interpolation) is its lines
@@ -33,7 +36,6 @@ class PrepareJobCallback(Callback):
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Hydra has just written .hydra/*.yaml (the overrides as typed) and set up its logging: those files become
         readable by their owner only, and every log handler blanks the job's secret values out."""
-        from primus_hydra.config.secrets import secret_values
         from primus_hydra.runtime.logging_setup import redact_secrets_in_logs
         from primus_hydra.util.private_files import make_private
 
@@ -43,19 +45,15 @@ class PrepareJobCallback(Callback):
         redact_secrets_in_logs(secret_values(config))
 
 
-
 class PatchRegistrationCallback(Callback):
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         load_patch_modules(config)
+
 
 def prepare_single_run(config: DictConfig) -> None:
     """The selected task prepares the job of `config` (composed with its `hydra` node) for its run dir, holds the
     run dir, shows the job's warnings and hands the job over (HANDOFF); raises what the preparation raises, having
     written nothing. A task without `prepare_job` (another app's) has nothing to prepare."""
-    from primus_hydra.config.paths import hydra_job_dir
-    from primus_hydra.config.targets import task_class_of
-    from primus_hydra.orchestrator.prepare import HANDOFF, show_warnings
-
     stay_in_working_dir_if_query(config)
     prepare_job = getattr(task_class_of(config), "prepare_job", None)
     if prepare_job is None:
@@ -75,8 +73,6 @@ def stay_in_working_dir_if_query(config: DictConfig) -> None:
     `.hydra/`, whatever hydra.run.dir an experiment, the command line or run()'s run_dir gives: Hydra then makes
     no folder for it."""
     from omegaconf import open_dict, read_write
-
-    from primus_hydra.config.targets import task_class_of
 
     if getattr(task_class_of(config), "writes_nothing", False):
         with read_write(config.hydra), open_dict(config.hydra):

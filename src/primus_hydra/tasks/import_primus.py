@@ -25,7 +25,25 @@ from typing import Iterator, Optional
 
 from omegaconf import DictConfig
 
+from primus_hydra.backends.schemas import register_schemas
+from primus_hydra.config.error_format import format_compose_error, is_compose_error
+from primus_hydra.config.fast_composition import install as install_fast_composition
+from primus_hydra.config.paths import find_conf_dir, writable_dir_failure
+from primus_hydra.config.values import without_hydra_node
 from primus_hydra.errors import PrimusError
+from primus_hydra.migrate.emit import comment
+from primus_hydra.migrate.ledger import Ledger, _atomic_write, digest
+from primus_hydra.migrate.mapping import FRAMEWORKS, GPUS_PER_NODE, import_module
+from primus_hydra.migrate.primus_yaml import from_environment, load_experiment, plain
+from primus_hydra.migrate.writer import (
+    RESOLVED_DIR,
+    experiment_text,
+    hydra_value,
+    model_text,
+    resolved_text,
+    run_command,
+)
+from primus_hydra.orchestrator.prepare import prepare
 from primus_hydra.util.tables import aligned_table
 
 PROGRESS_EVERY_S = 5.0
@@ -106,8 +124,6 @@ def _checked_source(given) -> Path:
 
 
 def _checked_out(given) -> Path:
-    from primus_hydra.config.paths import writable_dir_failure
-
     failure = writable_dir_failure("task.out", given, "give a folder to write the config dir into "
                                                       "(task.out=primus_conf)")
     if failure:
@@ -154,8 +170,6 @@ class ImportSession:
     each experiment is composed before its files are written."""
 
     def __init__(self, root: Path, out: Path, environ: dict):
-        from primus_hydra.migrate.ledger import Ledger
-
         self.root, self.out, self.environ = root, out, environ
         self.ledger = Ledger(out)
         self.cache: dict = {}
@@ -180,10 +194,6 @@ class ImportSession:
         return result
 
     def _import(self, path: Path, base: Path, result: ImportResult) -> None:
-        from primus_hydra.migrate.mapping import FRAMEWORKS, import_module
-        from primus_hydra.migrate.primus_yaml import from_environment, load_experiment
-        from primus_hydra.migrate.writer import RESOLVED_DIR, experiment_text, resolved_text
-
         name = experiment_name(path, base)
         experiment = load_experiment(path, self.root, self.environ, self.cache, FRAMEWORKS)
         if len(experiment.modules) != 1:
@@ -227,9 +237,6 @@ class ImportSession:
     def _model_file(self, imported, module) -> tuple[str, str]:
         """(relative path, text) of the generated model: the name it had, unless a file of that name holds other
         numbers (then the name ends in a digest of them): a model file never changes once written."""
-        from primus_hydra.migrate.ledger import digest
-        from primus_hydra.migrate.writer import model_text
-
         source = _plain_name(module.model)
         base_name = imported.model.name
         for name in (base_name, f"{base_name}_{digest(model_text(imported, source))[:8]}"):
@@ -244,8 +251,6 @@ class ImportSession:
     def _check_composes(self, name: str, files: dict, model: Optional[tuple]) -> None:
         """The experiment composes from the config dir it is written into and passes the rules every run is
         prepared against (those that depend on no machine); else one line, and nothing is written."""
-        from primus_hydra.migrate.ledger import _atomic_write
-
         for relative, (text, _) in [*files.items(), *([(model[0], (model[1], False))] if model else [])]:
             if relative.startswith(("experiment/", "model/")):
                 _atomic_write(self.staging / relative, text, 0o600)
@@ -261,11 +266,6 @@ def compose_imported(name: str, config_dir: Path, *extra: str) -> DictConfig:
     from hydra._internal.utils import create_config_search_path
     from hydra.types import RunMode
 
-    from primus_hydra.backends.schemas import register_schemas
-    from primus_hydra.config.fast_composition import install as install_fast_composition
-    from primus_hydra.config.paths import find_conf_dir
-    from primus_hydra.migrate.writer import hydra_value
-
     register_schemas()
     install_fast_composition()
     loader = ConfigLoaderImpl(config_search_path=create_config_search_path(find_conf_dir()))
@@ -276,10 +276,6 @@ def compose_imported(name: str, config_dir: Path, *extra: str) -> DictConfig:
 
 def composition_failure(name: str, config_dir: Path) -> Optional[str]:
     """Why `experiment=<name>` from `config_dir` does not compose and validate (None: it does)."""
-    from primus_hydra.config.error_format import format_compose_error, is_compose_error
-    from primus_hydra.config.values import without_hydra_node
-    from primus_hydra.orchestrator.prepare import prepare
-
     try:
         prepare(without_hydra_node(compose_imported(name, config_dir)), on_this_machine=False, trains=False)
     except PrimusError as error:
@@ -300,8 +296,6 @@ def experiment_name(path: Path, base: Path) -> str:
 
 
 def _plain_name(value) -> str:
-    from primus_hydra.migrate.primus_yaml import plain
-
     return str(plain(value))
 
 
@@ -340,9 +334,6 @@ class _Progress:
 
 def gpus_per_node(experiment) -> int:
     """The experiment's env GPUS_PER_NODE (Primus's launcher reads it), else Primus's default of 8."""
-    from primus_hydra.migrate.mapping import GPUS_PER_NODE
-    from primus_hydra.migrate.primus_yaml import plain
-
     value = plain(experiment.env.get("GPUS_PER_NODE", GPUS_PER_NODE))
     try:
         if isinstance(value, bool) or int(value) < 1:
@@ -353,9 +344,6 @@ def gpus_per_node(experiment) -> int:
 
 
 def report_one(result: ImportResult, out: Path) -> None:
-    from primus_hydra.migrate.emit import comment
-    from primus_hydra.migrate.writer import run_command
-
     for warning in result.warnings:
         print(f"warning: {comment(warning)[2:]}", file=sys.stderr)
     if result.failure:
@@ -366,8 +354,6 @@ def report_one(result: ImportResult, out: Path) -> None:
 
 
 def summary_table(results: list[ImportResult], base: Path) -> str:
-    from primus_hydra.migrate.emit import comment
-
     rows = []
     for result in results:
         status = f"skipped: {result.failure}" if result.failure else \

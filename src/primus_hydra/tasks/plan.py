@@ -12,6 +12,8 @@ from typing import Optional
 
 from omegaconf import DictConfig
 
+from primus_hydra.orchestrator.prepare import HANDOFF, prepare, show_warnings
+
 
 class PlanTask:
     writes_nothing = True  # no run dir, whatever hydra.run.dir says (tasks/callback.py)
@@ -24,14 +26,10 @@ class PlanTask:
         self.point = point  # {"num": ..., "overrides": [...]} of a sweep point; None: read from Hydra
     @classmethod
     def prepare_job(cls, cfg: DictConfig, run_dir: Optional[Path], *, plan=None, sweep_points: Optional[int] = None):
-        from primus_hydra.orchestrator.prepare import prepare
-
         points = sweep_points if sweep_points is not None else (_sweep_points() if _sweep_point() else 1)
         return prepare(cfg, plan=plan, sweep_points=points, trains=False)
 
     def run(self) -> dict:
-        from primus_hydra.orchestrator.prepare import HANDOFF, show_warnings
-
         job = self.job or HANDOFF.take(handed_over_at())
         if job is None:  # a sweep point of another launcher than primus_local (conf/task/plan.yaml chooses it)
             job = self.prepare_job(self.cfg, None)

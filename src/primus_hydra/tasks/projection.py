@@ -16,9 +16,21 @@ from typing import Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from primus_hydra.backends.base import adapter_class
 from primus_hydra.config.choices import auto_int
+from primus_hydra.config.layout import unchecked_parallel_layout
+from primus_hydra.config.schema_hardware import PEAK_RANGE, hardware_number_failures, out_of_range
+from primus_hydra.config.values import without_hydra_node
 from primus_hydra.errors import ConfigValidationError, PrimusError
-from primus_hydra.projection.layout import LARGE_WORLD, MAX_WORLD
+from primus_hydra.orchestrator.gpu_probe import detect_gpus
+from primus_hydra.orchestrator.hardware_entry import configured_hardware_entry
+from primus_hydra.orchestrator.plan import build_resource_plan
+from primus_hydra.orchestrator.prepare import HANDOFF, PreparedJob, prepare, show_warnings
+from primus_hydra.projection.hardware import resolve_hardware
+from primus_hydra.projection.layout import LARGE_WORLD, MAX_WORLD, projection_layout
+from primus_hydra.projection.project import project
+from primus_hydra.projection.report import describe, search_table
+from primus_hydra.tasks.plan import _sweep_point, handed_over_at
 
 
 class ProjectionTask:
@@ -32,9 +44,6 @@ class ProjectionTask:
     @classmethod
     def prepare_job(cls, cfg: DictConfig, run_dir: Optional[Path], *, plan=None, sweep_points: Optional[int] = None):
         """The real run's validation for the cluster the projection is for: its world size, its device kind."""
-        from primus_hydra.config.values import without_hydra_node
-        from primus_hydra.orchestrator.prepare import PreparedJob, prepare
-
         world = projected_world_size(cfg)
         failures = projection_input_failures(cfg, world)
         if failures:
@@ -58,8 +67,6 @@ class ProjectionTask:
         return PreparedJob(without_hydra_node(cfg), None, None, job.warnings + scale + [note])
 
     def run(self) -> dict:
-        from primus_hydra.tasks.plan import _sweep_point
-
         point = self.point or _sweep_point()
         try:
             data = self._project()
@@ -73,14 +80,6 @@ class ProjectionTask:
         return data
 
     def _project(self) -> dict:
-        from primus_hydra.backends.base import adapter_class
-        from primus_hydra.config.layout import unchecked_parallel_layout
-        from primus_hydra.orchestrator.prepare import HANDOFF, show_warnings
-        from primus_hydra.projection.layout import projection_layout
-        from primus_hydra.projection.project import project
-        from primus_hydra.projection.report import describe
-        from primus_hydra.tasks.plan import handed_over_at
-
         job = self.job or HANDOFF.take(handed_over_at())
         if job is None:  # a sweep point of another launcher than primus_local
             job = self.prepare_job(self.cfg, None)
@@ -117,8 +116,6 @@ def projection_input_failures(cfg: DictConfig, world: int) -> list[str]:
     """What the run's own checks do not hold, one line each: task.top, the world size, every number of the
     hardware entry (as overridden, then the entry hardware=auto picks) and the platform's peak, in their ranges
     (config/schema_hardware.py: inside them every projection is finite)."""
-    from primus_hydra.config.schema_hardware import PEAK_RANGE, hardware_number_failures, out_of_range
-
     failures = []
     if int(cfg.task.top) < 1:
         failures.append(f"task.top={cfg.task.top}: must be >= 1 (how many ranked layouts task.search prints)")
@@ -131,7 +128,6 @@ def projection_input_failures(cfg: DictConfig, world: int) -> list[str]:
         failures += [line for line in [out_of_range("platform.peak_tflops_per_device", float(peak), PEAK_RANGE)] if line]
     if failures or str(cfg.hardware.name) != "auto":
         return failures
-    from primus_hydra.orchestrator.hardware_entry import configured_hardware_entry
 
     entry = configured_hardware_entry(cfg)
     return hardware_number_failures(entry, where=f" (conf/hardware/{entry.name}.yaml, the entry hardware=auto picked)")
@@ -169,8 +165,6 @@ def projected_world_size(cfg: DictConfig) -> int:
     """launch.nnodes x launch.nproc_per_node; `auto` is the GPUs this node shows (or 1 without any)."""
     nproc = auto_int(cfg.launch.nproc_per_node)
     if nproc is None:
-        from primus_hydra.orchestrator.gpu_probe import detect_gpus
-
         nproc = max(1, len(detect_gpus(os.environ).gpus))
     return int(cfg.launch.nnodes) * nproc
 
@@ -180,21 +174,14 @@ def world_nproc(cfg: DictConfig, world: int) -> int:
 
 
 def _targets_gpu(cfg: DictConfig) -> bool:
-    from primus_hydra.orchestrator.hardware_entry import configured_hardware_entry
-
     return str(configured_hardware_entry(cfg).vendor) != "cpu"
 
 
 def target_hardware(cfg: DictConfig, layout, *, fresh_measurement: bool = False):
     """The hardware entry's numbers; on the cpu entry, the matmul peak at the threads this machine gives a rank."""
-    from primus_hydra.orchestrator.hardware_entry import configured_hardware_entry
-    from primus_hydra.projection.hardware import resolve_hardware
-
     entry = configured_hardware_entry(cfg)
     threads, host_gib = 1, 0.0
     if str(entry.vendor) == "cpu":
-        from primus_hydra.orchestrator.plan import build_resource_plan
-
         plan = build_resource_plan(cfg)
         threads = int(cfg.backend.get("num_threads") or plan.threads_per_worker)
         host_gib = plan.resources.ram_available_gib or 0.0
@@ -204,7 +191,6 @@ def target_hardware(cfg: DictConfig, layout, *, fresh_measurement: bool = False)
 
 
 def run_search(cfg: DictConfig, layout, hardware) -> dict:
-    from primus_hydra.projection.report import search_table
     from primus_hydra.projection.search import search, smallest_batch_split
 
     world, gpu = projected_world_size(cfg), hardware.vendor != "cpu"
@@ -269,8 +255,6 @@ def rejected_by_validation(cfg: DictConfig, overrides: list[str], world: int, ru
     import copy
 
     from omegaconf import OmegaConf, open_dict, read_write
-
-    from primus_hydra.orchestrator.prepare import prepare
 
     candidate = copy.deepcopy(cfg)
     with read_write(candidate), open_dict(candidate):

@@ -16,10 +16,13 @@ from typing import Optional
 
 from omegaconf import DictConfig
 
+from primus_hydra.config.values import without_hydra_node
 from primus_hydra.errors import PrimusError
 from primus_hydra.launch.slurm.cluster import SlurmQueryError, accounted_states
 from primus_hydra.launch.slurm.submission import SUBMISSION_RECORD, read_submission
+from primus_hydra.orchestrator.prepare import HANDOFF
 from primus_hydra.tasks.objective import METRICS_FILE
+from primus_hydra.tasks.plan import handed_over_at
 from primus_hydra.util.tables import aligned_table
 
 NOT_IN_SACCT = "UNKNOWN (not in sacct)"
@@ -55,17 +58,12 @@ class StatusTask:
     @classmethod
     def prepare_job(cls, cfg: DictConfig, run_dir: Optional[Path], *, plan=None,
                     sweep_points: Optional[int] = None) -> StatusQuery:
-        from primus_hydra.config.values import without_hydra_node
-
         query = without_hydra_node(cfg)
         query_roots(query)
         return StatusQuery(query)
 
     def run(self) -> list[RunStatus]:
         if self.job is None:  # the single run's query, checked by the callback: nothing more to hand over
-            from primus_hydra.orchestrator.prepare import HANDOFF
-            from primus_hydra.tasks.plan import handed_over_at
-
             HANDOFF.take(handed_over_at())
         roots = query_roots(self.cfg)
         if self.point is not None:

@@ -15,7 +15,13 @@ from typing import Any, Optional
 from omegaconf import DictConfig
 
 from primus_hydra.distributed_env import DistributedEnv, detect_distributed_env
-from primus_hydra.orchestrator.prepare import HANDOFF, Placement, PreparedJob, show_warnings
+from primus_hydra.launch.job_config import write_job_config
+from primus_hydra.launch.run_dir_lock import RUN_DIR_LOCKS
+from primus_hydra.launch.sweep.concurrency import in_multirun, points_run_at_once_here
+from primus_hydra.orchestrator.apply import report_resource_plan, worker_environment
+from primus_hydra.orchestrator.prepare import HANDOFF, Placement, PreparedJob, prepare, show_warnings
+from primus_hydra.runtime.train_runtime import PrimusRuntime
+from primus_hydra.tasks.objective import run_objective
 
 
 class TrainTask:
@@ -29,8 +35,6 @@ class TrainTask:
                     memory_need=None) -> PreparedJob:
         """Prepared for where it will run: as a rank of a running job, as a Slurm job, or on this machine.
         memory_need: what a rank of a job that does not train holds (orchestrator/fit_checks.py: MemoryNeed)."""
-        from primus_hydra.orchestrator.prepare import prepare
-
         placement = placement_of(cfg)
         dry_run = bool(cfg.task.dry_run)
         if placement.kind == "rank":  # its launcher (torchrun, srun) started the ranks and owns the machine
@@ -54,8 +58,6 @@ class TrainTask:
         that owns the run, only checked by one that submits it to Slurm (its job takes it on the cluster) and by
         anyone before the job is prepared (which must leave nothing behind when it fails). placement: the prepared
         job's (placement_of decides it for a job not prepared yet)."""
-        from primus_hydra.launch.run_dir_lock import RUN_DIR_LOCKS
-
         placement = placement or placement_of(cfg)
         dist = placement.dist
         if dist.is_distributed and dist.rank != 0:  # rank 0 holds it for the ranks its launcher started
@@ -73,13 +75,9 @@ class TrainTask:
             RUN_DIR_LOCKS.acquire(run_dir)
 
     def run(self) -> Any:
-        from primus_hydra.launch.run_dir_lock import RUN_DIR_LOCKS
-
         run_dir = self.run_dir or hydra_run_dir()
         job = self.job or HANDOFF.take(run_dir)
         if job is None:  # not prepared by the single-run callback or a launcher (joblib's, submitit_local's sweeps)
-            from primus_hydra.launch.sweep.concurrency import points_run_at_once_here
-
             self.claim_run_dir(self.cfg, run_dir, check_only=True)
             job = self.prepare_job(self.cfg, run_dir, sweep_points=points_run_at_once_here())
             show_warnings(job)
@@ -89,8 +87,6 @@ class TrainTask:
             result = self._run_prepared(job, placement, run_dir)
         finally:
             RUN_DIR_LOCKS.release(run_dir)
-        from primus_hydra.launch.sweep.concurrency import in_multirun
-        from primus_hydra.tasks.objective import run_objective
 
         dist = placement.dist
         if dist.is_distributed and not dist.is_main:  # rank 0 wrote the metrics; its result is what launchers collect
@@ -103,8 +99,6 @@ class TrainTask:
 
             return submit_single_run(job, run_dir, placement.slurm)
         if job.cfg.task.dry_run and placement.dist.is_main:  # the job config its workers would get, arguments and all
-            from primus_hydra.launch.job_config import write_job_config
-
             write_job_config(job, run_dir)
         if placement.kind == "elastic":
             from primus_hydra.launch.elastic import launch_elastic_job
@@ -116,9 +110,6 @@ class TrainTask:
 def run_in_this_process(job: PreparedJob, run_dir: Path, dist: DistributedEnv, *, report_plan: bool) -> Any:
     """The runtime here. A rank of a torchrun/srun job keeps the thread variables its launcher gave it; otherwise
     the plan's are set before the runtime imports torch, so its OpenMP/BLAS pools start at the planned size."""
-    from primus_hydra.orchestrator.apply import report_resource_plan, worker_environment
-    from primus_hydra.runtime.train_runtime import PrimusRuntime
-
     planned = report_plan and job.plan is not None
     if planned:
         report_resource_plan(job.plan, run_dir)
