@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 
 from primus_hydra.backends.base import BackendAdapter, BaseTrainer
 from primus_hydra.backends.extra_args_owners import owned_extra_args_failures
+from primus_hydra.backends.translation import translate
 from primus_hydra.config.targets import load_target
 from primus_hydra.config.values import to_plain
 from primus_hydra.errors import BackendUnavailableError
@@ -108,8 +109,6 @@ class ExternalBackendAdapter(BackendAdapter):
         """The translated arguments as the trainer will get them: after the enabled build_args patches (the checks
         made before launch read these, so that a patch that renames a key is seen there too). Made once: the job's
         prepare() makes them first and hands the same to the workers."""
-        from primus_hydra.backends.translation import translate
-
         if self.translation is None:
             self.translation = translate(self, self.run_dir or Path("."), quiet=True)
         return self.translation.arguments

@@ -11,14 +11,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from primus_hydra.backends.external import size_tag
 from primus_hydra.backends.extra_args_owners import flatten
 from primus_hydra.backends.key_table import Key, KeyTable
 from primus_hydra.backends.maxtext.keys import MAXTEXT_KEYS
 from primus_hydra.backends.megatron.keys import MEGATRON_KEYS
 from primus_hydra.backends.torchtitan.keys import TORCHTITAN_KEYS
 from primus_hydra.errors import PrimusError
-from primus_hydra.migrate.models import ModelChoice, megatron_model, stem, zoo_models
-from primus_hydra.migrate.primus_yaml import EnvString, EnvValue, TrainerModule, dotted_get, plain, shown
+from primus_hydra.migrate.models import (
+    MEGATRON_ARCHITECTURE,
+    TRAINING_CHOICES,
+    ModelChoice,
+    megatron_model,
+    stem,
+    zoo_models,
+)
+from primus_hydra.migrate.primus_yaml import EnvString, EnvValue, TrainerModule, dotted_get, plain, read_yaml, shown
 
 FRAMEWORKS = {"megatron": "megatron", "torchtitan": "torchtitan", "maxtext": "maxtext",
               "megatron_bridge": "megatron_bridge"}
@@ -305,7 +313,6 @@ def _common_prefix(a: str, b: str) -> int:
 
 
 def _torchtitan_names(zoo: str) -> tuple[str, str]:
-    from primus_hydra.backends.external import size_tag
     from primus_hydra.backends.torchtitan.args import KNOWN_FLAVORS, TORCHTITAN_MODEL_NAMES
 
     model = zoo_models()[zoo]
@@ -398,8 +405,6 @@ def bridge_model(module: TrainerModule, imported: Imported, primus_root, environ
     Bridge model preset is a recipe pointer without numbers; the recipe decides the model it trains)."""
     from pathlib import Path
 
-    from primus_hydra.migrate.primus_yaml import read_yaml
-
     wanted = stem(module.model).replace("_", "").replace(".", "")
     for zoo in zoo_models():
         if stem(zoo).replace("_", "").replace(".", "") == wanted:
@@ -452,8 +457,6 @@ def _pass_through(module: TrainerModule, imported: Imported, primus_root, enviro
     framework/config/model, and what the model preset sets beyond Primus's generic model defaults. A null is passed
     as null, as Primus passes it, except to torchtitan, whose TOML job file has no null (its default applies).
     Keys only Primus reads go to the header."""
-    from primus_hydra.migrate.models import MEGATRON_ARCHITECTURE, TRAINING_CHOICES
-
     nested = imported.backend == "torchtitan"
     extension = _preset_keys(primus_root, module.framework, environ, PRIMUS_EXTENSION_PRESETS)
     architecture = set(MEGATRON_ARCHITECTURE) | set(TRAINING_CHOICES) | {"group_query_attention"} \
@@ -482,8 +485,6 @@ _PRESET_CACHE: dict = {}
 def _preset_keys(primus_root, framework: str, environ: dict, names: tuple, kind: str = "modules") -> dict:
     """The keys (and values) of these Primus presets, with what they extend."""
     from pathlib import Path
-
-    from primus_hydra.migrate.primus_yaml import read_yaml
 
     key = (str(primus_root), framework, names, kind)
     if key not in _PRESET_CACHE:

@@ -20,7 +20,9 @@ from typing import Any, Callable, Optional
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ValidationError
 
+from primus_hydra.backends.megatron.args import mla_args, model_args, moe_args
 from primus_hydra.config.paths import find_conf_dir
+from primus_hydra.config.schema_model import ModelConfig
 from primus_hydra.migrate.primus_yaml import plain
 
 # the Megatron arguments that decide a model's architecture
@@ -159,16 +161,12 @@ def megatron_architecture(args: dict) -> dict:
 @lru_cache(maxsize=None)
 def zoo_models() -> dict[str, DictConfig]:
     """Every conf/model preset, typed as a composed config holds it."""
-    from primus_hydra.config.schema_model import ModelConfig
-
     schema = OmegaConf.structured(ModelConfig)
     folder = Path(find_conf_dir()) / "model"
     return {path.stem: OmegaConf.merge(schema, OmegaConf.load(path)) for path in sorted(folder.glob("*.yaml"))}
 
 
 def _megatron_translation(model: DictConfig) -> dict:
-    from primus_hydra.backends.megatron.args import mla_args, model_args, moe_args
-
     defaults = {"swiglu": True, "normalization": "RMSNorm", "position_embedding_type": "rope"}
     return megatron_architecture({**defaults, **model_args(model), **moe_args(model), **mla_args(model)})
 

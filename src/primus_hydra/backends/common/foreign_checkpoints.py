@@ -15,8 +15,10 @@ from typing import Any, Callable, Iterator, Optional
 import torch.distributed as dist
 
 from primus_hydra.backends.base import adapter_class_named
+from primus_hydra.backends.common.checkpoint import CheckpointManager
 from primus_hydra.backends.common.checkpoint_paths import read_meta
 from primus_hydra.backends.common.distributed import broadcast_from_rank_0
+from primus_hydra.backends.torch.model import build_model_on_meta
 from primus_hydra.config.targets import load_target
 from primus_hydra.errors import CheckpointError
 
@@ -70,9 +72,6 @@ def model_object(model_cfg: Any) -> Any:
 def native_checkpoint_weights(path: Path, model: Any) -> dict:
     """Collective: a native (backend=torch) checkpoint's weights, whole, on this process's CPU, for another backend
     that starts from one (`module.checkpoint.load`). `model` is the model config as an object (model_object)."""
-    from primus_hydra.backends.common.checkpoint import CheckpointManager
-    from primus_hydra.backends.torch.model import build_model_on_meta
-
     native = build_model_on_meta(model)
     native.to_empty(device="cpu")
     CheckpointManager.load(path, "module.checkpoint.load", native, None, model.name)
@@ -82,8 +81,6 @@ def save_native_weights(native: dict, out: Path, model: Any, source: Path) -> Pa
     """Another backend's weights, already under native names, as a backend=torch weights folder (DCP, `model.<name>`
     keys, as the native trainer loads and reshards): each of the model's parameters present, with its shape."""
     import torch.distributed.checkpoint as dcp
-
-    from primus_hydra.backends.torch.model import build_model_on_meta
 
     expected = build_model_on_meta(model).state_dict()
     missing = sorted(set(expected) - set(native))

@@ -13,7 +13,12 @@ from primus_hydra.backends.external import ExternalBackendAdapter
 from primus_hydra.backends.extra_args_types import extra_args_type_failures
 from primus_hydra.backends.megatron.args import build_megatron_args
 from primus_hydra.backends.megatron.config_fields import transformer_config_types
-from primus_hydra.backends.megatron.core_config import FIELD_RENAMES, LAYER_PATTERN_ARGS
+from primus_hydra.backends.megatron.core_config import (
+    FIELD_RENAMES,
+    LAYER_PATTERN_ARGS,
+    quiet_library_logs,
+    transformer_config,
+)
 from primus_hydra.backends.megatron.cpu_patches import cpu_support_failure
 from primus_hydra.backends.megatron.datasets import dataset_failures
 from primus_hydra.backends.megatron.megatron_lm import (
@@ -27,6 +32,7 @@ from primus_hydra.backends.traits import RECOMPUTE_MODES, BackendTraits
 from primus_hydra.config.paths import checkpoint_dir_of
 from primus_hydra.config.targets import load_target
 from primus_hydra.errors import BackendUnavailableError, PrimusError
+from primus_hydra.util.environment import restored_environment
 
 TRAINER_NAMES = ("auto", "core", "megatron_lm")
 CORE_TRAINER = "primus_hydra.backends.megatron.core_trainer.MegatronCoreTrainer"
@@ -161,9 +167,6 @@ class MegatronAdapter(ExternalBackendAdapter):
     def _transformer_config_failures(self) -> list[str]:
         """megatron-core's own checks of the arguments (TransformerConfig.__post_init__), run here, before any worker
         starts: the translated arguments after the build_args patches, as the trainer will see them."""
-        from primus_hydra.backends.megatron.core_config import quiet_library_logs, transformer_config
-        from primus_hydra.util.environment import restored_environment
-
         quiet_library_logs()
         try:
             with restored_environment():
@@ -187,8 +190,6 @@ class MegatronAdapter(ExternalBackendAdapter):
         return []
 
     def _megatron_lm_parser_failures(self) -> list[str]:
-        from primus_hydra.util.environment import restored_environment
-
         root = self.find_backend_path()
         try:  # the checkout's own parser on the flags, here, before any GPU starts
             with restored_environment():

@@ -20,6 +20,9 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
+from primus_hydra.backends.common.data_sources import data_source_failures, default_text_corpus
+from primus_hydra.errors import DataError
+
 log = logging.getLogger("primus_hydra.megatron")
 
 DATA_DIR = Path(".primus") / "megatron_data"  # under the run dir
@@ -41,7 +44,6 @@ def dataset_failures(cfg: Any) -> list[str]:
         return ["backend.dataset=megatron: a flat token file (module.data.source=tokens) has no document boundaries "
                 "for megatron.core.datasets; convert it with Megatron's tools/preprocess_data.py and use "
                 "module.data.source=indexed, or set backend.dataset=native"]
-    from primus_hydra.backends.common.data_sources import data_source_failures
 
     return data_source_failures(cfg, blends=kind == "megatron")
 
@@ -113,8 +115,6 @@ def build_gpt_dataset(blend: Optional[tuple], vocab_size: int, seq_length: int, 
     from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig, MockGPTDataset
 
-    from primus_hydra.errors import DataError
-
     config = GPTDatasetConfig(
         random_seed=seed, sequence_length=seq_length, blend=blend, split=split if eval_samples else "1,0,0",
         path_to_cache=str(cache), tokenizer=token_ids_tokenizer(vocab_size), reset_position_ids=False,
@@ -185,8 +185,6 @@ def text_as_indexed_dataset(run_dir: Path, path: Optional[str], global_rank: int
 
 
 def _text_source(path: Optional[str]) -> dict:
-    from primus_hydra.backends.common.data_sources import default_text_corpus
-
     return {"path": str(Path(path).expanduser().resolve() if path else default_text_corpus())}
 
 
@@ -200,8 +198,6 @@ def _stamp_names(prefix: Path, source: dict) -> bool:
 
 def _wait_for_stamp(prefix: Path, source: dict, timeout_s: float) -> None:
     import time
-
-    from primus_hydra.errors import DataError
 
     deadline = time.monotonic() + timeout_s
     while not _stamp_names(prefix, source):

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import torch
 
+from primus_hydra.backends.common.foreign_checkpoints import model_object, read_checkpoint_tensors, save_native_weights
+from primus_hydra.backends.megatron.convert import megatron_to_native
 from primus_hydra.errors import CheckpointError
 
 _STACKED = "decoder.layers."
@@ -23,8 +25,6 @@ _GROUPED_EXPERTS = "mlp.experts.experts."
 
 def read_megatron_weights(path: Path, num_layers: int) -> dict[str, torch.Tensor]:
     """Full model weights of checkpoint folder `path` under per-layer megatron-core names."""
-    from primus_hydra.backends.common.foreign_checkpoints import read_checkpoint_tensors
-
     wanted = read_checkpoint_tensors(path, lambda key: not key.startswith("optimizer") and "_extra_state" not in key,
                                      "megatron-core")
     weights: dict[str, torch.Tensor] = {}
@@ -52,9 +52,6 @@ def _layer_weights(prefix: str, rest: str, tensor: torch.Tensor) -> dict[str, to
 
 def write_native_copy(megatron_step: Path, out: Path, model_cfg) -> Path:
     """A backend=torch weights folder made from a backend=megatron checkpoint step; one process writes it."""
-    from primus_hydra.backends.common.foreign_checkpoints import model_object, save_native_weights
-    from primus_hydra.backends.megatron.convert import megatron_to_native
-
     model = model_object(model_cfg)
     native = megatron_to_native(read_megatron_weights(megatron_step, model.num_layers), model)
     return save_native_weights(native, out, model, megatron_step)

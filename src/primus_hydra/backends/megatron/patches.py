@@ -9,6 +9,7 @@ import os
 
 from primus_hydra.backends.external import wants_checkpoints
 from primus_hydra.backends.megatron import cpu_patches  # noqa: F401 - registers megatron.cpu.*
+from primus_hydra.backends.megatron.datasets import text_prefix
 from primus_hydra.config.paths import checkpoint_dir_of
 from primus_hydra.patches.registry import PatchContext, register_patch
 
@@ -88,8 +89,6 @@ def text_as_indexed_data(ctx: PatchContext) -> None:
     """module.data.source=text reaches Megatron-LM's pretrain() as the byte tokens backend=torch reads: the indexed
     dataset the trainer writes into the run dir before pretrain() (datasets.py), read with NullTokenizer (token
     ids, no tokenizer files)."""
-    from primus_hydra.backends.megatron.datasets import text_prefix
-
     defaults = {"data_path": [str(text_prefix(ctx.run_dir))], "tokenizer_type": "NullTokenizer", "tokenizer_model": None}
     for key, value in defaults.items():
         if not _user_set(ctx, key):

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from primus_hydra.backends.common.foreign_checkpoints import model_object, native_checkpoint_weights
 from primus_hydra.backends.megatron.convert import native_to_megatron, pad_vocabulary
 from primus_hydra.errors import CheckpointError
 
@@ -19,8 +20,6 @@ _SKIPPED = ("_extra_state", "local_tokens_per_expert")  # TE metadata, routing s
 
 def native_weights_for(path: Path, model_cfg: Any, megatron_model: Any) -> dict[str, torch.Tensor]:
     """A native (backend=torch) checkpoint's weights under megatron-core names, vocabulary padded as the model's."""
-    from primus_hydra.backends.common.foreign_checkpoints import model_object, native_checkpoint_weights
-
     model = model_object(model_cfg)
     return pad_vocabulary(native_to_megatron(native_checkpoint_weights(path, model), model), megatron_model.vocab_size)
 

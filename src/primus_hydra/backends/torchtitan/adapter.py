@@ -11,11 +11,13 @@ from primus_hydra.backends.common.run_dir_checks import checkpoint_load_warnings
 from primus_hydra.backends.external import ExternalBackendAdapter
 from primus_hydra.backends.extra_args_types import dataclass_annotations, extra_args_type_failures
 from primus_hydra.backends.torchtitan.args import TORCHTITAN_MODEL_NAMES, build_torchtitan_job_config
+from primus_hydra.backends.torchtitan.job_file import TOML_FILE, job_sections, parse_job_file, toml_text, write_job_file
 from primus_hydra.backends.torchtitan.patches import cpu_support_failure
 from primus_hydra.backends.traits import RECOMPUTE_MODES, BackendTraits
 from primus_hydra.config.model_math import shared_expert_ffn_hidden_size
 from primus_hydra.config.paths import checkpoint_dir_of
 from primus_hydra.errors import PrimusError
+from primus_hydra.patches.versions import any_version_matches
 
 TRAINER = "primus_hydra.backends.torchtitan.trainer.TorchTitanTrainer"
 SUPPORTED_VERSIONS = ("0.2.*",)
@@ -135,7 +137,6 @@ class TorchTitanAdapter(ExternalBackendAdapter):
         failures = super().training_failures()
         if failures:
             return failures
-        from primus_hydra.patches.versions import any_version_matches
 
         version = self.detect_backend_version()
         if any_version_matches(version, CONFIG_FUNCTION_VERSIONS):
@@ -181,8 +182,6 @@ class TorchTitanAdapter(ExternalBackendAdapter):
         import tempfile
         from pathlib import Path
 
-        from primus_hydra.backends.torchtitan.job_file import parse_job_file, write_job_file
-
         root = logging.getLogger()  # torchtitan logs to the root logger: its warnings about the run dir's tokenizer
         level = root.level  # (written later, by the trainer) mean nothing here
         root.setLevel(logging.ERROR)
@@ -204,7 +203,6 @@ class TorchTitanAdapter(ExternalBackendAdapter):
         chosen = str(self.cfg.backend.job_format)
         if chosen != "auto":
             return chosen
-        from primus_hydra.patches.versions import any_version_matches
 
         return "config_function" if any_version_matches(self.detect_backend_version(), CONFIG_FUNCTION_VERSIONS) \
             else "toml"
@@ -214,6 +212,5 @@ class TorchTitanAdapter(ExternalBackendAdapter):
             from primus_hydra.backends.torchtitan.config_function import MODULE_NAME, render_config_function
 
             return {f"{MODULE_NAME}.py": render_config_function(backend_args, self.layout.world_size)}
-        from primus_hydra.backends.torchtitan.job_file import TOML_FILE, job_sections, toml_text
 
         return {TOML_FILE: toml_text(job_sections(backend_args))}

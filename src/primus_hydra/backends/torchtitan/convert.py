@@ -11,6 +11,12 @@ from typing import Any
 
 import torch
 
+from primus_hydra.backends.common.foreign_checkpoints import (
+    model_object,
+    native_checkpoint_weights,
+    read_checkpoint_tensors,
+    save_native_weights,
+)
 from primus_hydra.backends.torchtitan.native_init import (
     deinterleave_rotary_rows,
     interleave_rotary_rows,
@@ -41,15 +47,11 @@ def torchtitan_to_native(weights: dict[str, torch.Tensor], model_cfg: Any) -> di
 
 def read_torchtitan_weights(path: Path) -> dict[str, torch.Tensor]:
     """The model weights of a backend=torchtitan checkpoint step (every state but the model's left out)."""
-    from primus_hydra.backends.common.foreign_checkpoints import read_checkpoint_tensors
-
     return read_checkpoint_tensors(path, lambda key: not key.startswith(_NOT_MODEL), "torchtitan")
 
 
 def write_native_copy(torchtitan_step: Path, out: Path, model_cfg: Any) -> Path:
     """A backend=torch weights folder made from a backend=torchtitan checkpoint step; one process writes it."""
-    from primus_hydra.backends.common.foreign_checkpoints import model_object, save_native_weights
-
     model = model_object(model_cfg)
     return save_native_weights(torchtitan_to_native(read_torchtitan_weights(torchtitan_step), model), out, model,
                                torchtitan_step)
@@ -60,8 +62,6 @@ def load_native_weights(model_parts: list, native_step: Path, model_cfg: Any) ->
     """Collective: a backend=torch checkpoint's weights into torchtitan's (sharded) model; each rank reads the whole
     model on the CPU, then keeps its FSDP/TP shards."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-
-    from primus_hydra.backends.common.foreign_checkpoints import model_object, native_checkpoint_weights
 
     model = model_object(model_cfg)
     weights = native_to_torchtitan(native_checkpoint_weights(native_step, model), model)

@@ -7,12 +7,12 @@ from typing import Any, Iterator
 
 import torch
 
+from primus_hydra.backends.common.data import TokenBatches
+
 
 def build_step_batches(cfg: Any, dp_rank: int, dp_world_size: int) -> Any:
     """A torchtitan BaseDataLoader over TokenBatches for this data-parallel rank."""
     from torchtitan.components.dataloader import BaseDataLoader
-
-    from primus_hydra.backends.common.data import TokenBatches
 
     module = cfg.module
     batches = TokenBatches.for_module(module, cfg.model.vocab_size)

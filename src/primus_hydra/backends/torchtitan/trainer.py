@@ -23,11 +23,13 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
-from primus_hydra.backends.common.checkpoint_paths import TRAINER_STATE
+from primus_hydra.backends.common.checkpoint_paths import TRAINER_STATE, read_meta
 from primus_hydra.backends.common.distributed import destroy_parallel_state, reshard_after_forward_only
+from primus_hydra.backends.common.foreign_checkpoints import weights_in_native_format
 from primus_hydra.backends.common.metrics import MfuBaseline
 from primus_hydra.backends.common.step_loop import StepLoopTrainer
 from primus_hydra.backends.torchtitan.byte_tokenizer import TOKENIZER_DIR, write_byte_tokenizer
+from primus_hydra.backends.torchtitan.convert import load_native_weights
 from primus_hydra.backends.torchtitan.data import build_step_batches
 from primus_hydra.backends.torchtitan.job_file import MODEL_ARGS, parse_job_file, write_job_file
 from primus_hydra.backends.torchtitan.native_init import init_like_native
@@ -189,10 +191,6 @@ class TorchTitanTrainer(StepLoopTrainer):
         """module.checkpoint.load: weights only (optimizer and step start fresh), from a torchtitan step, or from a
         backend=torch or backend=megatron one (converted on load)."""
         from torchtitan.components.checkpoint import MODEL
-
-        from primus_hydra.backends.common.checkpoint_paths import read_meta
-        from primus_hydra.backends.common.foreign_checkpoints import weights_in_native_format
-        from primus_hydra.backends.torchtitan.convert import load_native_weights
 
         source, _ = self.checkpoints.find(spec, "module.checkpoint.load")
         if read_meta(source)[0].get("backend") == "torchtitan":
