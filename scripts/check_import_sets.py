@@ -12,6 +12,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from helpers.primus_tree import META, TRAINER, write_primus_tree  # noqa: E402 - the Primus checkout task=import reads
+
 # the CLI ends with os._exit, which skips atexit: both ways out write the set (tests/helpers/cli.py does the same)
 RECORDING = ("import atexit, os, runpy, sys\n"
              "def record():\n"
@@ -35,14 +38,23 @@ COMMANDS = {
     "dry_run_megatron": ["backend=megatron", "task.dry_run=true", "hydra.run.dir={run_dir}"],
     "dry_run_torchtitan": ["backend=torchtitan", "task.dry_run=true", "hydra.run.dir={run_dir}"],
     "plan": ["task=plan"],
+    "plan_sweep": ["-m", "task=plan", "module.lr=1e-4,2e-4", "hydra.sweep.dir={run_dir}"],
     "projection": ["task=projection"],
+    "status": ["task=status", "task.runs={cwd}"],
+    "import": ["task=import", "task.source={cwd}/experiment.yaml", "task.primus_root={cwd}/primus", "task.out={cwd}/out"],
     "help": ["--help"],
 }
 
 
+def write_primus_experiment(cwd: Path) -> None:
+    write_primus_tree(cwd / "primus")
+    (cwd / "experiment.yaml").write_text(META + TRAINER)
+
+
 def record(name: str, script: str, args: list[str], out: Path) -> None:
     with tempfile.TemporaryDirectory() as cwd:
-        args = [arg.format(run_dir=Path(cwd) / "run") for arg in args]
+        write_primus_experiment(Path(cwd))
+        args = [arg.format(run_dir=Path(cwd) / "run", cwd=cwd) for arg in args]
         env = {**os.environ, "IMPORT_SET_FILE": str(out / f"{name}.txt")}
         result = subprocess.run([sys.executable, "-c", script, *args], cwd=cwd, env=env, capture_output=True,
                                 text=True, timeout=240)

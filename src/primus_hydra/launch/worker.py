@@ -17,6 +17,8 @@ from typing import Any
 from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, record
 
 from primus_hydra.errors import PrimusError
+from primus_hydra.launch.job_config import load_job_config
+from primus_hydra.runtime.train_runtime import PrimusRuntime
 
 CONSOLE_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 # what a collective raises when another rank died (gloo, NCCL): this rank is not the cause
@@ -40,8 +42,6 @@ def worker_main(job_config_path: str, run_dir: str) -> Any:
         signal.signal(signum, signal.SIG_DFL)
     configure_worker_logging(int(os.environ.get("RANK", "0")))
     _size_thread_pool_from_env()
-    from primus_hydra.launch.job_config import load_job_config
-    from primus_hydra.runtime.train_runtime import PrimusRuntime
 
     try:
         return PrimusRuntime(load_job_config(Path(job_config_path)), Path(run_dir)).run()  # the prepared job, trusted

@@ -22,6 +22,12 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
+from primus_hydra.distributed_env import detect_distributed_env
+from primus_hydra.errors import PrimusError
+from primus_hydra.launch.job_config import load_job_config
+from primus_hydra.launch.run_dir_lock import RUN_DIR_LOCKS
+from primus_hydra.orchestrator.prepare import plan_on_this_node
+
 log = logging.getLogger(__name__)
 
 
@@ -44,8 +50,6 @@ class SlurmTaskEnv:
 def read_slurm_task_env(environ: Mapping[str, str] = os.environ) -> SlurmTaskEnv:
     """From Slurm's variables only (through the same reader a user's own srun uses): torchrun or MASTER_* variables
     that sbatch copied from the submitting shell must not decide where ranks meet. PRIMUS_MASTER_ADDR overrides."""
-    from primus_hydra.distributed_env import detect_distributed_env
-
     slurm = {key: value for key, value in environ.items() if key.startswith("SLURM_")}
     if environ.get("PRIMUS_MASTER_ADDR"):
         slurm["MASTER_ADDR"] = environ["PRIMUS_MASTER_ADDR"]
@@ -53,8 +57,6 @@ def read_slurm_task_env(environ: Mapping[str, str] = os.environ) -> SlurmTaskEnv
     try:
         socket.getaddrinfo(dist.master_addr, None)
     except OSError:
-        from primus_hydra.errors import PrimusError
-
         raise PrimusError(
             f"the job's first node {dist.master_addr!r} does not resolve on {socket.gethostname()}: ranks could not meet "
             "there; fix the cluster's name resolution or set PRIMUS_MASTER_ADDR (e.g. in hydra.launcher.setup)"
@@ -118,8 +120,6 @@ class SlurmJobEntry:
         return submitit.helpers.DelayedSubmission(dataclasses.replace(self, attempt=self.attempt + 1))
 
     def __call__(self) -> Any:
-        from primus_hydra.launch.job_config import load_job_config
-
         notice = PreemptionNotice()
         task = read_slurm_task_env()
         job = load_job_config(Path(self.job_config))
@@ -135,8 +135,6 @@ class SlurmJobEntry:
         try:
             if not owner:
                 return self._run(job, task)
-            from primus_hydra.launch.run_dir_lock import RUN_DIR_LOCKS
-
             with RUN_DIR_LOCKS.holding(Path(self.run_dir)):
                 return self._run(job, task)
         except BaseException as error:  # noqa: B902 - a preempted job must requeue whatever the stop looked like
@@ -151,8 +149,6 @@ class SlurmJobEntry:
             raise SystemExit(0) from None  # no result file: the requeued run writes it
 
     def _run(self, job, task: SlurmTaskEnv) -> Any:
-        from primus_hydra.orchestrator.prepare import plan_on_this_node
-
         if self.mode == "srun":
             from primus_hydra.orchestrator.apply import report_resource_plan
             from primus_hydra.runtime.train_runtime import PrimusRuntime

@@ -13,6 +13,8 @@ from hydra.types import HydraContext
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from primus_hydra.config.error_format import user_error_lines
+from primus_hydra.config.paths import hydra_job_dir
+from primus_hydra.config.targets import load_target
 from primus_hydra.errors import ConfigValidationError
 from primus_hydra.launch.slurm.run import SlurmJobFailedError, print_status_hint
 from primus_hydra.launch.sweep.basic import save_sweep_record
@@ -22,7 +24,6 @@ from primus_hydra.util.tables import aligned_table
 
 def launch_slurm_sweep(hydra_context: HydraContext, config: DictConfig, job_overrides: Sequence[Sequence[str]],
                        initial_job_idx: int) -> list[JobReturn]:
-    from primus_hydra.config.paths import hydra_job_dir
     from primus_hydra.launch.slurm.monitor import describe_submission, wait_for_jobs
     from primus_hydra.launch.slurm.submission import refuse_live_jobs, stage_job, submit_jobs
 
@@ -80,8 +81,6 @@ def _sweep_point(hydra_context: HydraContext, config: DictConfig, overrides: lis
 def _prepare_all(points: list) -> list:
     """Every point prepared by its task for the Slurm job it will be (its world size from the job shape); every
     failure of every point reported together, labelled with its point."""
-    from primus_hydra.config.targets import load_target
-
     prepared, failures = [], []
     for label, sweep_config in points:
         HydraConfig.instance().set_config(sweep_config)

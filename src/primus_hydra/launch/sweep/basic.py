@@ -22,7 +22,10 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from primus_hydra.config.error_format import stop_with, user_error_lines
 from primus_hydra.config.paths import hydra_job_dir, output_root_failure, writable_dir_failure
 from primus_hydra.config.targets import task_class_of
+from primus_hydra.errors import PrimusError, SweepPointFailed, SweepPointsFailed
 from primus_hydra.launch.sweep.compose import SweepComposer
+from primus_hydra.launch.sweep.labels import fixed_overrides, point_label, shown, varying_overrides
+from primus_hydra.orchestrator.prepare import HANDOFF, show_warnings
 
 
 def check_batch(hydra_context, config: DictConfig, launcher, batch: Sequence[Sequence[str]], first_job: int) -> None:
@@ -35,8 +38,6 @@ def check_batch(hydra_context, config: DictConfig, launcher, batch: Sequence[Seq
         for overrides in batch:
             composer.check(overrides)
         return
-    from primus_hydra.launch.sweep.labels import fixed_overrides, point_label, shown, varying_overrides
-    from primus_hydra.orchestrator.prepare import HANDOFF, show_warnings
 
     fixed = fixed_overrides(config.hydra.overrides.task)
     prepared, failures = [], []
@@ -96,9 +97,6 @@ def raise_for_failed_points(returns: Sequence) -> None:
     import traceback
 
     from hydra.core.utils import JobStatus
-
-    from primus_hydra.errors import PrimusError, SweepPointFailed, SweepPointsFailed
-    from primus_hydra.launch.sweep.labels import shown
 
     failed = [result for result in returns if result.status == JobStatus.FAILED]
     for result in failed:

@@ -39,7 +39,7 @@ from primus_hydra.launch.sweep.processes import PointProcesses, SweepPoint, forw
 from primus_hydra.launch.sweep.summary import PointOutcome, end_line, format_table, say, write_summary
 from primus_hydra.orchestrator.apply import new_plan_table
 from primus_hydra.orchestrator.plan import plan_for_generic_points, write_resources_json
-from primus_hydra.orchestrator.prepare import show_warnings
+from primus_hydra.orchestrator.prepare import replan, show_warnings
 
 STATE_DIR = ".primus_local"  # result files of the points, inside the sweep dir
 _NOT_PROBED = object()
@@ -173,8 +173,6 @@ class LocalSweep:
     def probe(self, points: list, plan):
         """The first point alone for sweep.probe_steps steps: its measured peak tightens the plan, and every point's
         `auto` knobs follow. The first batch of a sweep probes; later batches reuse its measurement."""
-        from primus_hydra.orchestrator.prepare import replan
-
         first = points[0]
         if self.memory.probe is _NOT_PROBED:
             self.memory.probe = self._measure_probe(first, plan)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from primus_hydra.errors import SweepPointFailed
+from primus_hydra.orchestrator.prepare import HANDOFF
 
 
 @dataclasses.dataclass
@@ -149,8 +150,6 @@ def _run_job(launch: PointLaunch) -> PointResult:
     payload: PointPayload = cloudpickle.loads(launch.payload)
     Singleton.set_state(payload.singleton_state)
     if payload.prepared is not None:
-        from primus_hydra.orchestrator.prepare import HANDOFF
-
         HANDOFF.give(Path(payload.run_dir), payload.prepared)
     task_function = payload.task_function
     if isinstance(task_function, TaskFunctionRef):
@@ -190,8 +189,6 @@ def _run_job(launch: PointLaunch) -> PointResult:
 
 def _job_left_behind(run_dir: Path) -> bool:
     """A prepared job still waiting: the point's task did not take it (it prepared another one itself)."""
-    from primus_hydra.orchestrator.prepare import HANDOFF
-
     return HANDOFF.take(run_dir) is not None
 
 

@@ -39,8 +39,6 @@ class PointOutcome:
 
     @property
     def label(self) -> str:
-        from primus_hydra.launch.sweep.labels import shown
-
         return f"job {self.job} ({shown(self.overrides)})" if self.overrides else f"job {self.job}"
 
     def to_dict(self) -> dict:
