@@ -111,6 +111,7 @@ def run(cfg: DictConfig, run_dir: Union[str, os.PathLike, None] = None) -> Any:
     from hydra.core.utils import JobStatus, run_job
     from hydra.types import HydraContext, RunMode
 
+    # the run side: compose() alone never loads tasks/ or orchestrator/
     from primus_hydra.launch.run_dir_lock import RUN_DIR_LOCKS
     from primus_hydra.orchestrator.prepare import HANDOFF
     from primus_hydra.tasks import run_task

@@ -33,7 +33,7 @@ def _report(error: PrimusError, prefix: str = "") -> None:
 
 @hydra.main(version_base="1.3", config_path=find_conf_dir(), config_name="config")
 def _hydra_main(cfg: DictConfig):
-    from primus_hydra.tasks import run_task
+    from primus_hydra.tasks import run_task  # --cfg and --help answer without it
 
     try:
         return run_task(cfg)

@@ -21,6 +21,7 @@ from primus_hydra.benchmark.preflight_checks import Check, gpu_checks, host_chec
 from primus_hydra.benchmark.worker import MeasuringWorker
 from primus_hydra.config.paths import absolute_user_path
 from primus_hydra.errors import PrimusError
+from primus_hydra.orchestrator.hardware_entry import configured_hardware_entry
 
 log = logging.getLogger("primus_hydra.preflight")
 
@@ -121,8 +122,6 @@ class PreflightRunner(MeasuringWorker):
         return gemm.measure(size, size, size, dtype, self.device, warmup=3, iters=10, peak_tflops=None)["tflops"]
 
     def _hardware(self) -> Any:
-        from primus_hydra.orchestrator.hardware_entry import configured_hardware_entry
-
         return configured_hardware_entry(self.cfg)
 
     def _expected_gemm(self) -> Optional[float]:

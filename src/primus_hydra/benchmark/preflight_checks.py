@@ -13,7 +13,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Mapping, Optional
 
+from primus_hydra.backends.cpu_peak_cache import cpu_model
 from primus_hydra.orchestrator.gpu_probe import detect_gpu_model, detect_gpus, run_tool, run_tool_json
+from primus_hydra.orchestrator.host_probe import detect_ram_gib
 from primus_hydra.orchestrator.network_interfaces import interface_problem, machine_interfaces
 
 GIB = 1024.0 ** 3
@@ -35,9 +37,6 @@ class Check:
 
 # -- host -------------------------------------------------------------------------------------------------------
 def host_checks(environ: Mapping[str, str], folders: dict[str, Path], sys_root: Path = Path("/sys")) -> list[Check]:
-    from primus_hydra.backends.cpu_peak_cache import cpu_model
-    from primus_hydra.orchestrator.host_probe import detect_ram_gib
-
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     ram, _ = detect_ram_gib(environ, Path("/sys/fs/cgroup"), Path("/proc"))
     numa = sorted(path.name for path in (sys_root / "devices" / "system" / "node").glob("node[0-9]*"))

@@ -14,6 +14,8 @@ import torch
 import torch.distributed as dist
 
 from primus_hydra.backends.common.distributed import all_gather_objects
+from primus_hydra.backends.common.metrics import cpu_matmul_peak_tflops
+from primus_hydra.backends.cpu_peak_cache import cpu_model
 from primus_hydra.benchmark import attention, collectives, gemm, report
 from primus_hydra.benchmark.cases import (
     AttentionCase,
@@ -27,6 +29,7 @@ from primus_hydra.benchmark.cases import (
 from primus_hydra.benchmark.dtypes import supported
 from primus_hydra.benchmark.progress import Progress, duration_text
 from primus_hydra.benchmark.worker import MeasuringWorker
+from primus_hydra.orchestrator.hardware_entry import configured_hardware_entry
 
 log = logging.getLogger("primus_hydra.benchmark")
 
@@ -36,7 +39,6 @@ DRY_CALL_LIMIT_S = 1.0
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    from primus_hydra.backends.cpu_peak_cache import cpu_model
 
     return f"cpu: {cpu_model()} ({torch.get_num_threads()} threads per rank)"
 
@@ -49,10 +51,8 @@ def peak_tflops(cfg: Any, device: torch.device, dtype_name: str) -> Optional[flo
     if device.type == "cpu":
         if dtype_name not in ("fp32", "bf16"):
             return None
-        from primus_hydra.backends.common.metrics import cpu_matmul_peak_tflops
 
         return cpu_matmul_peak_tflops(torch.float32 if dtype_name == "fp32" else torch.bfloat16)
-    from primus_hydra.orchestrator.hardware_entry import configured_hardware_entry
 
     entry = configured_hardware_entry(cfg)
     key = {"fp8": "peak_tflops_fp8", "fp32": "peak_tflops_fp32"}.get(dtype_name, "peak_tflops_bf16")

@@ -241,7 +241,7 @@ def _learning_rate(cfg: DictConfig, failures: list[str], warnings: list[str]) ->
 
 
 def _data(cfg: DictConfig, failures: list[str], warnings: list[str]) -> None:
-    from primus_hydra.config.data_split import split_failure
+    from primus_hydra.config.data_split import split_failure  # task=status loads this module, checks no data
 
     data = cfg.module.data
     failure = split_failure(str(data.split), bool(cfg.module.eval_interval))
