@@ -2,6 +2,7 @@
 (backend.trainer: auto | core | megatron_lm | a class path)."""
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from pathlib import Path
 from typing import Optional
@@ -28,7 +29,7 @@ from primus_hydra.backends.megatron.megatron_lm import (
     parse_with_megatron,
     version_failure,
 )
-from primus_hydra.backends.traits import RECOMPUTE_MODES, BackendTraits
+from primus_hydra.backends.megatron.traits import MEGATRON_CORE_TRAITS
 from primus_hydra.config.paths import checkpoint_dir_of
 from primus_hydra.config.targets import load_target
 from primus_hydra.errors import BackendUnavailableError, PrimusError
@@ -54,14 +55,8 @@ class MegatronAdapter(ExternalBackendAdapter):
     distribution = "megatron-core"
     third_party_dir = "Megatron-LM"
     install_hint = "Install it with: pip install 'primus-hydra[megatron]' (megatron-core, pinned for your Python)."
-    traits = BackendTraits(
-        interleaved_pipeline=True, uneven_pipeline_stages=True, sequence_parallel_with_tp=True,
-        distributed_optimizer=True, recompute_key="recompute_granularity", recompute_off="null",
-        searched_recompute=RECOMPUTE_MODES, vocab_pad_multiple=128,  # make_vocab_size_divisible_by
-        bf16_state_bytes=(2, 4, 12),  # bf16 weights, fp32 main gradients, fp32 master weights and two Adam moments
-        bf16_gradient_reduction=True,
-        weight_converter="primus_hydra.backends.megatron.dcp_weights.write_native_copy",
-    )
+    traits = dataclasses.replace(  # its checkpoints load into backend=torch through a native copy
+        MEGATRON_CORE_TRAITS, weight_converter="primus_hydra.backends.megatron.dcp_weights.write_native_copy")
     stages = ("pretrain", "sft")
     library = "megatron-core"
     trainer_classes = {"pretrain": CORE_TRAINER, "sft": CORE_TRAINER}

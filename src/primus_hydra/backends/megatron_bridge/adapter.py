@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from primus_hydra.backends.external import ExternalBackendAdapter
+from primus_hydra.backends.megatron.traits import MEGATRON_CORE_TRAITS
 from primus_hydra.backends.megatron_bridge.args import build_megatron_bridge_config
-from primus_hydra.backends.traits import RECOMPUTE_MODES, BackendTraits
 
 
 class MegatronBridgeAdapter(ExternalBackendAdapter):
@@ -18,13 +18,7 @@ class MegatronBridgeAdapter(ExternalBackendAdapter):
     )
     stages = ("pretrain", "sft")
     library = "Megatron-Bridge"
-    traits = BackendTraits(
-        interleaved_pipeline=True, uneven_pipeline_stages=True, sequence_parallel_with_tp=True,
-        distributed_optimizer=True, recompute_key="recompute_granularity", recompute_off="null",
-        searched_recompute=RECOMPUTE_MODES, vocab_pad_multiple=128,  # make_vocab_size_divisible_by
-        bf16_state_bytes=(2, 4, 12),  # bf16 weights, fp32 main gradients, fp32 master weights and two Adam moments
-        bf16_gradient_reduction=True,
-    )
+    traits = MEGATRON_CORE_TRAITS
 
     def convert_config(self) -> dict:
         return build_megatron_bridge_config(self.cfg, self.run_dir)
