@@ -151,6 +151,21 @@ def test_user_patch_module_registers_through_the_hydra_callback_and_runs(tmp_pat
     assert "patch applied: user.args.short_log [build_args]" in log and "patch applied: user.after_train.marker [after_train]" in log
 
 
+def test_a_build_args_patch_of_the_device_is_what_the_trainer_sets_up(tmp_path):
+    """The torch trainer takes its device from its typed arguments, as the build_args patches left them."""
+    (tmp_path / "gpu_patch.py").write_text(
+        "from dataclasses import replace\n"
+        "from primus_hydra.patches import register_patch\n\n"
+        "@register_patch('user.args.gpu', backend='torch', phase='build_args')\n"
+        "def gpu(ctx):\n"
+        "    ctx.backend_args = replace(ctx.backend_args, device='cuda')\n"
+    )
+    result = primus("patches.modules=[gpu_patch]", "platform.device=cpu", *QUICK_RUN, output_root=tmp_path,
+                    extra_env={"PYTHONPATH": str(tmp_path), "CUDA_VISIBLE_DEVICES": ""})
+    assert result.returncode != 0
+    assert "torch sees no GPU" in result.stderr
+
+
 def test_primus_patches_none_disables_every_patch(tmp_path):
     result = primus("task.dry_run=true", output_root=tmp_path, extra_env={"PRIMUS_PATCHES": "none"})
     assert result.returncode == 0, result.stderr

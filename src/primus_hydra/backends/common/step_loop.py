@@ -81,6 +81,11 @@ class StepLoopTrainer(BaseTrainer):
         return self.cfg.module
 
     @property
+    def requested_device(self) -> str:
+        """platform.device (cpu | cuda | auto) as this trainer reads it; by default the job's own config."""
+        return str(self.cfg.platform.device)
+
+    @property
     def checkpoint_root(self) -> Path:
         """The folder of the run's step folders: module.checkpoint.dir, as the job was prepared with it."""
         return Path(self.loop_module.checkpoint.dir)
@@ -113,7 +118,7 @@ class StepLoopTrainer(BaseTrainer):
 
     # -- set-up -----------------------------------------------------------------------------------------
     def setup(self) -> None:
-        self.device = set_up_rank(str(self.cfg.platform.device), self.dist, float(self.cfg.launch.timeout_s),
+        self.device = set_up_rank(self.requested_device, self.dist, float(self.cfg.launch.timeout_s),
                                   group_of_one=self.group_of_one)
         self.catch_stop_signals()
         self.set_up_backend()

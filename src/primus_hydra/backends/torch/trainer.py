@@ -54,6 +54,10 @@ class TorchTrainer(StepLoopTrainer):
     def loop_module(self):
         return self.backend_args.module
 
+    @property
+    def requested_device(self) -> str:  # its typed arguments, as a build_args patch may have changed them
+        return str(self.backend_args.device)
+
     # -- lifecycle --------------------------------------------------------------------------------------
     def set_up_backend(self) -> None:
         args, module = self.backend_args, self.backend_args.module
