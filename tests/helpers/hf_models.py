@@ -1,0 +1,93 @@
+"""Tiny random Hugging Face models for tests, built by `transformers` itself and saved with `save_pretrained`.
+
+Every builder takes a folder, makes the model under a fixed seed (so two calls give the same weights) and
+returns that folder. Vocab 256, so byte-level text fits. Nothing is downloaded.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from primus_hydra.backends.base import module_findable
+
+needs_transformers = pytest.mark.skipif(not (module_findable("transformers", []) and module_findable("safetensors", [])),
+                                        reason="transformers or safetensors is not installed (pip install 'primus-hydra[hf]')")
+
+VOCAB = 256
+SEED = 1234
+_COMMON = dict(vocab_size=VOCAB, hidden_size=64, num_attention_heads=4, num_hidden_layers=2,
+               max_position_embeddings=256, rms_norm_eps=1e-5, bos_token_id=None, eos_token_id=None,
+               pad_token_id=None)
+
+
+def _save(config, folder: Path | str, max_shard_size: str | None = None) -> Path:
+    import torch
+    import transformers
+
+    folder = Path(folder)
+    torch.manual_seed(SEED)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():  # random norms and biases too, so a name mix-up cannot hide behind all-ones weights
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.copy_(1.0 + 0.1 * torch.randn_like(param))
+        for name, buffer in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                buffer.copy_(0.01 * torch.randn_like(buffer))
+    kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
+    model.save_pretrained(folder, **kwargs)
+    return folder
+
+
+def llama(folder, tied: bool = False, max_shard_size: str | None = None) -> Path:
+    """Llama with GQA (4 query heads, 2 kv heads); `tied` shares the embedding with the output layer."""
+    from transformers import LlamaConfig
+
+    config = LlamaConfig(**_COMMON, num_key_value_heads=2, intermediate_size=128, tie_word_embeddings=tied,
+                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    return _save(config, folder, max_shard_size)
+
+
+def llama_sharded(folder) -> Path:
+    """The untied Llama saved in several safetensors files with model.safetensors.index.json."""
+    return llama(folder, max_shard_size="50KB")
+
+
+def qwen3_moe(folder) -> Path:
+    """Qwen3-MoE: per-head q/k RMSNorm, 8 experts top-2, softmax routing without renormalisation."""
+    from transformers import Qwen3MoeConfig
+
+    config = Qwen3MoeConfig(**_COMMON, num_key_value_heads=2, head_dim=16, intermediate_size=128,
+                            moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2, norm_topk_prob=False,
+                            tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    return _save(config, folder)
+
+
+def mixtral(folder) -> Path:
+    """Mixtral: 4 experts top-2, softmax routing renormalised over the chosen two."""
+    from transformers import MixtralConfig
+
+    config = MixtralConfig(**_COMMON, num_key_value_heads=2, intermediate_size=96, num_local_experts=4,
+                           num_experts_per_tok=2, tie_word_embeddings=False,
+                           rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    return _save(config, folder)
+
+
+def deepseek_v3(folder) -> Path:
+    """DeepSeek-V3: MLA with a low-rank query, sigmoid group-limited routing with e_score_correction_bias, one
+    dense first layer, one shared expert; rope_interleave as published."""
+    from transformers import DeepseekV3Config
+
+    common = dict(_COMMON, num_hidden_layers=3)
+    config = DeepseekV3Config(**common, num_key_value_heads=4, intermediate_size=96, moe_intermediate_size=32,
+                              n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2, n_group=2, topk_group=1,
+                              routed_scaling_factor=2.5, norm_topk_prob=True, first_k_dense_replace=1,
+                              q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16,
+                              rope_interleave=True, tie_word_embeddings=False,
+                              rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    return _save(config, folder)
+
+
+BUILDERS = {"llama": llama, "llama_tied": lambda folder: llama(folder, tied=True), "llama_sharded": llama_sharded,
+            "qwen3_moe": qwen3_moe, "mixtral": mixtral, "deepseek_v3": deepseek_v3}
