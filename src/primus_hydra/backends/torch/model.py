@@ -1,7 +1,9 @@
 """The native model: a Llama-style decoder (RMSNorm, RoPE, GQA or DeepSeek MLA, SwiGLU, optional MoE).
 
 Plain modules in the spirit of nanoGPT. Built on the meta device first, so that any zoo preset can be
-instantiated for counting without memory; `init_weights` runs after `to_empty` on the real device.
+instantiated for counting without memory; `init_weights` runs after `to_empty` on the real device. At inference a
+`KVCache` passed to `Transformer.forward` keeps each layer's keys and values, so that decoding feeds one new token
+per step (backends/torch/generation.py); training passes none.
 """
 from __future__ import annotations
 
@@ -58,15 +60,21 @@ class RotaryEmbedding(nn.Module):
         self.dim, self.theta, self.scaling = dim, theta, scaling
         self._cache: dict = {}
 
-    def forward(self, seq_len: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        key = (seq_len, str(device))
-        if key not in self._cache:
+    def forward(self, seq_len: int, device: torch.device, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin of positions offset .. offset + seq_len - 1. The table is kept and grows by doubling while
+        decoding; each position's values do not depend on the table's length."""
+        needed = offset + seq_len
+        cached = self._cache.get(str(device))
+        if cached is None or cached[0].shape[0] < needed:
+            length = needed if offset == 0 else max(needed, 2 * (0 if cached is None else cached[0].shape[0]))
             inv_freq = rope_inverse_frequencies(self.dim, self.theta, self.scaling)
-            angles = torch.outer(torch.arange(seq_len, dtype=torch.float64), inv_freq)
+            angles = torch.outer(torch.arange(length, dtype=torch.float64), inv_freq)
             angles = torch.cat([angles, angles], dim=-1)
             scale = rope_attention_scale(self.scaling)
-            self._cache = {key: ((angles.cos() * scale).float().to(device), (angles.sin() * scale).float().to(device))}
-        return self._cache[key]
+            cached = ((angles.cos() * scale).float().to(device), (angles.sin() * scale).float().to(device))
+            self._cache = {str(device): cached}
+        cos, sin = cached
+        return cos[offset:needed], sin[offset:needed]
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -75,6 +83,51 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
     cos, sin = cos[None, :, None, :], sin[None, :, None, :]
     return (x.float() * cos + rotated.float() * sin).type_as(x)
+
+
+# -- the inference cache -----------------------------------------------------------------------------------
+class LayerKV:
+    """One attention layer's keys and values of the positions seen so far, (batch, heads, positions, dim)."""
+
+    def __init__(self) -> None:
+        self.keys: torch.Tensor | None = None
+        self.values: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.keys is None else self.keys.shape[2]
+
+    def extend(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Appends the new positions; returns the keys and values of every position so far."""
+        if self.keys is None:
+            self.keys, self.values = keys, values
+        else:
+            self.keys, self.values = torch.cat([self.keys, keys], dim=2), torch.cat([self.values, values], dim=2)
+        return self.keys, self.values
+
+
+class KVCache:
+    """Every layer's LayerKV, by layer name: what `Transformer.forward(tokens, cache=...)` fills and reuses."""
+
+    def __init__(self) -> None:
+        self.layers: dict[str, LayerKV] = {}
+
+    def layer(self, name: str) -> LayerKV:
+        return self.layers.setdefault(name, LayerKV())
+
+    @property
+    def length(self) -> int:
+        return next(iter(self.layers.values())).length if self.layers else 0
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs) -> torch.Tensor:
+    """SDPA where query i sits at position (keys - queries + i): the last queries of a cached sequence see every
+    earlier key. One query needs no mask; as many queries as keys is plain causal attention."""
+    queries, keys = q.shape[2], k.shape[2]
+    if queries == keys:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, **kwargs)
+    mask = None if queries == 1 else torch.ones(queries, keys, dtype=torch.bool, device=q.device).tril(keys - queries)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **kwargs)
 
 
 # -- attention ---------------------------------------------------------------------------------------------
@@ -94,18 +147,21 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(hd, args.norm_eps) if args.qk_norm else None
         self.rope = RotaryEmbedding(hd, args.rope_theta, args.rope_scaling)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: LayerKV | None = None) -> torch.Tensor:
         batch, seq, _ = x.shape
+        offset = cache.length if cache is not None else 0
         # -1 heads: under tensor parallelism each rank holds a slice of the heads
         q = self.wq(x).view(batch, seq, -1, self.head_dim)
         k = self.wk(x).view(batch, seq, -1, self.head_dim)
         v = self.wv(x).view(batch, seq, -1, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        cos, sin = self.rope(seq, x.device)
+        cos, sin = self.rope(seq, x.device, offset)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
+        if cache is not None:
+            k, v = cache.extend(k, v)
+        out = causal_attention(q, k, v, enable_gqa=q.shape[1] != k.shape[1])
         return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
 
 
@@ -133,20 +189,23 @@ class LatentAttention(nn.Module):
         mscale = _yarn_mscale(args.rope_scaling.factor, args.rope_scaling.mscale_all_dim) if str(args.rope_scaling.type) == "yarn" else 1.0
         self.softmax_scale = qk_dim**-0.5 * mscale * mscale
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: LayerKV | None = None) -> torch.Tensor:
         batch, seq, _ = x.shape
+        offset = cache.length if cache is not None else 0
         q = self.wq_b(self.q_norm(self.wq_a(x))) if hasattr(self, "wq_a") else self.wq(x)
         q = q.view(batch, seq, -1, self.nope_dim + self.rope_dim)
         q_nope, q_rope = q.split([self.nope_dim, self.rope_dim], dim=-1)
         kv_latent, k_rope = self.wkv_a(x).split([self.kv_lora_rank, self.rope_dim], dim=-1)
         kv = self.wkv_b(self.kv_norm(kv_latent)).view(batch, seq, -1, self.nope_dim + self.v_dim)
         k_nope, v = kv.split([self.nope_dim, self.v_dim], dim=-1)
-        cos, sin = self.rope(seq, x.device)
+        cos, sin = self.rope(seq, x.device, offset)
         q_rope = apply_rotary(q_rope, cos, sin)
         k_rope = apply_rotary(k_rope.unsqueeze(2), cos, sin).expand(-1, -1, q_nope.shape[2], -1)
         q = torch.cat([q_nope, q_rope], dim=-1).transpose(1, 2)
-        k = torch.cat([k_nope, k_rope], dim=-1).transpose(1, 2)
-        out = F.scaled_dot_product_attention(q, k, v.transpose(1, 2), is_causal=True, scale=self.softmax_scale)
+        k, v = torch.cat([k_nope, k_rope], dim=-1).transpose(1, 2), v.transpose(1, 2)
+        if cache is not None:  # the per-head keys and values, as Hugging Face's DeepSeek caches them
+            k, v = cache.extend(k, v)
+        out = causal_attention(q, k, v, scale=self.softmax_scale)
         return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
 
 
@@ -160,8 +219,8 @@ class Block(nn.Module):
         uses_moe = args.moe.num_experts > 0 and layer_index >= args.moe.first_dense_layers
         self.feed_forward = MoE(args) if uses_moe else FeedForward(args.hidden_size, args.ffn_hidden_size)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attention(self.attention_norm(x))
+    def forward(self, x: torch.Tensor, cache: LayerKV | None = None) -> torch.Tensor:
+        x = x + self.attention(self.attention_norm(x), cache)
         return x + self.feed_forward(self.ffn_norm(x))
 
 
@@ -197,11 +256,12 @@ class Transformer(nn.Module):
         losses = [layer.feed_forward.aux_loss for layer in self.layers.values() if hasattr(layer.feed_forward, "aux_loss")]
         return torch.stack(losses).sum() if losses else torch.zeros(())
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Token ids -> logits. A middle or last pipeline stage receives hidden states instead of ids."""
+    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """Token ids -> logits. A middle or last pipeline stage receives hidden states instead of ids. With a
+        `cache`, `tokens` are the positions after those cached, and their keys and values join the cache."""
         x = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
-        for layer in self.layers.values():
-            x = layer(x)
+        for name, layer in self.layers.items():
+            x = layer(x) if cache is None else layer(x, cache.layer(name))
         if self.norm is None:  # not the last pipeline stage
             return x
         x = self.norm(x)
