@@ -1,0 +1,194 @@
+"""Hugging Face weights in and out of the native model.
+
+In: `load_hf_into_native` fills a built (possibly sharded) native model in place. Each rank reads only the
+slices it holds, straight from the memory-mapped safetensors files (`safe_open(...).get_slice`): a DTensor's
+local block (FSDP2, TP) by its offset in the full tensor, a pipeline stage only its own layers.
+Out: `write_hf_folder` writes a native state dict as an HF folder transformers loads: safetensors shards of a
+bounded size, their index, config.json and generation_config.json (and a tokenizer's files), in a temporary
+sibling folder renamed into place at the end.
+Names, shapes and the two non-trivial mappings (stacked experts, DeepSeek's interleaved rope rows) are
+hf_names.py's table; the folder's files and headers are hf_folder.py's.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from primus_hydra.backends.common.hf_folder import (
+    INDEX,
+    SINGLE_FILE,
+    check_hf_folder,
+    read_config,
+    rope_interleave_of,
+    weight_files,
+)
+from primus_hydra.backends.common.hf_names import HfTensor, by_native_name, hf_tensor_table, native_shape
+from primus_hydra.backends.common.weights import shard_bounds
+from primus_hydra.config.hf_config import hf_config_for
+from primus_hydra.errors import CheckpointError
+
+__all__ = ["HfReader", "check_hf_folder", "load_hf_into_native", "read_hf_as_native", "write_hf_folder",
+           "parse_size", "DTYPES"]
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+TOKENIZER_FILES = re.compile(r"(tokenizer.*|special_tokens_map\.json|added_tokens\.json|vocab\.(json|txt)|merges\.txt|"
+                             r"chat_template\.(json|jinja)|.*\.model)")
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+
+
+class HfReader:
+    """Tensors of an HF folder by HF name, whole or a block, from memory-mapped safetensors files."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._file_of = weight_files(self.path)
+        self._handles: dict[str, Any] = {}
+
+    def _handle(self, name: str):
+        file = self._file_of.get(name, SINGLE_FILE) if self._file_of else SINGLE_FILE
+        if file not in self._handles:
+            self._handles[file] = safe_open(str(self.path / file), framework="pt", device="cpu")
+        return self._handles[file]
+
+    def block(self, name: str, offset: tuple[int, ...], shape: tuple[int, ...]) -> torch.Tensor:
+        """The block of tensor `name` that starts at `offset` and has `shape` (the whole tensor when it is all)."""
+        part = self._handle(name).get_slice(name)
+        if not shape:
+            return self._handle(name).get_tensor(name)
+        return part[tuple(slice(start, start + size) for start, size in zip(offset, shape))]
+
+
+def native_block(reader: HfReader, entries: list[HfTensor], offset: tuple[int, ...], shape: tuple[int, ...]) -> torch.Tensor:
+    """The block of a native parameter at `offset` with `shape`, read from the HF tensors that fill it."""
+    first = entries[0]
+    if first.expert is not None:  # stacked experts: one HF tensor per index along dim 0
+        return torch.stack([reader.block(entries[e].hf_name, offset[1:], shape[1:])
+                            for e in range(offset[0], offset[0] + shape[0])])
+    if first.rope_rows is None:
+        return reader.block(first.hf_name, offset, shape)
+    rows = [first.rope_rows.hf_row_of_native(r) for r in range(offset[0], offset[0] + shape[0])]
+    low, high = min(rows), max(rows) + 1
+    covering = reader.block(first.hf_name, (low, *offset[1:]), (high - low, *shape[1:]))
+    return covering[torch.tensor(rows) - low]
+
+
+def hf_tensor_of_native(native: torch.Tensor, entry: HfTensor) -> torch.Tensor:
+    """The HF tensor `entry` from the whole native parameter it belongs to."""
+    if entry.expert is not None:
+        return native[entry.expert]
+    if entry.rope_rows is None:
+        return native
+    return native[torch.tensor([entry.rope_rows.native_row_of_hf(r) for r in range(native.shape[0])])]
+
+
+def _table(folder: Path, model: Any) -> dict[str, list[HfTensor]]:
+    return by_native_name(hf_tensor_table(model, rope_interleave_of(read_config(folder), model)))
+
+
+@torch.no_grad()
+def load_hf_into_native(folder: Path, model_module: torch.nn.Module) -> None:
+    """Fill every parameter `model_module` holds (a native Transformer, whole, sharded or a pipeline stage) from
+    the HF folder; each rank reads only its own blocks. CheckpointError (one line) for a parameter it has no
+    tensor for (check_hf_folder, run before launch, normally finds that first)."""
+    table = _table(Path(folder), model_module.args)
+    reader = HfReader(Path(folder))
+    for name, param in model_module.named_parameters():
+        entries = table.get(name)
+        if entries is None:
+            raise CheckpointError(f"module.checkpoint.load={folder}: no HF tensor fills the native parameter {name}")
+        local, shape, offset = shard_bounds(param)
+        if local.numel():
+            local.copy_(native_block(reader, entries, offset, shape))
+
+
+def read_hf_as_native(folder: Path, model: Any) -> dict[str, torch.Tensor]:
+    """The whole model of an HF folder under native names, on the CPU, in the dtype the files hold."""
+    reader = HfReader(Path(folder))
+    out = {}
+    for name, entries in _table(Path(folder), model).items():
+        shape = native_shape(entries)
+        out[name] = native_block(reader, entries, (0,) * len(shape), shape)
+    return out
+
+
+def parse_size(text: Any) -> int:
+    """'5GB', '500MB', '2GiB' or a number of bytes -> bytes; ValueError for anything else."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]I?B|B)?\s*", str(text).upper())
+    if not match:
+        raise ValueError(text)
+    return int(float(match.group(1)) * _UNITS[match.group(2) or ""])
+
+
+def _shard_plan(table: list[HfTensor], itemsize: int, max_shard_bytes: int) -> list[list[HfTensor]]:
+    """The table cut, in order, into shards of at most max_shard_bytes (a larger tensor is a shard alone)."""
+    shards: list[list[HfTensor]] = [[]]
+    size = 0
+    for entry in table:
+        nbytes = itemsize * int(torch.Size(entry.shape).numel())
+        if shards[-1] and size + nbytes > max_shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(entry)
+        size += nbytes
+    return shards
+
+
+def _generation_config(config: dict) -> dict:
+    keys = ("bos_token_id", "eos_token_id", "pad_token_id")
+    return {"_from_model_config": True, **{key: config[key] for key in keys if config.get(key) is not None}}
+
+
+def write_hf_folder(native_state: dict[str, torch.Tensor], model: Any, out: Path, dtype: str = "bf16",
+                    max_shard_bytes: int = 5 * 10**9, tokenizer_dir: Optional[Path] = None) -> Path:
+    """Write `native_state` (the whole model under native names) as an HF folder at `out`, which must not exist;
+    the files appear under `out` all at once (a rename) or not at all."""
+    out = Path(out).expanduser()
+    if out.exists():
+        raise CheckpointError(f"task.out={out}: already exists; choose a new folder (an export never overwrites)")
+    torch_dtype = DTYPES[dtype]
+    config = {**hf_config_for(model), "dtype": {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[dtype]}
+    table = hf_tensor_table(model, rope_interleave_of(config, model))
+    shards = _shard_plan(table, torch.tensor([], dtype=torch_dtype).element_size(), max_shard_bytes)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        weight_map, total = {}, 0
+        for number, shard in enumerate(shards, start=1):
+            file = f"model-{number:05d}-of-{len(shards):05d}.safetensors"
+            tensors = {e.hf_name: _own_storage(hf_tensor_of_native(native_state[e.native], e).to(torch_dtype)) for e in shard}
+            save_file(tensors, str(tmp / file), metadata={"format": "pt"})
+            total += sum(t.numel() * t.element_size() for t in tensors.values())
+            weight_map.update({name: file for name in tensors})
+        _write_json(tmp / INDEX, {"metadata": {"total_size": total}, "weight_map": weight_map})
+        _write_json(tmp / "config.json", config)
+        _write_json(tmp / "generation_config.json", _generation_config(config))
+        for file in sorted(Path(tokenizer_dir).iterdir()) if tokenizer_dir else []:
+            if file.is_file() and TOKENIZER_FILES.fullmatch(file.name):
+                shutil.copy2(file, tmp / file.name)
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _own_storage(tensor: torch.Tensor) -> torch.Tensor:
+    """A contiguous tensor alone in its storage: safetensors refuses tensors that share one (an expert's slice)."""
+    tensor = tensor.contiguous()
+    if tensor.untyped_storage().nbytes() != tensor.numel() * tensor.element_size():
+        tensor = tensor.clone()
+    return tensor
+
+
+def _write_json(path: Path, value: dict) -> None:
+    path.write_text(json.dumps(value, indent=2, sort_keys=True) + "\n", encoding="utf-8")
