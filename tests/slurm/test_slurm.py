@@ -35,7 +35,9 @@ SHAPES = {
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_every_job_shape_trains_the_local_curve_with_world_size_2(tmp_path, local_curve, shape):
     run_dir = tmp_path / "run"
-    result = primus(tmp_path, f"hydra.run.dir={run_dir}", "module.train_iters=4", *FAST, *SLURM, *SHAPES[shape])
+    # num_workers set: nothing is left for the nodes' plans to resolve, so they run the arguments as prepared
+    result = primus(tmp_path, f"hydra.run.dir={run_dir}", "module.train_iters=4", *FAST, *SLURM, *SHAPES[shape],
+                    "module.data.num_workers=0")
     assert result.returncode == 0, result.stderr[-3000:]
     record = submission(run_dir)
     assert record["world_size"] == 2 and record["mode"] == shape.split("_")[0]
@@ -44,6 +46,16 @@ def test_every_job_shape_trains_the_local_curve_with_world_size_2(tmp_path, loca
     resolved = (run_dir / "config_resolved.yaml").read_text()  # written once, by rank 0, in the submit-side run dir
     assert "platform:\n  name: slurm" in resolved
     assert sorted(p.name for p in (run_dir / "logs").glob("rank_*.log")) == ["rank_0.log", "rank_1.log"]
+    assert_translated_once(run_dir)
+
+
+def assert_translated_once(run_dir, resolved_on_nodes=None):
+    """The nodes run the arguments the job was prepared with (backends/translation.py), or translate again only
+    because their own plan resolved `resolved_on_nodes`, and say so."""
+    for log in (run_dir / "logs").glob("rank_*.log"):
+        lines = [line for line in log.read_text().splitlines() if "translated in this process" in line]
+        expected = [f"this node's plan resolved {resolved_on_nodes}=auto"] if resolved_on_nodes else []
+        assert [line.split("(")[-1].rstrip(")") for line in lines] == expected, lines
 
 
 @needs_megatron_core
@@ -79,6 +91,7 @@ def test_a_two_point_sweep_runs_as_one_job_array(tmp_path, local_curve):
     assert [sacct_state(job_id) for job_id in ids] == ["COMPLETED", "COMPLETED"]
     assert_same_curve(losses(sweep_dir / "0"), local_curve(4))
     assert losses(sweep_dir / "1") != losses(sweep_dir / "0")  # the other seed really ran
+    assert_translated_once(sweep_dir / "0", resolved_on_nodes="module.data.num_workers")
     assert "slurm sweep summary:" in result.stderr and result.stderr.count("COMPLETED objective") >= 2
 
 

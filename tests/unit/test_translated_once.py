@@ -67,6 +67,27 @@ def test_a_worker_whose_config_changed_after_prepare_translates_again(compose_co
     assert "translate" in runtime.phases and runtime.backend_args["hidden_size"] == 512
 
 
+def test_a_slurm_nodes_own_rendezvous_keeps_the_prepared_arguments(compose_config, tmp_path):
+    job = prepare(compose_config(*RECORDING), run_dir=tmp_path)
+    launch = job.cfg.launch  # what each node of a multi-node job sets for itself (launch/slurm/entry.py)
+    launch.node_rank, launch.master_addr, launch.master_port, launch.rdzv_backend = 1, "node-0", 29512, "c10d"
+    runtime = PrimusRuntime(job, tmp_path)
+    runtime.run()
+    assert "translate" not in runtime.phases
+
+
+def test_a_nodes_own_plan_of_an_auto_knob_is_named_when_it_translates_again(compose_config, tmp_path, caplog):
+    from primus_hydra.orchestrator.prepare import plan_on_this_node
+
+    # prepared as a Slurm submission is (planned on the nodes): module.data.num_workers stays auto
+    job = prepare(compose_config(*RECORDING), run_dir=tmp_path, world_size=1, on_this_machine=False)
+    assert job.cfg.module.data.num_workers == "auto"
+    with caplog.at_level(logging.INFO, logger="primus_hydra.runtime.train_runtime"):
+        PrimusRuntime(plan_on_this_node(job), tmp_path).run()
+    assert ("translated in this process: the job's config changed after it was prepared (this node's plan resolved "
+            "module.data.num_workers=auto)") in caplog.text
+
+
 def test_the_dry_run_writes_the_job_config_its_workers_would_get(compose_config, tmp_path):
     import primus_hydra
 

@@ -59,10 +59,10 @@ def translate(adapter: BackendAdapter, run_dir: Path, *, quiet: bool = False) ->
     return Translation(ctx.backend_args, version, config_digest(adapter.cfg), tuple(applied))
 
 
-def why_translate_again(translation: Optional[Translation], adapter: BackendAdapter,
-                        installed: Optional[str]) -> Optional[str]:
+def why_translate_again(translation: Optional[Translation], adapter: BackendAdapter, installed: Optional[str],
+                        resolved_here: frozenset = frozenset()) -> Optional[str]:
     """None when the prepared translation fits this process (`installed`: its library's version, and its config);
-    else why not, one line."""
+    else why not, one line. resolved_here: the `auto` knobs this process's own plan resolved (a Slurm node's)."""
     if translation is None:
         return "the job was prepared without them"
     if installed != translation.library_version:
@@ -70,13 +70,23 @@ def why_translate_again(translation: Optional[Translation], adapter: BackendAdap
         return (f"{library} {installed or 'is not installed'} here, the job was prepared with "
                 f"{translation.library_version or 'none installed'}")
     if config_digest(adapter.cfg) != translation.config_digest:
-        return "the job's config changed after it was prepared (this node's plan, a requeue)"
+        cause = (f"this node's plan resolved {', '.join(sorted(resolved_here))}=auto" if resolved_here
+                 else "a requeue's resume, or an edited job config")
+        return f"the job's config changed after it was prepared ({cause})"
     return None
 
 
+# where this process meets its job's other nodes: set on each node of a multi-node job, read by no backend's
+# translation, so a node with its own rank and rendezvous still runs the arguments the job was prepared with
+RENDEZVOUS_KEYS = ("node_rank", "master_addr", "master_port", "rdzv_backend")
+
+
 def config_digest(cfg: Any) -> str:
-    """What the translation depends on: the config as it resolves here, and the patch selection (PRIMUS_PATCHES)."""
+    """What the translation depends on: the config as it resolves here (but its rendezvous, RENDEZVOUS_KEYS), and
+    the patch selection (PRIMUS_PATCHES)."""
     plain = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    for key in RENDEZVOUS_KEYS:
+        plain.get("launch", {}).pop(key, None)
     text = json.dumps([plain, os.environ.get("PRIMUS_PATCHES")], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

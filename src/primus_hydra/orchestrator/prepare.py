@@ -16,7 +16,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Mapping, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -71,7 +71,7 @@ class PreparedJob:
 def prepare(cfg: DictConfig, *, run_dir: Optional[Path] = None, world_size: Optional[int] = None,
             plan: Optional[ResourcePlan] = None, sweep_points: int = 1, on_this_machine: bool = True,
             launched: bool = False, trains: bool = True, runs_on_gpu: Optional[bool] = None,
-            memory_need: Optional[MemoryNeed] = None) -> PreparedJob:
+            memory_need: Optional[MemoryNeed] = None, fixed: Optional[Mapping[str, Any]] = None) -> PreparedJob:
     """The job `cfg` describes, checked and planned; ConfigValidationError (every failed check, one line each).
 
     run_dir: where it will write (None when unknown). world_size: fixed by who starts the ranks (a torchrun/srun
@@ -82,8 +82,12 @@ def prepare(cfg: DictConfig, *, run_dir: Optional[Path] = None, world_size: Opti
     trains: the job will train (not a dry run, not a plan): its library and the files it reads must be there.
     runs_on_gpu: where the job's backend will run when no plan says it (task=projection: its hardware entry).
     memory_need: what a rank of a job that does not train holds (task=benchmark): the plan and the fit check use it.
+    fixed: values the job's launcher decides ({key: value}; a Slurm job: its ranks per node, a checkpoint on the
+    preemption signal), set before anything is checked or translated, so that its nodes run the config it was made for.
     """
     job = without_hydra_node(cfg)
+    for key, value in (fixed or {}).items():
+        OmegaConf.update(job, key, value)
     launch_dir = chdir_launch_dir(cfg)
     if launch_dir is not None:  # hydra.job.chdir=true: the job runs in its run dir, the user meant the launch dir
         make_user_paths_absolute(job, launch_dir)
@@ -134,6 +138,13 @@ def prepare(cfg: DictConfig, *, run_dir: Optional[Path] = None, world_size: Opti
         raise ConfigValidationError(failures)
     return PreparedJob(job, layout, plan, warnings + (list(plan.warnings) if plan is not None else []), auto_knobs,
                        adapter.translation)
+
+
+def translate_in_run_dir(job: PreparedJob, run_dir: Path) -> None:
+    """A job prepared before its run dir was known (a Slurm sweep's point): its checkpoint dir resolved in
+    `run_dir` and its arguments translated there, once, as prepare() does for a job that has one."""
+    resolve_checkpoint_dir(job.cfg, run_dir)
+    job.translation = translate(load_adapter(job.cfg, job.layout, run_dir), run_dir, quiet=True)
 
 
 def show_warnings(job: PreparedJob, label: str = "") -> None:

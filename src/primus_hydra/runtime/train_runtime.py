@@ -153,7 +153,8 @@ class PrimusRuntime:
         """The arguments the job was prepared with; translated here only when they were made for another release of
         the backend's library or another config (backends/translation.py)."""
         prepared = self.job.translation
-        reason = why_translate_again(prepared, adapter, version)
+        resolved_here = self.job.auto_knobs if self.job.plan is not None else frozenset()
+        reason = why_translate_again(prepared, adapter, version, resolved_here)
         if reason is None:
             for patch_id in prepared.patches:
                 log.info("patch applied: %s [build_args] (when the job was prepared)", patch_id)

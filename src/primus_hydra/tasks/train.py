@@ -43,8 +43,9 @@ class TrainTask:
         elif placement.kind == "slurm":
             from primus_hydra.launch.slurm.job_shape import job_shape
 
-            world = job_shape(cfg, placement.slurm).world_size
-            job = prepare(cfg, run_dir=run_dir, world_size=world, on_this_machine=False)
+            shape = job_shape(cfg, placement.slurm)
+            fixed = {"launch.nproc_per_node": shape.processes_per_node, "module.checkpoint.on_signal": True}
+            job = prepare(cfg, run_dir=run_dir, world_size=shape.world_size, on_this_machine=False, fixed=fixed)
         else:
             job = prepare(cfg, run_dir=run_dir, plan=plan, sweep_points=sweep_points, trains=not dry_run,
                           memory_need=memory_need)

@@ -23,14 +23,13 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional
 
-from primus_hydra.config.paths import resolve_checkpoint_dir
 from primus_hydra.errors import PrimusError
 from primus_hydra.launch.job_config import JOB_CONFIG_FILE, write_job_config
 from primus_hydra.launch.run_dir_lock import RunDirBusyError
 from primus_hydra.launch.slurm.cluster import SlurmQueryError, queued_jobs
 from primus_hydra.launch.slurm.entry import SlurmJobEntry
 from primus_hydra.launch.slurm.job_shape import SlurmJobShape, executor_parameters, job_shape
-from primus_hydra.orchestrator.prepare import PreparedJob
+from primus_hydra.orchestrator.prepare import PreparedJob, translate_in_run_dir
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +60,8 @@ class SubmittedJob:
 def stage_job(job: PreparedJob, run_dir: Path, settings: Mapping[str, Any], label: str = "run") -> StagedJob:
     shape = job_shape(job.cfg, settings)
     run_dir.mkdir(parents=True, exist_ok=True)
-    resolve_checkpoint_dir(job.cfg, run_dir)  # a sweep's points were prepared before their run dirs were known
+    if job.translation is None:  # a sweep's point, prepared before its run dir was known
+        translate_in_run_dir(job, run_dir)
     entry = SlurmJobEntry(job_config=str((run_dir / JOB_CONFIG_FILE).resolve()), run_dir=str(run_dir.resolve()),
                           mode=str(shape.mode))
     return StagedJob(label=label, run_dir=run_dir, shape=shape, entry=entry, prepared=job)
