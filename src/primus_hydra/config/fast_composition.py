@@ -16,6 +16,9 @@
    installed plugin and this project registered (~35 ms a composition). A copy of the ConfigStore is the ConfigStore
    itself now; nothing changes it while composing, and ConfigStore.load hands out a copy of each node it loads.
 
+Not for speed: every composition ends with `model.from_hf=<DIR>` applied (config/hf_config.py), so that the
+command line, `--cfg job`, the Python API and each sweep point Hydra composes see the folder's architecture.
+
 `install()` is idempotent; the command line, the Python API and task=import call it before they compose.
 """
 from __future__ import annotations
@@ -35,6 +38,7 @@ def install() -> None:
         return
     _INSTALLED = True
     _install_c_yaml_loader()
+    _install_model_from_hf()  # first: the composition kept for the run below has it applied already
     _install_one_composition_per_run()
     _share_the_config_store()
 
@@ -98,6 +102,21 @@ def _share_the_config_store() -> None:
 def python_yaml_loader() -> Any:
     """OmegaConf's own (pure-Python) loader class, as it builds it."""
     return omegaconfs_get_yaml_loader()
+
+
+def _install_model_from_hf() -> None:
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    from primus_hydra.config.hf_config import apply_model_from_hf
+
+    compose = ConfigLoaderImpl.load_configuration
+
+    def load_configuration(self, config_name: Optional[str], overrides: list, *args: Any, **kwargs: Any) -> Any:
+        cfg = compose(self, config_name, overrides, *args, **kwargs)
+        apply_model_from_hf(cfg, overrides)
+        return cfg
+
+    ConfigLoaderImpl.load_configuration = load_configuration
 
 
 def _install_one_composition_per_run() -> None:

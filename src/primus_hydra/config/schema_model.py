@@ -83,6 +83,8 @@ class MLAConfig:
 @dataclass
 class ModelConfig:
     name: str = MISSING
+    # a local Hugging Face folder: its config.json gives the architecture (config/hf_config.py)
+    from_hf: Optional[str] = None
     family: str = "llama"  # llama | mixtral | qwen2 | qwen3 | deepseek (informational, used by adapters)
     hidden_size: int = MISSING
     num_layers: int = MISSING
