@@ -9,6 +9,7 @@ from typing import List, Optional
 from omegaconf import MISSING
 
 from primus_hydra.config.choices import Choice
+from primus_hydra.config.schema_module import Precision
 
 
 class BenchmarkSuite(Choice):
@@ -75,6 +76,19 @@ class PreflightTaskConfig(TrainTaskConfig):
     checkpoint_dir: Optional[str] = None  # set from module.checkpoint.dir (checked, not refused)
 
 
+@dataclass
+class GenerateTaskConfig(TaskConfig):
+    checkpoint: Optional[str] = None  # a run dir, a checkpoint step dir or a Hugging Face folder
+    prompt: Optional[str] = None  # text, tokenized by the folder's tokenizer.json (else byte b is token b)
+    prompt_tokens: Optional[List[int]] = None  # token ids, in place of task.prompt
+    max_new_tokens: int = 32
+    temperature: float = 0.0  # 0: greedy
+    top_p: float = 1.0  # sample only from the most likely tokens whose probabilities add up to top_p
+    seed: int = 0  # the sampling generator's seed
+    save_logits: bool = False  # generation.json also holds each generated position's logits
+    dtype: Precision = Precision.fp32  # the weights' precision while generating
+
+
 TASK_SCHEMAS = {
     "train": TrainTaskConfig,
     "plan": TaskConfig,
@@ -83,4 +97,5 @@ TASK_SCHEMAS = {
     "projection": ProjectionTaskConfig,
     "benchmark": BenchmarkTaskConfig,
     "preflight": PreflightTaskConfig,
+    "generate": GenerateTaskConfig,
 }

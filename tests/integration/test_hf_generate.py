@@ -1,0 +1,109 @@
+"""task=generate means what transformers means: on a tiny Hugging Face folder (fp32) it picks exactly the tokens of
+transformers' greedy `generate` and its logits agree within 1e-4, for Llama (untied, tied), Qwen3-MoE and
+DeepSeek-V3; from a backend=torch run dir it writes generation.json; what cannot work is one line, exit 2, and
+no run dir."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers.cli import error_lines, primus, run_dirs
+from helpers.compose import compose_primus
+from helpers.hf_models import BUILDERS, needs_transformers
+from helpers.overrides import TINY_RUN
+from primus_hydra.errors import PrimusError
+from primus_hydra.tasks.generate import GenerateTask, generate_from_checkpoint
+
+PROMPT = [72, 101, 108, 108, 111, 44, 32, 119]  # "Hello, w"
+NEW_TOKENS = 8
+
+
+def transformers_greedy(folder, prompt: list[int], new_tokens: int):
+    """transformers' own greedy decoding (KV cache on): the new tokens and each step's raw logits."""
+    import torch
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                             do_sample=False, output_logits=True, return_dict_in_generate=True, pad_token_id=0)
+    return out.sequences[0, len(prompt):].tolist(), [logits[0].float() for logits in out.logits]
+
+
+def prepared(*overrides: str):
+    return GenerateTask.prepare_job(compose_primus("task=generate", *overrides), None)
+
+
+@needs_transformers
+@pytest.mark.parametrize("family", ["llama", "llama_tied", "qwen3_moe", "deepseek_v3"])
+def test_greedy_tokens_and_logits_are_transformers(tmp_path, family):
+    import torch
+
+    folder = BUILDERS[family](tmp_path / family)
+    expected_tokens, expected_logits = transformers_greedy(folder, PROMPT, NEW_TOKENS)
+
+    job = prepared(f"task.checkpoint={folder}", f"task.prompt_tokens={PROMPT}", f"task.max_new_tokens={NEW_TOKENS}",
+                   "task.save_logits=true")
+    result = generate_from_checkpoint(job)
+
+    assert result.tokens == expected_tokens
+    torch.testing.assert_close(torch.stack(result.logits), torch.stack(expected_logits), atol=1e-4, rtol=0)
+
+
+@needs_transformers
+def test_the_command_prints_the_text_and_writes_generation_json(tmp_path):
+    folder = BUILDERS["llama"](tmp_path / "llama")
+    expected_tokens, _ = transformers_greedy(folder, list(b"Hi"), 3)
+
+    result = primus("task=generate", f"task.checkpoint={folder}", "task.prompt=Hi", "task.max_new_tokens=3",
+                    "task.save_logits=true", f"hydra.run.dir={tmp_path / 'gen'}", cwd=tmp_path)
+
+    assert result.returncode == 0, result.stderr
+    record = json.loads((tmp_path / "gen" / "generation.json").read_text())
+    assert record["prompt_tokens"] == list(b"Hi") and record["tokens"] == expected_tokens
+    assert len(record["logits"]) == 3 and len(record["logits"][0]) == 256
+    assert result.stdout.splitlines()[-1].startswith("Hi")
+
+
+def test_a_backend_torch_run_dir_generates(tmp_path):
+    train = primus("model=llama_tiny", "backend=torch", *TINY_RUN, "module.checkpoint.save_final=true",
+                   f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    assert train.returncode == 0, train.stderr
+
+    result = primus("task=generate", f"task.checkpoint={tmp_path / 'run'}", "task.prompt_tokens=[100,101,102]",
+                    "task.max_new_tokens=4", f"hydra.run.dir={tmp_path / 'gen'}", cwd=tmp_path)
+
+    assert result.returncode == 0, result.stderr
+    record = json.loads((tmp_path / "gen" / "generation.json").read_text())
+    assert record["prompt_tokens"] == [100, 101, 102] and len(record["tokens"]) == 4
+    assert json.loads(result.stdout.splitlines()[-1]) == record["tokens"]
+    assert "logits" not in record
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["task.prompt=hi"], "task.checkpoint=null: give the model to ask"),
+    (["task.checkpoint=/no/such/dir", "task.prompt=hi"], "task.checkpoint=/no/such/dir: no such file or folder"),
+    (["task.checkpoint=.", "task.prompt=hi", "task.prompt_tokens=[1]"], "task.prompt / task.prompt_tokens: both are set"),
+    (["task.checkpoint=."], "task.prompt / task.prompt_tokens: neither is set"),
+    (["task.checkpoint=.", "task.prompt=hi", "task.max_new_tokens=0"], "task.max_new_tokens=0: must be at least 1"),
+    (["task.checkpoint=.", "task.prompt=hi", "task.top_p=0"], "task.top_p=0.0: must be in (0, 1]"),
+])
+def test_settings_that_cannot_work_are_one_line_each(overrides, expected):
+    with pytest.raises(PrimusError) as info:
+        prepared(*overrides)
+    assert str(info.value).startswith(expected)
+    assert "\n" not in str(info.value)
+
+
+@needs_transformers
+def test_a_token_past_the_vocabulary_is_one_line_exit_2_and_no_run_dir(tmp_path):
+    folder = BUILDERS["llama"](tmp_path / "llama")
+
+    result = primus("task=generate", f"task.checkpoint={folder}", "task.prompt_tokens=[1,256]", cwd=tmp_path)
+
+    assert result.returncode == 2
+    assert error_lines(result.stderr) == [
+        f"error: task.prompt_tokens: token id 256 is outside the model's vocabulary (0 .. 255, vocab_size=256 in "
+        f"task.checkpoint={folder})"]
+    assert run_dirs(tmp_path) == []
