@@ -107,3 +107,34 @@ def test_a_token_past_the_vocabulary_is_one_line_exit_2_and_no_run_dir(tmp_path)
         f"error: task.prompt_tokens: token id 256 is outside the model's vocabulary (0 .. 255, vocab_size=256 in "
         f"task.checkpoint={folder})"]
     assert run_dirs(tmp_path) == []
+
+
+@needs_transformers
+def test_text_goes_through_the_folders_tokenizer_and_its_eos_token_stops(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    folder = BUILDERS["llama"](tmp_path / "llama")
+    greedy, _ = transformers_greedy(folder, [5, 7], 3)
+    assert greedy[1] not in (0, 5, 7)  # the tiny model's second greedy token: the tokenizer's end token below
+    tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0, "hello": 5, "world": 7, "<end>": greedy[1]}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<end>"}))
+
+    job = prepared(f"task.checkpoint={folder}", "task.prompt=hello world", "task.max_new_tokens=3")
+    result = generate_from_checkpoint(job)
+
+    assert job.prompt_tokens == [5, 7] and job.eos_token_ids == [greedy[1]]
+    assert result.tokens == greedy[:2] and result.stopped_at_eos
+
+
+@needs_transformers
+def test_bf16_weights_generate_with_the_same_machinery(tmp_path):
+    folder = BUILDERS["llama"](tmp_path / "llama")
+
+    job = prepared(f"task.checkpoint={folder}", f"task.prompt_tokens={PROMPT}", "task.max_new_tokens=4",
+                   "task.dtype=bf16", "task.temperature=0.8", "task.top_p=0.9", "task.seed=7", "task.save_logits=true")
+    first, again = generate_from_checkpoint(job), generate_from_checkpoint(job)
+
+    assert len(first.tokens) == 4 and first.tokens == again.tokens
+    assert all(logits.dtype.is_floating_point and logits.shape == (256,) for logits in first.logits)
