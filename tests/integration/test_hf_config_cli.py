@@ -73,3 +73,14 @@ def test_a_bad_from_hf_is_one_line_exit_2_no_torch_nothing_written(tmp_path, arg
     assert error_lines(result.stderr)[0].startswith(f"error: {expected.format(tmp=tmp_path)}"), result.stderr[-3000:]
     assert "Traceback" not in result.stderr and not torch_imported
     assert not (tmp_path / "out").exists()
+
+
+def test_a_sweep_over_folders_gives_each_point_its_folders_model(tmp_path):
+    small = hf_folder(tmp_path, "small")
+    wide = hf_folder(tmp_path, "wide", {**LLAMA_3_2, "hidden_size": 128, "head_dim": 32})
+    result, _ = primus_reporting_torch("-m", f"model.from_hf={small},{wide}", "task.dry_run=true", cwd=tmp_path,
+                                       env={"PRIMUS_OUTPUT_ROOT": str(tmp_path / "out")})
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    models = [yaml.safe_load((run_dir / "backend_args.yaml").read_text())["model"] for run_dir in run_dirs(tmp_path / "out")]
+    assert sorted((model["name"], model["hidden_size"]) for model in models) == [("small", 64), ("wide", 128)]

@@ -80,6 +80,8 @@ class SweepComposer:
 
     def _is_plain_value(self, base: DictConfig, override: Override) -> bool:
         key = override.key_or_group
+        if key == "model.from_hf" or (key.startswith("model.") and OmegaConf.select(base, "model.from_hf")):
+            return False  # the folder's config.json is read, and model keys checked against it, as Hydra composes
         return (override.type == OverrideType.CHANGE and override.package is None
                 and not override.is_hydra_override() and not self.config_loader.repository.group_exists(key)
                 and OmegaConf.select(base, key, default=_ABSENT, throw_on_resolution_failure=False) is not _ABSENT)
