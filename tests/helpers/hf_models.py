@@ -79,7 +79,7 @@ def deepseek_v3(folder) -> Path:
     dense first layer, one shared expert; rope_interleave as published."""
     from transformers import DeepseekV3Config
 
-    common = dict(_COMMON, num_hidden_layers=3)
+    common = dict(_COMMON, num_hidden_layers=3, rms_norm_eps=1e-6)  # HF's q_a/kv_a norms always use 1e-6
     config = DeepseekV3Config(**common, num_key_value_heads=4, intermediate_size=96, moe_intermediate_size=32,
                               n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2, n_group=2, topk_group=1,
                               routed_scaling_factor=2.5, norm_topk_prob=True, first_k_dense_replace=1,

@@ -89,6 +89,19 @@ class GenerateTaskConfig(TaskConfig):
     dtype: Precision = Precision.fp32  # the weights' precision while generating
 
 
+class ExportFormat(Choice):
+    hf = "hf"  # a Hugging Face folder: transformers' AutoModelForCausalLM.from_pretrained loads it
+
+
+@dataclass
+class ExportTaskConfig(TaskConfig):
+    checkpoint: Optional[str] = None  # a run dir or a checkpoint step dir (any backend, any layout)
+    format: ExportFormat = ExportFormat.hf
+    out: Optional[str] = None  # the folder written; it must not exist
+    dtype: Precision = Precision.bf16  # the precision of the written weights
+    max_shard_size: str = "5GB"  # the largest safetensors file (a tensor larger than this is a file alone)
+
+
 TASK_SCHEMAS = {
     "train": TrainTaskConfig,
     "plan": TaskConfig,
@@ -97,5 +110,6 @@ TASK_SCHEMAS = {
     "projection": ProjectionTaskConfig,
     "benchmark": BenchmarkTaskConfig,
     "preflight": PreflightTaskConfig,
+    "export": ExportTaskConfig,
     "generate": GenerateTaskConfig,
 }

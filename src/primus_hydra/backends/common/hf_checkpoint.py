@@ -26,6 +26,7 @@ from primus_hydra.backends.common.hf_folder import (
     INDEX,
     SINGLE_FILE,
     check_hf_folder,
+    parse_size,
     read_config,
     rope_interleave_of,
     weight_files,
@@ -41,7 +42,6 @@ __all__ = ["HfReader", "check_hf_folder", "load_hf_into_native", "read_hf_as_nat
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 TOKENIZER_FILES = re.compile(r"(tokenizer.*|special_tokens_map\.json|added_tokens\.json|vocab\.(json|txt)|merges\.txt|"
                              r"chat_template\.(json|jinja)|.*\.model)")
-_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
 
 
 class HfReader:
@@ -117,14 +117,6 @@ def read_hf_as_native(folder: Path, model: Any) -> dict[str, torch.Tensor]:
         shape = native_shape(entries)
         out[name] = native_block(reader, entries, (0,) * len(shape), shape)
     return out
-
-
-def parse_size(text: Any) -> int:
-    """'5GB', '500MB', '2GiB' or a number of bytes -> bytes; ValueError for anything else."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]I?B|B)?\s*", str(text).upper())
-    if not match:
-        raise ValueError(text)
-    return int(float(match.group(1)) * _UNITS[match.group(2) or ""])
 
 
 def _shard_plan(table: list[HfTensor], itemsize: int, max_shard_bytes: int) -> list[list[HfTensor]]:

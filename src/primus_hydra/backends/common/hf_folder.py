@@ -8,6 +8,7 @@ then the data: reading the header alone tells whether every tensor is there, of 
 from __future__ import annotations
 
 import json
+import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,8 @@ SINGLE_FILE = "model.safetensors"
 FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
 _MAX_HEADER = 100 << 20  # a header larger than this is no safetensors header
 _SHOWN = 3  # names listed in a line about many tensors
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30,
+          "TIB": 2**40}
 
 
 class HfFolderError(Exception):
@@ -174,3 +177,11 @@ def check_hf_folder(path: Path, model: Any) -> list[str]:
     except HfFolderError as error:
         return [str(error)]
     return tensor_failures(path, tensors, model, rope_interleave_of(config, model))
+
+
+def parse_size(text: Any) -> int:
+    """'5GB', '500MB', '2GiB' or a number of bytes -> bytes; ValueError for anything else."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]I?B|B)?\s*", str(text).upper())
+    if not match:
+        raise ValueError(text)
+    return int(float(match.group(1)) * _UNITS[match.group(2) or ""])

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from primus_hydra.backends.common.checkpoint_paths import CheckpointFolder, read_meta
+from primus_hydra.backends.common.hf_folder import check_hf_folder, is_hf_folder
 from primus_hydra.config.model_math import count_parameters
 from primus_hydra.errors import CheckpointError
 
@@ -18,6 +19,8 @@ METRICS_FILE = "metrics.jsonl"
 RESUME, LOAD = "module.checkpoint.resume", "module.checkpoint.load"
 # the backends whose trainers write these step folders; module.checkpoint.load converts the weights of each of them
 STEP_LOOP_BACKENDS = ("torch", "megatron", "torchtitan")
+# the backends whose trainers start from a Hugging Face folder (module.checkpoint.load=<HF dir>)
+HF_LOADING_BACKENDS = ("torch",)
 
 
 @dataclass(frozen=True)
@@ -60,8 +63,8 @@ def named_steps(ckpt: Any, folder: Optional[CheckpointFolder]) -> list[NamedStep
             newest = folder.newest_with_meta()
             found += [NamedStep(key, spec, *newest)] if newest else []
             continue
-        if not Path(str(spec)).expanduser().exists():
-            continue
+        if not Path(str(spec)).expanduser().exists() or (key == LOAD and is_hf_folder(Path(str(spec)))):
+            continue  # a missing path is the orchestrator's line, an HF folder hf_load_failures' lines
         try:
             path = CheckpointFolder(Path(str(spec))).resolve(str(spec), key)
             found.append(NamedStep(key, str(spec), path, read_meta(path)[0]))
@@ -106,11 +109,22 @@ def load_failure(step: NamedStep, backend: str, model: Any) -> Optional[str]:
     return None
 
 
+def hf_load_failures(spec: Any, backend: str, model: Any) -> list[str]:
+    """module.checkpoint.load=<HF dir>: one line per reason its weights cannot start this run (hf_folder.py)."""
+    if spec in (None, "auto") or not is_hf_folder(Path(str(spec))):
+        return []
+    if backend not in HF_LOADING_BACKENDS:
+        return [f"{LOAD}={spec}: a Hugging Face folder; backend={backend} does not start from one (backend="
+                f"{' or '.join(HF_LOADING_BACKENDS)} does)"]
+    return [f"{LOAD}={spec}: {line}" for line in check_hf_folder(Path(str(spec)), model)]
+
+
 def existing_run_failures(cfg: Any, run_dir: Path, checkpoint_root: Path, backend: str) -> list[str]:
-    """One line for each checkpoint or file of an earlier run the job would fail on or overwrite."""
+    """One line for each checkpoint or file of an earlier run the job would fail on or overwrite, and for an HF
+    folder to start from that cannot fill the model."""
     ckpt = cfg.module.checkpoint
     folder = CheckpointFolder(checkpoint_root)
-    failures = []
+    failures = hf_load_failures(ckpt.load, backend, cfg.model)
     for step in named_steps(ckpt, folder):
         failure = step.problem or (resume_failure if step.key == RESUME else load_failure)(step, backend, cfg.model)
         failures += [failure] if failure else []

@@ -24,6 +24,7 @@ from primus_hydra.backends.common.distributed import (
     reshard_after_forward_only,
 )
 from primus_hydra.backends.common.foreign_checkpoints import weights_in_native_format
+from primus_hydra.backends.common.hf_folder import is_hf_folder
 from primus_hydra.backends.common.metrics import MfuBaseline, cpu_matmul_peak_tflops
 from primus_hydra.backends.common.peak_memory import PeakMemory
 from primus_hydra.backends.common.step_loop import StepLoopTrainer
@@ -216,6 +217,11 @@ class TorchTrainer(StepLoopTrainer):
                 )
         elif ckpt.load is None and self.backend_args.module.stage == "sft":
             log.warning("module.stage=sft without module.checkpoint.load: fine-tuning starts from random weights")
+        elif ckpt.load and is_hf_folder(Path(ckpt.load)):  # checked before launch (run_dir_checks.hf_load_failures)
+            from primus_hydra.backends.common.hf_checkpoint import load_hf_into_native  # safetensors: the hf extra
+
+            load_hf_into_native(Path(ckpt.load).expanduser(), self.model)
+            log.info("initial weights loaded from the Hugging Face folder %s", ckpt.load)
         elif ckpt.load:
             source, _ = self.checkpoints.find(ckpt.load, "module.checkpoint.load")
             with weights_in_native_format(source, self.run_dir, self.backend_args.model) as weights:

@@ -1,0 +1,182 @@
+"""Hugging Face weights in and out of the native model (backends/common/hf_*.py), in process, on tiny models that
+transformers itself builds and saves."""
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+
+from helpers.hf_models import BUILDERS, needs_transformers
+
+pytestmark = needs_transformers
+
+FAMILIES = ["llama", "llama_tied", "llama_sharded", "qwen3_moe", "mixtral", "deepseek_v3"]
+
+
+@pytest.fixture(scope="module")
+def hf_folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hf")
+    return {name: build(root / name) for name, build in BUILDERS.items()}
+
+
+def _source(folder):
+    from primus_hydra.tasks.checkpoint_source import find_checkpoint_source
+
+    return find_checkpoint_source(str(folder), "task.checkpoint")
+
+
+def _native_model(source):
+    from primus_hydra.backends.torch.model import build_model_on_meta
+    from primus_hydra.tasks.checkpoint_source import native_state_dict
+
+    model = build_model_on_meta(source.model).to_empty(device="cpu")
+    model.load_state_dict(native_state_dict(source))
+    return model.eval()
+
+
+def _hf_model(folder):
+    import torch
+    import transformers
+
+    return transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_native_model_from_an_hf_folder_computes_transformers_logits(hf_folders, family):
+    import torch
+
+    model, reference = _native_model(_source(hf_folders[family])), _hf_model(hf_folders[family])
+    tokens = torch.randint(0, 256, (2, 24), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        difference = (model(tokens) - reference(tokens).logits).abs().max().item()
+    assert difference < 1e-5
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_export_of_hf_weights_gives_back_the_same_tensors(hf_folders, family, tmp_path):
+    from safetensors import safe_open
+
+    from primus_hydra.backends.common.hf_checkpoint import write_hf_folder
+    from primus_hydra.tasks.checkpoint_source import native_state_dict
+
+    source = _source(hf_folders[family])
+    out = write_hf_folder(native_state_dict(source), source.model, tmp_path / "out", dtype="fp32",
+                          max_shard_bytes=40_000)
+    original, exported = _hf_model(hf_folders[family]).state_dict(), _hf_model(out).state_dict()
+    assert sorted(exported) == sorted(original)
+    assert all(exported[name].equal(original[name]) for name in original)
+    files = sorted(out.glob("*.safetensors"))
+    for file in files:  # each shard within the bound, unless it holds one larger tensor alone
+        with safe_open(str(file), "pt") as shard:
+            assert file.stat().st_size <= 40_000 + 4096 or len(list(shard.keys())) == 1
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    assert sorted(set(index["weight_map"].values())) == [file.name for file in files]
+
+
+def test_export_writes_bf16_and_the_config_transformers_reads(hf_folders, tmp_path):
+    import torch
+
+    from primus_hydra.backends.common.hf_checkpoint import write_hf_folder
+    from primus_hydra.tasks.checkpoint_source import native_state_dict
+
+    source = _source(hf_folders["qwen3_moe"])
+    out = write_hf_folder(native_state_dict(source), source.model, tmp_path / "out", dtype="bf16")
+    loaded = _hf_model(out)
+    assert type(loaded).__name__ == "Qwen3MoeForCausalLM"
+    assert loaded.config.num_local_experts == 8 and (out / "generation_config.json").is_file()
+    original = _hf_model(hf_folders["qwen3_moe"]).state_dict()
+    assert all(loaded.state_dict()[name].equal(original[name].to(torch.bfloat16).float()) for name in original)
+    assert not [p.name for p in tmp_path.iterdir() if p.name != "out"]  # the temporary sibling is gone
+
+
+def test_export_refuses_an_existing_folder_and_leaves_it_as_it_was(hf_folders, tmp_path):
+    from primus_hydra.backends.common.hf_checkpoint import write_hf_folder
+    from primus_hydra.errors import CheckpointError
+
+    source = _source(hf_folders["llama"])
+    (tmp_path / "out").mkdir()
+    with pytest.raises(CheckpointError, match="already exists"):
+        write_hf_folder({}, source.model, tmp_path / "out")
+    assert list((tmp_path / "out").iterdir()) == [] and [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_a_pipeline_stage_loads_only_its_own_layers(hf_folders):
+    import torch
+
+    from primus_hydra.backends.common.hf_checkpoint import load_hf_into_native
+    from primus_hydra.backends.torch.model import build_model_on_meta
+
+    source = _source(hf_folders["llama_sharded"])
+    whole = _native_model(source)
+    stage = build_model_on_meta(source.model)
+    del stage.layers["0"]
+    stage.tok_embeddings = None  # the last stage of two
+    stage.to_empty(device="cpu")
+    load_hf_into_native(hf_folders["llama_sharded"], stage)
+    assert sorted(stage.state_dict()) == sorted(k for k in whole.state_dict() if k.startswith(("layers.1.", "norm", "output")))
+    assert all(torch.equal(tensor, whole.state_dict()[name]) for name, tensor in stage.state_dict().items())
+
+
+def test_rope_row_maps_of_deepseek_are_inverse_and_interleave_pairs():
+    from primus_hydra.backends.common.hf_names import RopeRows
+
+    rows = RopeRows(period=24, start=16, count=8)
+    assert [rows.hf_row_of_native(r) - 16 for r in range(16, 24)] == [0, 2, 4, 6, 1, 3, 5, 7]
+    assert all(rows.native_row_of_hf(rows.hf_row_of_native(r)) == r for r in range(96))
+    assert rows.hf_row_of_native(5) == 5 and rows.hf_row_of_native(24 + 17) == 24 + 18
+
+
+# -- check_hf_folder: one line per defect, from the headers alone --------------------------------------------------
+def _rewrite_tensor(file, name, dtype=None, shape=None):
+    """Rewrite one tensor's header entry (its bytes stay): another dtype or shape, the same data."""
+    raw = file.read_bytes()
+    length = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + length])
+    header[name].update({k: v for k, v in (("dtype", dtype), ("shape", shape)) if v is not None})
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text = text.ljust(-(-len(text) // 8) * 8)
+    file.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + length:])
+
+
+def _copy(folder, tmp_path):
+    import shutil
+
+    return shutil.copytree(folder, tmp_path / "copy")
+
+
+DEFECTS = {
+    "no config.json": (lambda f: (f / "config.json").unlink(), "no config.json"),
+    "truncated shard": (lambda f: f.joinpath("model-00002-of-00010.safetensors").write_bytes(
+        f.joinpath("model-00002-of-00010.safetensors").read_bytes()[:-100]), "(truncated)"),
+    "missing shard": (lambda f: f.joinpath("model-00003-of-00010.safetensors").unlink(), "not there"),
+    "index names another file": (lambda f: f.joinpath("model.safetensors.index.json").write_text(
+        f.joinpath("model.safetensors.index.json").read_text().replace("model-00004-of-00010", "model-00099-of-00010")),
+        "not there"),
+    "wrong shape": (lambda f: _rewrite_tensor(next(p for p in f.glob("*.safetensors") if b"model.norm.weight" in p.read_bytes()),
+                                               "model.norm.weight", shape=[32, 2]), "needs [64]"),
+    "integer dtype": (lambda f: _rewrite_tensor(next(p for p in f.glob("*.safetensors") if b"model.norm.weight" in p.read_bytes()),
+                                                 "model.norm.weight", dtype="I32"), "I32"),
+    "other architecture": (lambda f: f.joinpath("config.json").write_text(
+        f.joinpath("config.json").read_text().replace('"hidden_size": 64', '"hidden_size": 32')), "hidden_size=32"),
+}
+
+
+@pytest.mark.parametrize("defect", DEFECTS)
+def test_check_hf_folder_names_each_defect_in_one_line(hf_folders, tmp_path, defect):
+    from primus_hydra.backends.common.hf_folder import check_hf_folder
+
+    model = _source(hf_folders["llama_sharded"]).model
+    assert check_hf_folder(hf_folders["llama_sharded"], model) == []
+    folder = _copy(hf_folders["llama_sharded"], tmp_path)
+    damage, expected = DEFECTS[defect]
+    damage(folder)
+    failures = check_hf_folder(folder, model)
+    assert len(failures) == 1 and "\n" not in failures[0] and expected in failures[0], failures
+
+
+def test_check_hf_folder_refuses_another_family(hf_folders):
+    from primus_hydra.backends.common.hf_folder import check_hf_folder
+
+    failures = check_hf_folder(hf_folders["mixtral"], _source(hf_folders["llama"]).model)
+    assert len(failures) == 1 and "model_type=mixtral" in failures[0]
