@@ -209,7 +209,11 @@ LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "nu
      "k: rope type 'dynamic' is not supported; supported: default, linear, llama3, yarn"),
     ({"quantization_config": {"quant_method": "fp8"}}, 'k: quantization_config={"quant_method": "fp8"} is not supported'),
     ({"hidden_size": "64"}, 'k: hidden_size="64" must be an integer >= 0'),
-    ({"num_hidden_layers": None}, "k: num_hidden_layers=null must be an integer >= 0"),
+    ({"num_hidden_layers": -1}, "k: num_hidden_layers=-1 must be an integer >= 0"),
+    ({"rope_parameters": {"rope_theta": "big", "rope_type": "default"}},
+     'k: rope_parameters.rope_theta="big" must be a number'),
+    ({"rope_parameters": {"rope_theta": 1e4, "rope_type": "linear", "factor": [2]}},
+     "k: rope_parameters.factor=[2] must be a number"),
 ])
 def test_what_the_native_model_does_not_compute_is_one_line(change, expected):
     with pytest.raises(ConfigValidationError) as error:
@@ -218,11 +222,17 @@ def test_what_the_native_model_does_not_compute_is_one_line(change, expected):
     assert len(error.value.failures) == 1 and error.value.failures[0].startswith(expected), error.value.failures
 
 
-def test_a_missing_key_is_one_line_naming_it():
-    config = dict(LLAMA)
-    del config["vocab_size"]
+@pytest.mark.parametrize("missing", [None, "left out"])
+def test_a_missing_key_is_one_line_naming_it(missing):
+    config = {**LLAMA, "vocab_size": None}
+    if missing == "left out":
+        del config["vocab_size"]
     with pytest.raises(ConfigValidationError, match=r"^k: the key vocab_size is missing"):
         model_fields_from_hf(config, "k")
+
+
+def test_no_num_key_value_heads_means_one_per_query_head_as_in_transformers():
+    assert model_fields_from_hf({**LLAMA, "num_key_value_heads": None}, "k")["num_kv_heads"] == 4
 
 
 @pytest.mark.parametrize("name, change, expected", [

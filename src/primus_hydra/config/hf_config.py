@@ -97,7 +97,7 @@ def model_fields_from_hf(config: dict, where: str) -> dict:
         "qk_norm": model_type in ("qwen3", "qwen3_moe"),
         "init_std": read.number("initializer_range", 0.02),
     }
-    fields["rope_theta"], fields["rope_scaling"] = _rope_from_hf(config, model_type, where)
+    fields["rope_theta"], fields["rope_scaling"] = _rope_from_hf(config, model_type, read)
     fields["moe"] = _moe_from_hf(config, model_type, read)
     fields["mla"] = _mla_from_hf(read) if model_type in DEEPSEEK_TYPES else _defaults(MLAConfig)
     return fields
@@ -113,7 +113,9 @@ class _Reader:
         return HFConfigError(f"{self.where}: {key}={json.dumps(value)} must be {wanted}")
 
     def integer(self, key: str, default: Any = dataclasses.MISSING) -> int:
-        value = self.config.get(key, default)
+        value = self.config.get(key)
+        if value is None:  # transformers reads a null as the key left out (num_key_value_heads: null is MHA)
+            value = default
         if value is dataclasses.MISSING:
             raise HFConfigError(f"{self.where}: the key {key} is missing; a Hugging Face config.json of this "
                                 f"model_type states it")
@@ -125,9 +127,10 @@ class _Reader:
         return None if self.config.get(key) is None else self.integer(key)
 
     def number(self, key: str, default: float) -> float:
-        value = self.config.get(key, default)
-        if value is None:
-            value = default
+        value = self.config.get(key)
+        return self.as_number(key, default if value is None else value)
+
+    def as_number(self, key: str, value: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self._fail(key, value, "a number")
         return float(value)
@@ -176,8 +179,9 @@ ROPE_KEYS = {  # canonical rope_scaling key -> its name in rope_parameters, for 
 }
 
 
-def _rope_from_hf(config: dict, model_type: str, where: str) -> tuple[float, dict]:
+def _rope_from_hf(config: dict, model_type: str, read: _Reader) -> tuple[float, dict]:
     """(rope_theta, rope_scaling) from transformers 5's `rope_parameters` or 4.x's `rope_theta` and `rope_scaling`."""
+    where = read.where
     default_theta = 1e6 if model_type == "mixtral" else 1e4
     parameters = config.get("rope_parameters")
     if parameters is None:
@@ -199,9 +203,8 @@ def _rope_from_hf(config: dict, model_type: str, where: str) -> tuple[float, dic
             scaling["original_max_position_embeddings"] = config.get("max_position_embeddings")
         for key in ROPE_KEYS[rope_type]:
             if parameters.get(key) is not None:
-                scaling[key] = type(scaling[key])(parameters[key])
-    theta = parameters.get("rope_theta", default_theta)
-    return float(theta), scaling
+                scaling[key] = type(scaling[key])(read.as_number(f"rope_parameters.{key}", parameters[key]))
+    return read.as_number("rope_parameters.rope_theta", parameters.get("rope_theta", default_theta)), scaling
 
 
 def _moe_from_hf(config: dict, model_type: str, read: _Reader) -> dict:
@@ -280,6 +283,8 @@ def hf_config_for(model: Any) -> dict:
         "rope_parameters": _rope_for_hf(fields),
         "attention_dropout": 0.0,
         "use_cache": True,
+        # the tokenizer's to say (else transformers' class defaults, e.g. Llama's eos 2, would stop generation)
+        "bos_token_id": None, "eos_token_id": None, "pad_token_id": None,
     }
     if model_type in DEEPSEEK_TYPES:  # transformers' rotary size of MLA
         config["head_dim"] = mla["qk_rope_head_dim"]
@@ -381,18 +386,12 @@ def _rope_for_hf(fields: dict) -> dict:
 
 def _model_as_dict(model: Any) -> dict:
     if dataclasses.is_dataclass(model):
-        return _plain_tree(dataclasses.asdict(model))
+        return _plain(dataclasses.asdict(model))
     if isinstance(model, dict):
-        return _plain_tree(model)
+        return _plain(model)
     from omegaconf import OmegaConf  # a DictConfig
 
-    return _plain_tree(OmegaConf.to_container(model, resolve=True, enum_to_str=True))
-
-
-def _plain_tree(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {key: _plain_tree(item) for key, item in value.items()}
-    return _plain(value)
+    return _plain(OmegaConf.to_container(model, resolve=True, enum_to_str=True))
 
 
 def _select(tree: dict, dotted: str) -> Any:
