@@ -138,7 +138,6 @@ def test_every_model_preset_is_written_as_a_config_json_that_reads_back_the_same
     expected = canonical_fields(model)
     if "ffn_hidden_size" not in expected:
         fields.pop("ffn_hidden_size")
-    fields.pop("name")
 
     assert SUPPORTED_MODEL_TYPES[hf_config["model_type"]][0] == model.family
     assert fields == expected
@@ -282,7 +281,7 @@ def test_from_hf_replaces_the_presets_architecture_and_names_the_model_after_the
     expected = model_fields_from_hf(read_hf_config(folder, "k"), "k")
 
     assert (model.name, model.from_hf) == ("tiny-dsv3", str(folder))
-    assert canonical_fields(model) == {key: value for key, value in expected.items() if key != "name"}
+    assert canonical_fields(model) == expected
 
 
 def test_from_hf_keeps_the_keys_no_config_json_holds_from_the_preset(tmp_path):

@@ -71,8 +71,9 @@ def read_hf_config(folder: Union[str, Path], key: str) -> dict:
 
 
 def model_fields_from_hf(config: dict, where: str) -> dict:
-    """The canonical ModelConfig fields `config` (a config.json's dict) describes: every field but NOT_IN_HF_CONFIG,
-    nested dicts for rope_scaling, moe and mla. `where` starts each error line (`model.from_hf=DIR/config.json`)."""
+    """The canonical ModelConfig fields `config` (a config.json's dict) describes: every field but NOT_IN_HF_CONFIG
+    and the name (the caller's: the folder's), nested dicts for rope_scaling, moe and mla. `where` starts each error
+    line (`model.from_hf: DIR/config.json`)."""
     model_type = config.get("model_type")
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise HFConfigError(f"{where}: model_type {model_type!r} is not supported; supported: "
@@ -81,7 +82,6 @@ def model_fields_from_hf(config: dict, where: str) -> dict:
     read = _Reader(config, where)
     heads = read.integer("num_attention_heads")
     fields = {
-        "name": Path(str(config.get("_name_or_path") or model_type)).name or model_type,
         "family": SUPPORTED_MODEL_TYPES[model_type][0],
         "hidden_size": read.integer("hidden_size"),
         "num_layers": read.integer("num_hidden_layers"),
