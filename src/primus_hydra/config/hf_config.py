@@ -12,11 +12,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from enum import Enum
 from pathlib import Path
 from typing import Any, Sequence, Union
 
 from primus_hydra.config.schema_model import MLAConfig, MoEConfig, RopeScalingConfig
+from primus_hydra.config.values import to_plain
 from primus_hydra.errors import ConfigValidationError
 
 # model_type -> (the canonical family, the class transformers builds for it)
@@ -244,15 +244,7 @@ def _mla_from_hf(read: _Reader) -> dict:
 
 def _defaults(schema: type) -> dict:
     """A schema dataclass's defaults as plain values (a Choice as its name)."""
-    return {field.name: _plain(field.default) for field in dataclasses.fields(schema)}
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, dict):
-        return {key: _plain(item) for key, item in value.items()}
-    return value
+    return {field.name: to_plain(field.default) for field in dataclasses.fields(schema)}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -262,7 +254,7 @@ def _plain(value: Any) -> Any:
 def hf_config_for(model: Any) -> dict:
     """The config.json (transformers 5 spelling) of the canonical `model`: a ModelConfig, its DictConfig, or a dict.
     One line when the model has no Hugging Face counterpart."""
-    fields = _model_as_dict(model)
+    fields = to_plain(model)
     model_type = hf_model_type(fields)
     _refuse_unexportable(fields, model_type)
     moe, mla = fields["moe"], fields["mla"]
@@ -345,7 +337,7 @@ def _refuse_unexportable(fields: dict, model_type: str) -> None:
         expected["moe.shared_expert_ffn_hidden_size"] = moe["shared_experts"] * moe["ffn_hidden_size"]
     for key, needed in expected.items():
         value = _select(fields, key)
-        if (str(value) if isinstance(value, Enum) else value) != needed:
+        if value != needed:
             raise HFConfigError(f"model.{key}={_yaml(value)} cannot be written as Hugging Face {model_type} "
                                 f"(model.family={fields['family']}), which needs {_yaml(needed)}")
 
@@ -382,16 +374,6 @@ def _rope_for_hf(fields: dict) -> dict:
     for key in ROPE_KEYS.get(rope_type, ()):
         parameters[key] = scaling[key]
     return parameters
-
-
-def _model_as_dict(model: Any) -> dict:
-    if dataclasses.is_dataclass(model):
-        return _plain(dataclasses.asdict(model))
-    if isinstance(model, dict):
-        return _plain(model)
-    from omegaconf import OmegaConf  # a DictConfig
-
-    return _plain(OmegaConf.to_container(model, resolve=True, enum_to_str=True))
 
 
 def _select(tree: dict, dotted: str) -> Any:
@@ -462,4 +444,4 @@ def _same(value: Any, expected: Any) -> bool:
     if isinstance(value, numbers) and isinstance(expected, numbers) \
             and not isinstance(value, bool) and not isinstance(expected, bool):
         return float(value) == float(expected)
-    return _plain(value) == _plain(expected)
+    return to_plain(value) == to_plain(expected)
