@@ -198,6 +198,9 @@ LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "nu
 @pytest.mark.parametrize("change, expected", [
     ({"model_type": "gpt2"}, "k: model_type 'gpt2' is not supported; supported: llama, qwen2, qwen3, qwen3_moe, "
                              "mixtral, deepseek_v2, deepseek_v3"),
+    ({"model_type": ["llama"]}, "k: model_type ['llama'] is not supported; supported: llama, "),
+    ({"model_type": "qwen3_moe", "mlp_only_layers": [1], "num_local_experts": 4, "num_experts_per_tok": 2,
+      "moe_intermediate_size": 32}, "k: mlp_only_layers=[1] is not supported (qwen3_moe); supported: the first layers"),
     ({"hidden_act": "gelu"}, 'k: hidden_act="gelu" is not supported (llama); supported: "silu" (SwiGLU)'),
     ({"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 64},
      "k: use_sliding_window=true is not supported (qwen2); supported: full attention in every layer"),

@@ -75,7 +75,7 @@ def model_fields_from_hf(config: dict, where: str) -> dict:
     and the name (the caller's: the folder's), nested dicts for rope_scaling, moe and mla. `where` starts each error
     line (`model.from_hf: DIR/config.json`)."""
     model_type = config.get("model_type")
-    if model_type not in SUPPORTED_MODEL_TYPES:
+    if not isinstance(model_type, str) or model_type not in SUPPORTED_MODEL_TYPES:
         raise HFConfigError(f"{where}: model_type {model_type!r} is not supported; supported: "
                             f"{', '.join(SUPPORTED_MODEL_TYPES)}")
     _refuse_unsupported_features(config, model_type, where)
@@ -168,7 +168,7 @@ def _refuse_unsupported_features(config: dict, model_type: str, where: str) -> N
     if model_type == "deepseek_v2" and config.get("topk_method", "greedy") not in ("greedy", "group_limited_greedy"):
         refuse("topk_method", '"greedy" or "group_limited_greedy" (deepseek_v2)')
     dense = config.get("mlp_only_layers") or []
-    if model_type == "qwen3_moe" and dense != list(range(len(dense))):
+    if model_type == "qwen3_moe" and (not isinstance(dense, list) or dense != list(range(len(dense)))):
         refuse("mlp_only_layers", "the first layers, [0, 1, ..., k-1] (or none)")
 
 
