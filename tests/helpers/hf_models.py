@@ -5,6 +5,8 @@ returns that folder. Vocab 256, so byte-level text fits. Nothing is downloaded.
 """
 from __future__ import annotations
 
+import json
+import struct
 from pathlib import Path
 
 import pytest
@@ -91,3 +93,52 @@ def deepseek_v3(folder) -> Path:
 
 BUILDERS = {"llama": llama, "llama_tied": lambda folder: llama(folder, tied=True), "llama_sharded": llama_sharded,
             "qwen3_moe": qwen3_moe, "mixtral": mixtral, "deepseek_v3": deepseek_v3}
+
+
+# -- damaged folders: what check_hf_folder must name in one line ------------------------------------------------
+def _rewrite_tensor(file, name, dtype=None, shape=None):
+    """Rewrite one tensor's header entry (its bytes stay): another dtype or shape, the same data."""
+    raw = file.read_bytes()
+    length = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + length])
+    header[name].update({k: v for k, v in (("dtype", dtype), ("shape", shape)) if v is not None})
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text = text.ljust(-(-len(text) // 8) * 8)
+    file.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + length:])
+
+
+# what is done to a copy of llama_sharded, and a piece of the one line check_hf_folder gives for it
+FOLDER_DEFECTS = {
+    "no config.json": (lambda f: (f / "config.json").unlink(), "no config.json"),
+    "truncated shard": (lambda f: f.joinpath("model-00002-of-00010.safetensors").write_bytes(
+        f.joinpath("model-00002-of-00010.safetensors").read_bytes()[:-100]), "(truncated)"),
+    "missing shard": (lambda f: f.joinpath("model-00003-of-00010.safetensors").unlink(), "not there"),
+    "index names another file": (lambda f: f.joinpath("model.safetensors.index.json").write_text(
+        f.joinpath("model.safetensors.index.json").read_text().replace("model-00004-of-00010", "model-00099-of-00010")),
+        "not there"),
+    "wrong shape": (lambda f: _rewrite_tensor(next(p for p in f.glob("*.safetensors") if b"model.norm.weight" in p.read_bytes()),
+                                               "model.norm.weight", shape=[32, 2]), "needs [64]"),
+    "integer dtype": (lambda f: _rewrite_tensor(next(p for p in f.glob("*.safetensors") if b"model.norm.weight" in p.read_bytes()),
+                                                 "model.norm.weight", dtype="I32"), "I32"),
+    "other architecture": (lambda f: f.joinpath("config.json").write_text(
+        f.joinpath("config.json").read_text().replace('"hidden_size": 64', '"hidden_size": 32')), "hidden_size=32"),
+}
+
+
+def damage(folder: Path, defect: str) -> str:
+    """Do `defect` to a copy of the llama_sharded folder; the words its one failure line holds."""
+    action, expected = FOLDER_DEFECTS[defect]
+    action(folder)
+    return expected
+
+
+class BuiltOnDemand(dict):
+    """{family: folder}, each model built under `root` the first time a test asks for it."""
+
+    def __init__(self, root: Path):
+        super().__init__()
+        self.root = Path(root)
+
+    def __missing__(self, family: str) -> Path:
+        self[family] = BUILDERS[family](self.root / family)
+        return self[family]

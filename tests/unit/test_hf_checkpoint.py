@@ -3,11 +3,11 @@ transformers itself builds and saves."""
 from __future__ import annotations
 
 import json
-import struct
+import shutil
 
 import pytest
 
-from helpers.hf_models import BUILDERS, needs_transformers
+from helpers.hf_models import FOLDER_DEFECTS, BuiltOnDemand, damage, needs_transformers
 
 pytestmark = needs_transformers
 
@@ -17,7 +17,7 @@ FAMILIES = ["llama", "llama_tied", "llama_sharded", "qwen3_moe", "mixtral", "dee
 @pytest.fixture(scope="module")
 def hf_folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("hf")
-    return {name: build(root / name) for name, build in BUILDERS.items()}
+    return BuiltOnDemand(root)
 
 
 def _source(folder):
@@ -128,49 +128,14 @@ def test_rope_row_maps_of_deepseek_are_inverse_and_interleave_pairs():
 
 
 # -- check_hf_folder: one line per defect, from the headers alone --------------------------------------------------
-def _rewrite_tensor(file, name, dtype=None, shape=None):
-    """Rewrite one tensor's header entry (its bytes stay): another dtype or shape, the same data."""
-    raw = file.read_bytes()
-    length = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + length])
-    header[name].update({k: v for k, v in (("dtype", dtype), ("shape", shape)) if v is not None})
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text = text.ljust(-(-len(text) // 8) * 8)
-    file.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + length:])
-
-
-def _copy(folder, tmp_path):
-    import shutil
-
-    return shutil.copytree(folder, tmp_path / "copy")
-
-
-DEFECTS = {
-    "no config.json": (lambda f: (f / "config.json").unlink(), "no config.json"),
-    "truncated shard": (lambda f: f.joinpath("model-00002-of-00010.safetensors").write_bytes(
-        f.joinpath("model-00002-of-00010.safetensors").read_bytes()[:-100]), "(truncated)"),
-    "missing shard": (lambda f: f.joinpath("model-00003-of-00010.safetensors").unlink(), "not there"),
-    "index names another file": (lambda f: f.joinpath("model.safetensors.index.json").write_text(
-        f.joinpath("model.safetensors.index.json").read_text().replace("model-00004-of-00010", "model-00099-of-00010")),
-        "not there"),
-    "wrong shape": (lambda f: _rewrite_tensor(next(p for p in f.glob("*.safetensors") if b"model.norm.weight" in p.read_bytes()),
-                                               "model.norm.weight", shape=[32, 2]), "needs [64]"),
-    "integer dtype": (lambda f: _rewrite_tensor(next(p for p in f.glob("*.safetensors") if b"model.norm.weight" in p.read_bytes()),
-                                                 "model.norm.weight", dtype="I32"), "I32"),
-    "other architecture": (lambda f: f.joinpath("config.json").write_text(
-        f.joinpath("config.json").read_text().replace('"hidden_size": 64', '"hidden_size": 32')), "hidden_size=32"),
-}
-
-
-@pytest.mark.parametrize("defect", DEFECTS)
+@pytest.mark.parametrize("defect", FOLDER_DEFECTS)
 def test_check_hf_folder_names_each_defect_in_one_line(hf_folders, tmp_path, defect):
     from primus_hydra.backends.common.hf_folder import check_hf_folder
 
     model = _source(hf_folders["llama_sharded"]).model
     assert check_hf_folder(hf_folders["llama_sharded"], model) == []
-    folder = _copy(hf_folders["llama_sharded"], tmp_path)
-    damage, expected = DEFECTS[defect]
-    damage(folder)
+    folder = shutil.copytree(hf_folders["llama_sharded"], tmp_path / "copy")
+    expected = damage(folder, defect)
     failures = check_hf_folder(folder, model)
     assert len(failures) == 1 and "\n" not in failures[0] and expected in failures[0], failures
 

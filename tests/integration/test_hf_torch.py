@@ -1,0 +1,132 @@
+"""Hugging Face in and out through the CLI with backend=torch: a run starts from an HF folder
+(module.checkpoint.load=<HF dir>, in one process and in sharded layouts), its first loss is transformers' loss on
+the same batch, and task=export writes the same tensors back; a damaged folder or a bad export is one line, exit 2,
+nothing written."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from helpers.cli import error_lines, primus
+from helpers.hf_models import FOLDER_DEFECTS, BuiltOnDemand, damage, needs_transformers
+from helpers.overrides import QUIET_LOGS
+
+pytestmark = needs_transformers
+
+# one step at a learning rate too small to move a weight by 1e-6: the run saves the weights it started from
+ONE_STILL_STEP = ["module.train_iters=1", "module.warmup_iters=0", "module.lr=1e-12", "module.min_lr=0",
+                  "module.seq_length=32", "module.micro_batch_size=2", "module.global_batch_size=4",
+                  "module.log.interval=1", *QUIET_LOGS]
+LAYOUTS = {
+    "llama-1proc": ("llama", []),
+    "llama-fsdp2": ("llama_sharded", ["launch.nproc_per_node=2", "module.parallel.fsdp=true"]),
+    "llama-tp2": ("llama", ["launch.nproc_per_node=2", "module.parallel.tp=2"]),
+    "llama-pp2": ("llama", ["launch.nproc_per_node=2", "module.parallel.pp=2", "module.parallel.pp_schedule=gpipe"]),
+    "qwen3_moe-1proc": ("qwen3_moe", []),
+    "deepseek_v3-fsdp2": ("deepseek_v3", ["launch.nproc_per_node=2", "module.parallel.fsdp=true"]),
+}
+
+
+@pytest.fixture(scope="module")
+def hf_folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hf")
+    return BuiltOnDemand(root)
+
+
+def _train_from(folder, tmp_path, layout: list[str]):
+    run_dir = tmp_path / "run"
+    result = primus(f"model.from_hf={folder}", f"module.checkpoint.load={folder}", *ONE_STILL_STEP, *layout,
+                    f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return run_dir
+
+
+def _hf_tensors(folder) -> dict:
+    from safetensors import safe_open
+
+    tensors = {}
+    for file in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(file), "pt") as handle:
+            tensors.update({name: handle.get_tensor(name) for name in handle.keys()})
+    return tensors
+
+
+def _transformers_first_loss(folder, run_dir) -> float:
+    """transformers' loss on the batch of the run's first step (every data-parallel rank's sequences)."""
+    import torch
+    import torch.nn.functional as F
+    import transformers
+    from omegaconf import OmegaConf
+
+    from primus_hydra.backends.common.data import TokenBatches
+
+    module = OmegaConf.load(run_dir / "config_resolved.yaml").module
+    inputs, targets = TokenBatches.for_module(module, 256).batch(0, 0, int(module.global_batch_size))
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = model(inputs).logits
+    # the run averages the loss of each micro-batch: the same mean, as every micro-batch has as many tokens
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)).item()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_run_from_hf_weights_starts_at_transformers_loss_and_exports_the_same_tensors(hf_folders, tmp_path, layout):
+    family, overrides = LAYOUTS[layout]
+    folder = hf_folders[family]
+    run_dir = _train_from(folder, tmp_path, overrides)
+    first = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
+    assert first["step"] == 1 and abs(first["loss"] - _transformers_first_loss(folder, run_dir)) < 1e-5
+
+    out = tmp_path / "exported"
+    result = primus("task=export", f"task.checkpoint={run_dir}", "task.format=hf", f"task.out={out}",
+                    "task.dtype=fp32", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    original, exported = _hf_tensors(folder), _hf_tensors(out)
+    assert sorted(exported) == sorted(original)
+    assert all(exported[name].shape == original[name].shape for name in original)
+    assert max((exported[name] - original[name]).abs().max().item() for name in original) <= 1e-6
+
+
+def test_export_writes_bf16_shards_of_the_size_asked_that_transformers_loads(hf_folders, tmp_path):
+    import torch
+    import transformers
+
+    run_dir = _train_from(hf_folders["mixtral"], tmp_path, [])
+    out = tmp_path / "exported"
+    result = primus("task=export", f"task.checkpoint={run_dir / 'checkpoints' / 'step_0000001'}", f"task.out={out}",
+                    "task.max_shard_size=100KB", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(list(out.glob("*.safetensors"))) > 1 and not list(tmp_path.glob(".exported*"))
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(out)
+    assert type(loaded).__name__ == "MixtralForCausalLM" and loaded.dtype == torch.bfloat16
+    assert not (tmp_path / "outputs").exists()  # no run dir for an export
+
+
+@pytest.mark.parametrize("defect", FOLDER_DEFECTS)
+def test_a_damaged_hf_folder_to_start_from_is_one_line_before_any_worker(hf_folders, tmp_path, defect):
+    folder = shutil.copytree(hf_folders["llama_sharded"], tmp_path / "damaged")
+    expected = damage(folder, defect)
+    run_dir = tmp_path / "run"
+    result = primus(f"model.from_hf={hf_folders['llama_sharded']}", f"module.checkpoint.load={folder}",
+                    *ONE_STILL_STEP, f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    lines = error_lines(result.stderr)
+    assert result.returncode == 2 and len(lines) == 1 and expected in lines[0], result.stderr[-2000:]
+    assert "Traceback" not in result.stderr and not run_dir.exists()
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["task.checkpoint={hf}", "task.out={tmp}/x"], "already a Hugging Face folder"),
+    (["task.checkpoint={tmp}", "task.out={tmp}/x"], "not a checkpoint"),
+    (["task.checkpoint={tmp}/nowhere", "task.out={tmp}/x"], "no such folder"),
+    (["task.checkpoint={hf}", "task.out={tmp}"], "already exists"),
+    (["task.checkpoint={hf}", "task.out={tmp}/x", "task.max_shard_size=lots"], "task.max_shard_size=lots"),
+])
+def test_a_bad_export_is_one_line_and_writes_nothing(hf_folders, tmp_path, overrides, expected):
+    before = sorted(tmp_path.iterdir())
+    given = [o.format(hf=hf_folders["llama"], tmp=tmp_path) for o in overrides]
+    result = primus("task=export", *given, cwd=tmp_path)
+    lines = error_lines(result.stderr)
+    assert result.returncode == 2 and len(lines) == 1 and expected in lines[0], result.stderr[-2000:]
+    assert sorted(tmp_path.iterdir()) == before
