@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from helpers.cli import error_lines, primus, run_dirs
+from helpers.cli import error_lines, primus, primus_reporting_torch, run_dirs
 from helpers.compose import compose_primus
 from helpers.hf_models import BUILDERS, needs_transformers
 from helpers.overrides import TINY_RUN
@@ -97,12 +97,13 @@ def test_settings_that_cannot_work_are_one_line_each(overrides, expected):
 
 
 @needs_transformers
-def test_a_token_past_the_vocabulary_is_one_line_exit_2_and_no_run_dir(tmp_path):
+def test_a_token_past_the_vocabulary_is_one_line_exit_2_no_torch_and_no_run_dir(tmp_path):
     folder = BUILDERS["llama"](tmp_path / "llama")
 
-    result = primus("task=generate", f"task.checkpoint={folder}", "task.prompt_tokens=[1,256]", cwd=tmp_path)
+    result, imported_torch = primus_reporting_torch("task=generate", f"task.checkpoint={folder}",
+                                                    "task.prompt_tokens=[1,256]", cwd=tmp_path)
 
-    assert result.returncode == 2
+    assert result.returncode == 2 and not imported_torch
     assert error_lines(result.stderr) == [
         f"error: task.prompt_tokens: token id 256 is outside the model's vocabulary (0 .. 255, vocab_size=256 in "
         f"task.checkpoint={folder})"]
