@@ -13,7 +13,8 @@ from helpers.compose import compose_primus
 from helpers.hf_models import BUILDERS, needs_transformers
 from helpers.overrides import TINY_RUN
 from primus_hydra.errors import PrimusError
-from primus_hydra.tasks.generate import GenerateTask, generate_from_checkpoint
+from primus_hydra.tasks.checkpoint_source import CheckpointSource
+from primus_hydra.tasks.generate import GenerateTask, eos_token_ids, generate_from_checkpoint
 
 PROMPT = [72, 101, 108, 108, 111, 44, 32, 119]  # "Hello, w"
 NEW_TOKENS = 8
@@ -139,3 +140,13 @@ def test_bf16_weights_generate_with_the_same_machinery(tmp_path):
 
     assert len(first.tokens) == 4 and first.tokens == again.tokens
     assert all(logits.dtype.is_floating_point and logits.shape == (256,) for logits in first.logits)
+
+
+def test_eos_ids_come_from_generation_config_before_config_json(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"eos_token_id": 1}))
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 3]}))
+    source = CheckpointSource(str(tmp_path), model=None, hf_folder=tmp_path)
+
+    assert eos_token_ids(source, None) == [2, 3]
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": None}))
+    assert eos_token_ids(source, None) == [1]

@@ -43,6 +43,7 @@ def test_cached_decoding_logits_equal_a_full_recompute(compose_config, family):
         full = model(torch.tensor([prompt + result.tokens]))[0].float()
     for step, logits in enumerate(result.logits):
         torch.testing.assert_close(logits, full[len(prompt) - 1 + step], atol=1e-5, rtol=0)
+    assert model.moe_aux_loss().item() == 0  # inference: no balancing loss (and no expert bias update)
 
 
 def test_a_chunk_after_a_cached_prefix_sees_its_own_positions(compose_config):

@@ -39,6 +39,7 @@ class GenerationRequest:
     tokenizer_file: Optional[Path]  # None: byte-level
     eos_token_ids: list[int]
     warnings: list = field(default_factory=list)
+    plan: None = None  # runs in this process: no resource plan
 
 
 class GenerateTask:
