@@ -24,12 +24,12 @@ from safetensors.torch import save_file
 
 from primus_hydra.backends.common.hf_folder import (
     INDEX,
-    SINGLE_FILE,
+    HfFolderError,
     check_hf_folder,
+    folder_tensors,
     parse_size,
     read_config,
     rope_interleave_of,
-    weight_files,
 )
 from primus_hydra.backends.common.hf_names import HfTensor, by_native_name, hf_tensor_table, native_shape
 from primus_hydra.backends.common.weights import shard_bounds
@@ -40,44 +40,77 @@ __all__ = ["HfReader", "check_hf_folder", "load_hf_into_native", "read_hf_as_nat
            "parse_size", "DTYPES"]
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+SAFETENSORS_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "F64": torch.float64}
 TOKENIZER_FILES = re.compile(r"(tokenizer.*|special_tokens_map\.json|added_tokens\.json|vocab\.(json|txt)|merges\.txt|"
                              r"chat_template\.(json|jinja)|.*\.model)")
 
 
 class HfReader:
-    """Tensors of an HF folder by HF name, whole or a block, from memory-mapped safetensors files."""
+    """Tensors of an HF folder by HF name: a block of rows read straight into the memory that holds it (os.preadv:
+    no temporary, no page of the file mapped), any other block through safetensors' memory-mapped slices."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        self._file_of = weight_files(self.path)
+        try:
+            self.tensors = folder_tensors(self.path)
+        except HfFolderError as error:
+            raise CheckpointError(str(error)) from None
         self._handles: dict[str, Any] = {}
+        self._files: dict[str, int] = {}
 
-    def _handle(self, name: str):
-        file = self._file_of.get(name, SINGLE_FILE) if self._file_of else SINGLE_FILE
-        if file not in self._handles:
-            self._handles[file] = safe_open(str(self.path / file), framework="pt", device="cpu")
-        return self._handles[file]
+    def close(self) -> None:
+        for descriptor in self._files.values():
+            os.close(descriptor)
+        self._files.clear()
+        self._handles.clear()
+
+    def __enter__(self) -> "HfReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def block(self, name: str, offset: tuple[int, ...], shape: tuple[int, ...]) -> torch.Tensor:
-        """The block of tensor `name` that starts at `offset` and has `shape` (the whole tensor when it is all)."""
-        part = self._handle(name).get_slice(name)
+        """The block of tensor `name` that starts at `offset` and has `shape`, as a new tensor."""
+        file = self.tensors[name].file
+        if file not in self._handles:
+            self._handles[file] = safe_open(str(self.path / file), framework="pt", device="cpu")
         if not shape:
-            return self._handle(name).get_tensor(name)
-        return part[tuple(slice(start, start + size) for start, size in zip(offset, shape))]
+            return self._handles[file].get_tensor(name)
+        return self._handles[file].get_slice(name)[tuple(slice(start, start + size) for start, size in zip(offset, shape))]
+
+    def read_into(self, name: str, offset: tuple[int, ...], out: torch.Tensor) -> None:
+        """Fill `out` with the block of tensor `name` at `offset`."""
+        info = self.tensors[name]
+        whole_rows = tuple(out.shape[1:]) == info.shape[1:] and not any(offset[1:])
+        if not (whole_rows and out.device.type == "cpu" and out.is_contiguous() and out.dtype == SAFETENSORS_DTYPES.get(info.dtype)):
+            out.copy_(self.block(name, offset, tuple(out.shape)))
+            return
+        if info.file not in self._files:
+            self._files[info.file] = os.open(self.path / info.file, os.O_RDONLY)
+        row_bytes = out.element_size() * (out[0].numel() if out.dim() else 1)
+        view = memoryview(out.view(-1).view(torch.uint8).numpy())
+        start, done = info.start + (offset[0] if out.dim() else 0) * row_bytes, 0
+        while done < len(view):  # one call reads at most ~2 GiB
+            count = os.preadv(self._files[info.file], [view[done:]], start + done)
+            if count <= 0:
+                raise CheckpointError(f"{self.path / info.file}: ended while reading {name} (truncated)")
+            done += count
 
 
-def native_block(reader: HfReader, entries: list[HfTensor], offset: tuple[int, ...], shape: tuple[int, ...]) -> torch.Tensor:
-    """The block of a native parameter at `offset` with `shape`, read from the HF tensors that fill it."""
+def fill_native_block(reader: HfReader, entries: list[HfTensor], offset: tuple[int, ...], out: torch.Tensor) -> None:
+    """Fill `out`, the block of a native parameter at `offset`, from the HF tensors that hold it."""
     first = entries[0]
     if first.expert is not None:  # stacked experts: one HF tensor per index along dim 0
-        return torch.stack([reader.block(entries[e].hf_name, offset[1:], shape[1:])
-                            for e in range(offset[0], offset[0] + shape[0])])
-    if first.rope_rows is None:
-        return reader.block(first.hf_name, offset, shape)
-    rows = [first.rope_rows.hf_row_of_native(r) for r in range(offset[0], offset[0] + shape[0])]
-    low, high = min(rows), max(rows) + 1
-    covering = reader.block(first.hf_name, (low, *offset[1:]), (high - low, *shape[1:]))
-    return covering[torch.tensor(rows) - low]
+        for index in range(out.shape[0]):
+            reader.read_into(entries[offset[0] + index].hf_name, offset[1:], out[index])
+    elif first.rope_rows is None:
+        reader.read_into(first.hf_name, offset, out)
+    else:
+        rows = [first.rope_rows.hf_row_of_native(r) for r in range(offset[0], offset[0] + out.shape[0])]
+        low, high = min(rows), max(rows) + 1
+        covering = reader.block(first.hf_name, (low, *offset[1:]), (high - low, *out.shape[1:]))
+        out.copy_(covering[torch.tensor(rows) - low])
 
 
 def hf_tensor_of_native(native: torch.Tensor, entry: HfTensor) -> torch.Tensor:
@@ -99,23 +132,25 @@ def load_hf_into_native(folder: Path, model_module: torch.nn.Module) -> None:
     the HF folder; each rank reads only its own blocks. CheckpointError (one line) for a parameter it has no
     tensor for (check_hf_folder, run before launch, normally finds that first)."""
     table = _table(Path(folder), model_module.args)
-    reader = HfReader(Path(folder))
-    for name, param in model_module.named_parameters():
-        entries = table.get(name)
-        if entries is None:
-            raise CheckpointError(f"module.checkpoint.load={folder}: no HF tensor fills the native parameter {name}")
-        local, shape, offset = shard_bounds(param)
-        if local.numel():
-            local.copy_(native_block(reader, entries, offset, shape))
+    with HfReader(Path(folder)) as reader:
+        for name, param in model_module.named_parameters():
+            entries = table.get(name)
+            if entries is None:
+                raise CheckpointError(f"module.checkpoint.load={folder}: no HF tensor fills the native parameter {name}")
+            local, _, offset = shard_bounds(param)
+            if local.numel():
+                fill_native_block(reader, entries, offset, local)
 
 
+@torch.no_grad()
 def read_hf_as_native(folder: Path, model: Any) -> dict[str, torch.Tensor]:
     """The whole model of an HF folder under native names, on the CPU, in the dtype the files hold."""
-    reader = HfReader(Path(folder))
     out = {}
-    for name, entries in _table(Path(folder), model).items():
-        shape = native_shape(entries)
-        out[name] = native_block(reader, entries, (0,) * len(shape), shape)
+    with HfReader(Path(folder)) as reader:
+        for name, entries in _table(Path(folder), model).items():
+            dtype = SAFETENSORS_DTYPES[reader.tensors[entries[0].hf_name].dtype]
+            out[name] = torch.empty(native_shape(entries), dtype=dtype)
+            fill_native_block(reader, entries, (0,) * out[name].dim(), out[name])
     return out
 
 

@@ -37,6 +37,7 @@ class TensorInfo:
     file: str  # the safetensors file holding it (a name inside the folder)
     dtype: str  # safetensors' spelling: F32, BF16, ...
     shape: tuple[int, ...]
+    start: int = 0  # where its bytes begin in the file
 
 
 def is_hf_folder(path: Path) -> bool:
@@ -97,8 +98,9 @@ def read_header(file: Path) -> dict[str, TensorInfo]:
         if name == "__metadata__":
             continue
         try:
-            tensors[name] = TensorInfo(file.name, str(entry["dtype"]), tuple(int(d) for d in entry["shape"]))
-            end = max(end, int(entry["data_offsets"][1]))
+            begin, stop = (int(offset) for offset in entry["data_offsets"])
+            tensors[name] = TensorInfo(file.name, str(entry["dtype"]), tuple(int(d) for d in entry["shape"]), 8 + length + begin)
+            end = max(end, stop)
         except (KeyError, TypeError, ValueError, IndexError) as error:
             raise HfFolderError(f"{file}: its header entry for {name} is malformed ({error})") from error
     if size < 8 + length + end:
