@@ -20,7 +20,7 @@ RESUME, LOAD = "module.checkpoint.resume", "module.checkpoint.load"
 # the backends whose trainers write these step folders; module.checkpoint.load converts the weights of each of them
 STEP_LOOP_BACKENDS = ("torch", "megatron", "torchtitan")
 # the backends whose trainers start from a Hugging Face folder (module.checkpoint.load=<HF dir>)
-HF_LOADING_BACKENDS = ("torch",)
+HF_LOADING_BACKENDS = ("torch", "megatron", "torchtitan")
 
 
 @dataclass(frozen=True)

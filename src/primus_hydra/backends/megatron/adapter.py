@@ -9,6 +9,7 @@ from typing import Optional
 
 from primus_hydra.backends.base import BaseTrainer
 from primus_hydra.backends.common.data_sources import data_source_warnings
+from primus_hydra.backends.common.hf_folder import is_hf_folder
 from primus_hydra.backends.common.run_dir_checks import checkpoint_load_warnings, existing_run_failures
 from primus_hydra.backends.external import ExternalBackendAdapter
 from primus_hydra.backends.extra_args_types import extra_args_type_failures
@@ -87,6 +88,7 @@ class MegatronAdapter(ExternalBackendAdapter):
             failures += extra_args_type_failures(self.cfg.backend.extra_args, self._declared_type, failures)
             if self.run_dir is not None:  # what the core trainer would find on disk and refuse
                 failures += existing_run_failures(self.cfg, self.run_dir, self.checkpoint_dir(), self.name)
+        failures += self._hf_load_failures()
         cfg, backend, p, model = self.cfg, self.cfg.backend, self.cfg.module.parallel, self.cfg.model
         if p.fsdp:  # Megatron's own asserts for --use-torch-fsdp2, reported before any GPU starts
             if p.pp > 1 or p.ep > 1:
@@ -126,6 +128,20 @@ class MegatronAdapter(ExternalBackendAdapter):
                 "set it to the Hugging Face model id or path the data was tokenized with"
             )
         return failures
+
+    def _hf_load_failures(self) -> list[str]:
+        """module.checkpoint.load=<HF dir>: what the core trainer's weight table (convert.py) cannot convert; the
+        folder itself is checked with the others (run_dir_checks.hf_load_failures)."""
+        load, model = self.cfg.module.checkpoint.load, self.cfg.model
+        if load in (None, "auto") or not is_hf_folder(Path(str(load))):
+            return []
+        if self.trainer_name != "core":
+            return [f"module.checkpoint.load={load}: a Hugging Face folder; backend.trainer={self.trainer_name} does "
+                    f"not start from one (backend.trainer=core does)"]
+        if model.mla.enabled:
+            return [f"module.checkpoint.load={load}: backend=megatron converts no multi-latent attention weights "
+                    f"(model={model.name}); start from this folder with backend=torch or backend=torchtitan"]
+        return []
 
     def warnings(self) -> list[str]:
         if self.trainer_name != "core":

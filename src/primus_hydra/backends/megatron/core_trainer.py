@@ -5,8 +5,8 @@ sequence parallel), megatron DDP + its (distributed) optimizer, `get_forward_bac
 schedules, `OptimizerParamScheduler` for the lr, batches from megatron.core.datasets or the native backend's own
 (datasets.py), and the shared rails (backends/common): metrics.jsonl / TensorBoard / loss PNG, the progress bar, and
 atomic checksummed step folders (CheckpointManager) whose shards megatron-core's dist_checkpointing writes, so a
-checkpoint reshards across layouts. `module.checkpoint.load` also takes a native (backend=torch) checkpoint: its
-weights are converted on load (convert.py).
+checkpoint reshards across layouts. `module.checkpoint.load` also takes a native (backend=torch) checkpoint or a
+Hugging Face folder: their weights are converted on load (convert.py, sharded_weights.py).
 """
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ import torch.distributed as dist
 from primus_hydra.backends.common.checkpoint import describe_failure
 from primus_hydra.backends.common.checkpoint_paths import TRAINER_STATE, read_meta
 from primus_hydra.backends.common.distributed import destroy_parallel_state
-from primus_hydra.backends.common.foreign_checkpoints import weights_in_native_format
+from primus_hydra.backends.common.foreign_checkpoints import model_object, weights_in_native_format
+from primus_hydra.backends.common.hf_folder import is_hf_folder
 from primus_hydra.backends.common.step_loop import StepLoopTrainer
 from primus_hydra.backends.megatron.checkpoint_strategy import in_process_save_strategy
 from primus_hydra.backends.megatron.core_config import quiet_library_logs
@@ -31,7 +32,7 @@ from primus_hydra.backends.megatron.cpu_patches import cpu_support_failure
 from primus_hydra.backends.megatron.datasets import training_batches
 from primus_hydra.backends.megatron.lr_schedule import build_lr_scheduler
 from primus_hydra.backends.megatron.native_init import init_like_native
-from primus_hydra.backends.megatron.sharded_weights import load_full_weights, native_weights_for
+from primus_hydra.backends.megatron.sharded_weights import HfMegatronWeights, load_full_weights, native_weights_for
 from primus_hydra.config.model_math import count_parameters, training_flops_per_token
 from primus_hydra.errors import CheckpointError, PrimusError, TrainingDivergedError
 
@@ -271,7 +272,14 @@ class MegatronCoreTrainer(StepLoopTrainer):
         if path is not None:
             self._load_megatron(path, "module.checkpoint.resume", with_optimizer=True)
             return
-        if ckpt.load:
+        if not ckpt.load:
+            return
+        if is_hf_folder(Path(ckpt.load)):  # checked before launch (run_dir_checks.hf_load_failures)
+            source = Path(ckpt.load).expanduser()
+            with HfMegatronWeights(source, model_object(self.cfg.model), self.model.vocab_size) as weights:
+                for chunk in self.chunks:
+                    load_full_weights(chunk, weights)
+        else:
             source, _ = self.checkpoints.find(ckpt.load, "module.checkpoint.load")
             if read_meta(source)[0].get("backend") == "megatron":
                 self._load_megatron(source, "module.checkpoint.load", with_optimizer=False)
@@ -280,8 +288,8 @@ class MegatronCoreTrainer(StepLoopTrainer):
                     full = native_weights_for(native_step, self.cfg.model, self.model)
                 for chunk in self.chunks:
                     load_full_weights(chunk, full)
-            self.optimizer.reload_model_params()  # main (fp32) copies of bf16 weights follow the loaded weights
-            log.info("initial weights loaded from %s", source)
+        self.optimizer.reload_model_params()  # main (fp32) copies of bf16 weights follow the loaded weights
+        log.info("initial weights loaded from %s", source)
 
     def _load_failure(self, key: str, path: Path, error: BaseException) -> CheckpointError:
         """One line: the first words of megatron-core's reason (a missing key lists every key of the checkpoint)."""

@@ -102,6 +102,10 @@ class TorchTitanAdapter(ExternalBackendAdapter):
         if model.family == "qwen3" and moe.first_dense_layers:
             failures.append(f"model.moe.first_dense_layers={moe.first_dense_layers}: torchtitan's qwen3 makes every "
                             f"layer MoE (model={model.name}); set it to 0")
+        if moe.router_enable_expert_bias and not moe.router_bias_update_rate:
+            failures.append(f"model.moe.router_bias_update_rate={moe.router_bias_update_rate}: torchtitan's MoE keeps "
+                            f"its expert bias only while it updates it (load_balance_coeff > 0), so the routing would "
+                            f"lose model.moe.router_enable_expert_bias; set the rate > 0 (deepseek_v3's preset: 0.001)")
         shared = shared_expert_ffn_hidden_size(model)
         if moe.shared_experts and shared != moe.shared_experts * moe.ffn_hidden_size:
             failures.append(f"model.moe.shared_expert_ffn_hidden_size={shared}: torchtitan's shared experts are "

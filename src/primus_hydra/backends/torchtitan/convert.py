@@ -3,11 +3,13 @@
 The names are the same but for MoE layers, and the rotary rows of llama3 and deepseek_v3 are in pairwise order
 (native_init.py has both maps). A torchtitan checkpoint is a torch.distributed.checkpoint folder whose model keys are
 those names: read with torch alone (no torchtitan import), like a megatron one (common/foreign_checkpoints.py).
+A Hugging Face folder's tensors are native ones under HF's names (common/hf_names.py): each rank reads the block of
+each weight it holds (`load_hf_weights`).
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
@@ -17,13 +19,16 @@ from primus_hydra.backends.common.foreign_checkpoints import (
     read_checkpoint_tensors,
     save_native_weights,
 )
+from primus_hydra.backends.common.weights import shard_bounds
 from primus_hydra.backends.torchtitan.native_init import (
+    RotaryRows,
     deinterleave_rotary_rows,
     interleave_rotary_rows,
     native_name,
     rotary_rows,
     torchtitan_name,
 )
+from primus_hydra.errors import CheckpointError
 
 _NOT_MODEL = ("optimizer", "lr_scheduler", "dataloader", "train_state")
 
@@ -67,3 +72,37 @@ def load_native_weights(model_parts: list, native_step: Path, model_cfg: Any) ->
     weights = native_to_torchtitan(native_checkpoint_weights(native_step, model), model)
     for part in model_parts:
         set_model_state_dict(part, weights, options=StateDictOptions(full_state_dict=True, strict=True))
+
+
+@torch.no_grad()
+def load_hf_weights(model_parts: list, folder: Path, model_cfg: Any) -> None:
+    """A Hugging Face folder's weights into torchtitan's (sharded) model, collective-free: each rank reads, from the
+    safetensors files, only the block of each weight its FSDP/TP shard holds (the whole heads around it for rows
+    torchtitan orders pairwise)."""
+    from primus_hydra.backends.common.hf_checkpoint import HfReader, _table
+
+    model = model_object(model_cfg)
+    table = _table(folder, model)
+    with HfReader(folder) as reader:
+        for part in model_parts:
+            for name, tensor in part.state_dict(keep_vars=True).items():
+                native = native_name(name)
+                if native not in table:
+                    raise CheckpointError(f"module.checkpoint.load={folder}: no Hugging Face tensor fills torchtitan's "
+                                          f"{name} (model={model.name})")
+                local, _, offset = shard_bounds(tensor)
+                if local.numel():
+                    _fill_from_hf(reader, table[native], offset, local, rotary_rows(native, model))
+
+
+def _fill_from_hf(reader: Any, entries: list, offset: tuple, local: torch.Tensor, rotary: Optional[RotaryRows]) -> None:
+    from primus_hydra.backends.common.hf_checkpoint import fill_native_block
+
+    if rotary is None:
+        fill_native_block(reader, entries, offset, local)
+        return
+    first = offset[0] // rotary.unit * rotary.unit  # the whole units (heads) the block's rows fall in
+    last = -(-(offset[0] + local.shape[0]) // rotary.unit) * rotary.unit
+    units = local.new_empty(last - first, *local.shape[1:])
+    fill_native_block(reader, entries, (first, *offset[1:]), units)
+    local.copy_(interleave_rotary_rows(units, rotary)[offset[0] - first: offset[0] - first + local.shape[0]])

@@ -26,10 +26,11 @@ import torch.distributed as dist
 from primus_hydra.backends.common.checkpoint_paths import TRAINER_STATE, read_meta
 from primus_hydra.backends.common.distributed import destroy_parallel_state, reshard_after_forward_only
 from primus_hydra.backends.common.foreign_checkpoints import weights_in_native_format
+from primus_hydra.backends.common.hf_folder import is_hf_folder
 from primus_hydra.backends.common.metrics import MfuBaseline
 from primus_hydra.backends.common.step_loop import StepLoopTrainer
 from primus_hydra.backends.torchtitan.byte_tokenizer import TOKENIZER_DIR, write_byte_tokenizer
-from primus_hydra.backends.torchtitan.convert import load_native_weights
+from primus_hydra.backends.torchtitan.convert import load_hf_weights, load_native_weights
 from primus_hydra.backends.torchtitan.data import build_step_batches
 from primus_hydra.backends.torchtitan.job_file import MODEL_ARGS, parse_job_file, write_job_file
 from primus_hydra.backends.torchtitan.native_init import init_like_native
@@ -192,6 +193,10 @@ class TorchTitanTrainer(StepLoopTrainer):
         backend=torch or backend=megatron one (converted on load)."""
         from torchtitan.components.checkpoint import MODEL
 
+        if is_hf_folder(Path(spec)):  # checked before launch (run_dir_checks.hf_load_failures)
+            load_hf_weights(self.model_parts, Path(spec).expanduser(), self.cfg.model)
+            log.info("initial weights loaded from the Hugging Face folder %s", spec)
+            return
         source, _ = self.checkpoints.find(spec, "module.checkpoint.load")
         if read_meta(source)[0].get("backend") == "torchtitan":
             checkpointer = self.titan.checkpointer
