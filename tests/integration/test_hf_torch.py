@@ -11,6 +11,7 @@ import pytest
 
 from helpers.cli import error_lines, primus
 from helpers.hf_models import FOLDER_DEFECTS, BuiltOnDemand, damage, needs_transformers
+from helpers.libraries import needs_megatron_core, needs_torchtitan
 from helpers.overrides import QUIET_LOGS
 
 pytestmark = needs_transformers
@@ -35,9 +36,10 @@ def hf_folders(tmp_path_factory):
     return BuiltOnDemand(root)
 
 
-def _train_from(folder, tmp_path, layout: list[str]):
-    run_dir = tmp_path / "run"
-    result = primus(f"model.from_hf={folder}", f"module.checkpoint.load={folder}", *ONE_STILL_STEP, *layout,
+def _train_from(folder, tmp_path, layout: list[str], load=None, name: str = "run"):
+    """One still step of model.from_hf=folder, starting from `load` (default: the folder's weights)."""
+    run_dir = tmp_path / name
+    result = primus(f"model.from_hf={folder}", f"module.checkpoint.load={load or folder}", *ONE_STILL_STEP, *layout,
                     f"hydra.run.dir={run_dir}", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     return run_dir
@@ -79,6 +81,10 @@ def test_a_run_from_hf_weights_starts_at_transformers_loss_and_exports_the_same_
     first = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
     assert first["step"] == 1 and abs(first["loss"] - _transformers_first_loss(folder, run_dir)) < 1e-5
 
+    _assert_exports_the_tensors_of(folder, run_dir, tmp_path)
+
+
+def _assert_exports_the_tensors_of(folder, run_dir, tmp_path):
     out = tmp_path / "exported"
     result = primus("task=export", f"task.checkpoint={run_dir}", "task.format=hf", f"task.out={out}",
                     "task.dtype=fp32", cwd=tmp_path)
@@ -87,6 +93,16 @@ def test_a_run_from_hf_weights_starts_at_transformers_loss_and_exports_the_same_
     assert sorted(exported) == sorted(original)
     assert all(exported[name].shape == original[name].shape for name in original)
     assert max((exported[name] - original[name]).abs().max().item() for name in original) <= 1e-6
+
+
+@pytest.mark.parametrize("backend", [pytest.param("megatron", marks=needs_megatron_core),
+                                     pytest.param("torchtitan", marks=needs_torchtitan)])
+def test_export_of_another_backends_step_goes_through_its_weight_converter(hf_folders, tmp_path, backend):
+    """HF -> backend=torch -> the other backend (its converter in) -> task=export (its converter out): the same."""
+    native = _train_from(hf_folders["llama"], tmp_path, [], name="native")
+    run_dir = _train_from(hf_folders["llama"], tmp_path, [f"backend={backend}"], load=native / "checkpoints", name=backend)
+    assert json.loads((run_dir / "checkpoints" / "step_0000001" / "meta.json").read_text())["backend"] == backend
+    _assert_exports_the_tensors_of(hf_folders["llama"], run_dir, tmp_path)
 
 
 def test_export_writes_bf16_shards_of_the_size_asked_that_transformers_loads(hf_folders, tmp_path):
