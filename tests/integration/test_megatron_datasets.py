@@ -40,13 +40,13 @@ def text_datasets(tmp_path_factory) -> Path:
 
 def test_the_default_text_becomes_one_indexed_dataset_of_backend_torchs_byte_tokens(tmp_path):
     """(A resume in the same run dir reuses it: test_megatron_training.py's dp2 -> tp2 resume.)"""
-    from primus_hydra.backends.common.data import load_text_bytes
+    from primus_hydra.backends.common.data import load_text_tokens
     from primus_hydra.backends.common.indexed_file import read_index
 
     curve, log = train(tmp_path / "run", "backend=megatron")
     assert "megatron-core GPTDataset over" in log
     prefix = tmp_path / "run" / ".primus" / "megatron_data" / "text_bytes"
-    np.testing.assert_array_equal(read_index(str(prefix)).tokens(), load_text_bytes(None))
+    np.testing.assert_array_equal(read_index(str(prefix)).tokens(), load_text_tokens(None))
     assert read_index(str(prefix)).documents > 100  # one document per file
     assert curve[5] < curve[1]
 

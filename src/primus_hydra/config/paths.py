@@ -141,7 +141,8 @@ def run_dir_failures(run_dir) -> list[str]:
 # the paths a user gives (a key that the selected backend or task lacks is skipped): with hydra.job.chdir=true the
 # job runs in its run dir, so a relative one is made absolute against the folder the run was launched from
 USER_PATH_KEYS = (
-    "module.data.path", "module.checkpoint.dir", "module.checkpoint.resume", "module.checkpoint.load",
+    "module.data.path", "module.data.tokenizer", "module.checkpoint.dir", "module.checkpoint.resume",
+    "module.checkpoint.load",
     "backend.path", "backend.tokenizer_path",
     "task.runs", "task.source", "task.primus_root", "task.out", "task.shared_dir", "task.checkpoint_dir",
 )

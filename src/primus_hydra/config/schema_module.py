@@ -73,6 +73,9 @@ class DataConfig:
     # train,valid[,test] weights (Megatron's --split); with module.eval_interval set, the valid share of the data is
     # held out from training and evaluated on (the test share is not used); without evaluation, training reads all
     split: str = "98,2,0"
+    # source=text: a Hugging Face tokenizer folder (tokenizer.json) tokenizes the text; null: byte-level (byte b is
+    # token b)
+    tokenizer: Optional[str] = None
 
 
 @dataclass

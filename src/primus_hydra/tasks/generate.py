@@ -18,8 +18,9 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig
 
+from primus_hydra.backends.common.text_tokenizer import load_tokenizer as _tokenizer
 from primus_hydra.config.values import without_hydra_node
-from primus_hydra.errors import ConfigValidationError, PrimusError
+from primus_hydra.errors import ConfigValidationError
 from primus_hydra.orchestrator.prepare import HANDOFF
 from primus_hydra.tasks.checkpoint_source import find_checkpoint_source
 from primus_hydra.tasks.plan import handed_over_at
@@ -136,18 +137,6 @@ def decode(tokens: list[int], tokenizer_file: Optional[Path]) -> str:
     if tokenizer_file is None:
         return bytes(token for token in tokens if token < BYTE_VOCAB).decode("utf-8", errors="replace")
     return _tokenizer(tokenizer_file).decode(tokens)
-
-
-def _tokenizer(tokenizer_file: Path):
-    try:
-        from tokenizers import Tokenizer
-    except ImportError:
-        raise PrimusError(f"{tokenizer_file}: reading it needs the `tokenizers` library (pip install "
-                          "'primus-hydra[hf]')") from None
-    try:
-        return Tokenizer.from_file(str(tokenizer_file))
-    except Exception as error:  # noqa: BLE001 - the library's own error, as one line
-        raise PrimusError(f"{tokenizer_file}: not a tokenizer the `tokenizers` library reads ({error})") from None
 
 
 def eos_token_ids(source: Any, tokenizer_file: Optional[Path]) -> list[int]:

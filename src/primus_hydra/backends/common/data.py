@@ -1,4 +1,5 @@
-"""Token sources for the native trainer: mock (random), text (bytes of local text files), tokens (a memmap),
+"""Token sources for the native trainer: mock (random), text (local text files: their bytes, or their token ids from
+module.data.tokenizer's Hugging Face tokenizer), tokens (a memmap),
 indexed (a Megatron .bin/.idx dataset, read as one token stream).
 
 Batches are a pure function of (seed, step, micro-batch index): resuming at step s needs no loader state, and
@@ -19,29 +20,36 @@ from primus_hydra.backends.common.data_sources import (
     no_text_line,
 )
 from primus_hydra.backends.common.indexed_file import indexed_data_failures, read_index
+from primus_hydra.backends.common.text_tokenizer import tokenize_documents
 from primus_hydra.backends.common.token_file import token_file_failure
 from primus_hydra.config.data_split import split_fractions
 from primus_hydra.errors import DataError
 
 
-def text_documents(path: Optional[str], limit_bytes: int = DEFAULT_TEXT_LIMIT_BYTES) -> list[np.ndarray]:
-    """The byte tokens of each text file under `path` (null: Python's stdlib), in name order, limit_bytes in all."""
+def text_documents(path: Optional[str], limit_bytes: int = DEFAULT_TEXT_LIMIT_BYTES,
+                   tokenizer: Optional[str] = None) -> list[np.ndarray]:
+    """The tokens of each text file under `path` (null: Python's stdlib), in name order, limit_bytes in all: its
+    bytes (byte b is token b), or with `tokenizer` (a Hugging Face tokenizer folder) its token ids, each file ended
+    by the tokenizer's eos id when it has one."""
     root = Path(path).expanduser() if path else default_text_corpus()
     if not root.exists():
         raise DataError(f"module.data.path={root}: no such file or folder (source=text wants text files)")
-    documents = []
+    texts = []
     for file, count in files_read(root, limit_bytes):
         with open(file, "rb") as handle:
             data = handle.read(count)
         if data:
-            documents.append(np.frombuffer(data, dtype=np.uint8))
-    if not documents:
+            texts.append(data)
+    if not texts:
         raise DataError(no_text_line(root))
-    return documents
+    if tokenizer:
+        return tokenize_documents(tokenizer, texts)
+    return [np.frombuffer(text, dtype=np.uint8) for text in texts]
 
 
-def load_text_bytes(path: Optional[str], limit_bytes: int = DEFAULT_TEXT_LIMIT_BYTES) -> np.ndarray:
-    return np.concatenate(text_documents(path, limit_bytes))
+def load_text_tokens(path: Optional[str], limit_bytes: int = DEFAULT_TEXT_LIMIT_BYTES,
+                     tokenizer: Optional[str] = None) -> np.ndarray:
+    return np.concatenate(text_documents(path, limit_bytes, tokenizer))
 
 
 def load_token_file(path: str, dtype: str, vocab_size: int, seq_length: int) -> np.ndarray:
@@ -69,11 +77,11 @@ class TokenBatches:
     training step uses)."""
 
     def __init__(self, source: str, path: Optional[str], token_dtype: str, vocab_size: int, seq_length: int, seed: int,
-                 held_out: float = 0.0):
+                 held_out: float = 0.0, tokenizer: Optional[str] = None):
         self.source, self.vocab_size, self.seq_length, self.seed = source, vocab_size, seq_length, seed
         self.tokens: Optional[np.ndarray] = None
         if source == "text":
-            self.tokens = load_text_bytes(path)
+            self.tokens = load_text_tokens(path, tokenizer=tokenizer)
         elif source == "tokens":
             self.tokens = load_token_file(path, token_dtype, vocab_size, seq_length)
         elif source == "indexed":  # Megatron's .bin/.idx: its documents back to back, as one token stream
@@ -97,7 +105,7 @@ class TokenBatches:
         data = module.data
         held_out = split_fractions(str(data.split))[1] if module.eval_interval else 0.0
         return cls(str(data.source), data.path, str(data.token_dtype), vocab_size, module.seq_length, module.seed,
-                   held_out)
+                   held_out, getattr(data, "tokenizer", None))
 
     def sequence(self, step: int, index: int, held_out: bool = False) -> np.ndarray:
         """Sequence `index` of the global batch of `step`: the same tokens whatever the parallel layout."""

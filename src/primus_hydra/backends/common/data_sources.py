@@ -1,5 +1,5 @@
 """The project's data sources as files on disk, read without torch: which text files module.data.source=text reads,
-and what each source (text, tokens, indexed) must hold before a run starts. One rule for every backend that reads
+and what each source (text, tokens, indexed) and module.data.tokenizer must hold before a run starts. One rule for every backend that reads
 them (torch, megatron's core trainer, torchtitan): their adapters call data_source_failures and
 data_source_warnings when the job is prepared, and the trainers read the files through the same listing.
 """
@@ -97,6 +97,10 @@ def data_source_failures(cfg: Any, blends: bool) -> list[str]:
     of indexed datasets is read). A path that does not exist is the orchestrator's line (input_path_failures)."""
     data, module = cfg.module.data, cfg.module
     source = str(data.source)
+    if data.get("tokenizer"):
+        failures = tokenizer_failures(data.tokenizer, source, cfg.model.vocab_size)
+        if failures:
+            return failures
     if not data.path:
         return []
     if source == "indexed":
@@ -113,6 +117,16 @@ def data_source_failures(cfg: Any, blends: bool) -> list[str]:
 
         failure = token_file_failure(data.path, str(data.token_dtype), cfg.model.vocab_size, module.seq_length)
     return [failure] if failure else []
+
+
+def tokenizer_failures(tokenizer: Any, source: str, vocab_size: int) -> list[str]:
+    """module.data.tokenizer's line: it tokenizes text only, and its folder must fit the model (text_tokenizer.py)."""
+    if source != "text":
+        return [f"module.data.tokenizer={tokenizer}: a tokenizer applies only to module.data.source=text (source="
+                f"{source} is token ids already); unset module.data.tokenizer"]
+    from primus_hydra.backends.common.text_tokenizer import tokenizer_key_failures  # JSON only: no tokenizers import
+
+    return tokenizer_key_failures(tokenizer, vocab_size)
 
 
 def data_source_warnings(cfg: Any) -> list[str]:

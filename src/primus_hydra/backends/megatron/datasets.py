@@ -92,7 +92,7 @@ def training_batches(cfg: Any, run_dir: Path, global_rank: int) -> Any:
         return NativeBatches(TokenBatches.for_module(module, cfg.model.vocab_size))
     blend: Optional[tuple[list[str], Optional[list[float]]]] = None
     if data.source == "text":
-        blend = ([str(text_as_indexed_dataset(run_dir, data.path, global_rank))], None)
+        blend = ([str(text_as_indexed_dataset(run_dir, data.path, global_rank, tokenizer=data.get("tokenizer")))], None)
     elif data.source == "indexed":
         from primus_hydra.backends.common.indexed_file import parse_blend
 
@@ -167,16 +167,17 @@ def text_prefix(run_dir: Path) -> Path:
     return Path(run_dir) / DATA_DIR / TEXT_PREFIX
 
 
-def text_as_indexed_dataset(run_dir: Path, path: Optional[str], global_rank: int, timeout_s: float = 1800) -> Path:
+def text_as_indexed_dataset(run_dir: Path, path: Optional[str], global_rank: int, timeout_s: float = 1800,
+                            tokenizer: Optional[str] = None) -> Path:
     """The text source as a Megatron indexed dataset in the run dir (its prefix), written once by rank 0 with
-    megatron-core's IndexedDatasetBuilder: each text file one document of byte tokens. A later run in the same dir
-    (a resume) reuses it while the text path is the same. The other ranks wait for rank 0: at a barrier when the
+    megatron-core's IndexedDatasetBuilder: each text file one document of byte tokens, or of module.data.tokenizer's
+    token ids. A later run in the same dir (a resume) reuses it while the text path and the tokenizer are the same. The other ranks wait for rank 0: at a barrier when the
     process group is up, else (Megatron-LM's pretrain() starts its own) until the dataset's stamp names this text."""
     import torch.distributed as dist
 
-    prefix, source = text_prefix(run_dir), _text_source(path)
+    prefix, source = text_prefix(run_dir), _text_source(path, tokenizer)
     if global_rank == 0:
-        _write_text_dataset(prefix, path, source)
+        _write_text_dataset(prefix, path, source, tokenizer)
     if dist.is_initialized():
         dist.barrier()
     elif global_rank != 0:
@@ -184,8 +185,9 @@ def text_as_indexed_dataset(run_dir: Path, path: Optional[str], global_rank: int
     return prefix
 
 
-def _text_source(path: Optional[str]) -> dict:
-    return {"path": str(Path(path).expanduser().resolve() if path else default_text_corpus())}
+def _text_source(path: Optional[str], tokenizer: Optional[str] = None) -> dict:
+    source = {"path": str(Path(path).expanduser().resolve() if path else default_text_corpus())}
+    return {**source, "tokenizer": str(Path(tokenizer).expanduser().resolve())} if tokenizer else source
 
 
 def _stamp_names(prefix: Path, source: dict) -> bool:
@@ -207,7 +209,7 @@ def _wait_for_stamp(prefix: Path, source: dict, timeout_s: float) -> None:
         time.sleep(0.2)
 
 
-def _write_text_dataset(prefix: Path, path: Optional[str], source: dict) -> None:
+def _write_text_dataset(prefix: Path, path: Optional[str], source: dict, tokenizer: Optional[str] = None) -> None:
     import numpy as np
     from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
@@ -219,9 +221,9 @@ def _write_text_dataset(prefix: Path, path: Optional[str], source: dict) -> None
         return
     prefix.parent.mkdir(parents=True, exist_ok=True)
     stamp.unlink(missing_ok=True)  # from here until the new stamp, the files are not vouched for
-    documents = text_documents(path)
+    documents = text_documents(path, tokenizer=tokenizer)
     partial = Path(f"{prefix}.partial-{os.getpid()}")
-    builder = IndexedDatasetBuilder(f"{partial}.bin", dtype=np.uint16)
+    builder = IndexedDatasetBuilder(f"{partial}.bin", dtype=np.int32 if tokenizer else np.uint16)
     for document in documents:
         builder.add_document(document, [len(document)])
     builder.finalize(f"{partial}.idx")
@@ -230,5 +232,5 @@ def _write_text_dataset(prefix: Path, path: Optional[str], source: dict) -> None
     partial_stamp = Path(f"{partial}.json")
     partial_stamp.write_text(json.dumps(source))
     os.replace(partial_stamp, stamp)  # the stamp last, whole: waiting ranks read a dataset that is complete
-    log.info("data: text as an indexed dataset: %d documents, %d byte tokens -> %s.bin/.idx", len(documents),
-             sum(len(document) for document in documents), prefix)
+    log.info("data: text as an indexed dataset: %d documents, %d %s -> %s.bin/.idx", len(documents),
+             sum(len(document) for document in documents), "tokens" if tokenizer else "byte tokens", prefix)

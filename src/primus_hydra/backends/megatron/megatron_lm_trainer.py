@@ -26,7 +26,8 @@ class MegatronLMTrainer(BaseTrainer):
         log.info("Megatron-LM pretrain_gpt.py %s", " ".join(self.argv))
         data = self.cfg.module.data
         if str(data.source) == "text":  # the indexed dataset the text_as_indexed patch pointed data_path at
-            text_as_indexed_dataset(self.run_dir, data.path, self.dist.rank, self.cfg.launch.timeout_s)
+            text_as_indexed_dataset(self.run_dir, data.path, self.dist.rank, self.cfg.launch.timeout_s,
+                                    tokenizer=data.get("tokenizer"))
 
     def init(self) -> None:
         """Megatron-LM builds its model, optimizer and data inside pretrain()."""

@@ -47,8 +47,10 @@ def build_torchtitan_job_config(cfg: DictConfig, run_dir, layout: ParallelLayout
         "debug": TORCHTITAN_KEYS.translate(m, "debug"),
         "model_args": model_args_section(cfg.model, m.seq_length),
     }
-    # the user's tokenizer, else the byte-level one the trainer writes into the run dir (byte_tokenizer.py)
-    job["model"]["hf_assets_path"] = backend.tokenizer_path or str(Path(run_dir or ".") / TOKENIZER_DIR)
+    # the tokenizer of the data (module.data.tokenizer), else the user's, else the byte-level one the trainer writes
+    # into the run dir (byte_tokenizer.py)
+    tokenizer = m.data.get("tokenizer") or backend.tokenizer_path
+    job["model"]["hf_assets_path"] = tokenizer or str(Path(run_dir or ".") / TOKENIZER_DIR)
     return merge_extra_args(job, backend.extra_args)
 
 

@@ -63,7 +63,7 @@ class TorchTitanTrainer(StepLoopTrainer):
         path = self.run_dir / JOB_FILE
         if self.dist.is_main:
             write_job_file(self.backend_args, path)
-            if not self.cfg.backend.tokenizer_path:
+            if not (self.cfg.backend.tokenizer_path or self.cfg.module.data.get("tokenizer")):
                 write_byte_tokenizer(self.run_dir / TOKENIZER_DIR)
         dist.barrier()
         self.job_config = parse_job_file(path)
