@@ -90,6 +90,38 @@ def test_export_writes_bf16_and_the_config_transformers_reads(hf_folders, tmp_pa
     assert not [p.name for p in tmp_path.iterdir() if p.name != "out"]  # the temporary sibling is gone
 
 
+def test_a_bf16_folder_loads_into_fp32_parameters(hf_folders, tmp_path):
+    import torch
+
+    from primus_hydra.backends.common.hf_checkpoint import load_hf_into_native, write_hf_folder
+    from primus_hydra.backends.torch.model import build_model_on_meta
+    from primus_hydra.tasks.checkpoint_source import native_state_dict
+
+    source = _source(hf_folders["deepseek_v3"])
+    state = native_state_dict(source)
+    out = write_hf_folder(state, source.model, tmp_path / "bf16", dtype="bf16")
+    model = build_model_on_meta(source.model).to_empty(device="cpu")
+    load_hf_into_native(out, model)
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert all(tensor.equal(state[name].to(torch.bfloat16).float()) for name, tensor in model.state_dict().items())
+
+
+def test_export_copies_the_tokenizer_files_and_nothing_else(hf_folders, tmp_path):
+    from primus_hydra.backends.common.hf_checkpoint import write_hf_folder
+    from primus_hydra.tasks.checkpoint_source import native_state_dict
+
+    tokenizer = tmp_path / "tokenizer"
+    tokenizer.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "config.json", "notes.txt"):
+        (tokenizer / name).write_text("{}")
+    source = _source(hf_folders["llama"])
+    out = write_hf_folder(native_state_dict(source), source.model, tmp_path / "out", tokenizer_dir=tokenizer)
+    assert sorted(p.name for p in out.iterdir() if not p.name.endswith(".safetensors")) == [
+        "config.json", "generation_config.json", "model.safetensors.index.json", "special_tokens_map.json",
+        "tokenizer.json", "tokenizer_config.json"]
+    assert json.loads((out / "config.json").read_text())["model_type"] == "llama"
+
+
 def test_export_refuses_an_existing_folder_and_leaves_it_as_it_was(hf_folders, tmp_path):
     from primus_hydra.backends.common.hf_checkpoint import write_hf_folder
     from primus_hydra.errors import CheckpointError

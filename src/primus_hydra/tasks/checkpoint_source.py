@@ -13,6 +13,7 @@ goes through that backend's weight converter (foreign_checkpoints.py), as module
 from __future__ import annotations
 
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -110,7 +111,9 @@ def native_state_dict(source: CheckpointSource) -> dict:
     from primus_hydra.config.targets import load_target
 
     def read_native(step: Path) -> dict:
-        tensors = read_checkpoint_tensors(step, lambda key: key.startswith("model."), "backend=torch")
+        with warnings.catch_warnings():  # DCP's note that it reads in one process: what is meant here
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            tensors = read_checkpoint_tensors(step, lambda key: key.startswith("model."), "backend=torch")
         return {key[len("model."):]: tensor for key, tensor in tensors.items()}
 
     converter = weight_converter(source.backend)
