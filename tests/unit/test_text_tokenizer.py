@@ -154,3 +154,12 @@ def test_a_file_the_library_cannot_read_is_one_line(tmp_path):
     assert str(raised.value).startswith(f"{tmp_path / 'tokenizer.json'}: not a tokenizer the `tokenizers` library "
                                         f"reads (")
     assert "\n" not in str(raised.value)
+
+
+def test_torchtitans_own_tokenizer_is_the_datas_folder(compose_config, tmp_path):
+    from primus_hydra.backends.torchtitan.args import build_torchtitan_job_config
+    from primus_hydra.config.layout import parallel_layout
+
+    cfg = compose_config("backend=torchtitan", "model=llama_tiny", f"module.data.tokenizer={tmp_path}")
+    job = build_torchtitan_job_config(cfg, tmp_path / "run", parallel_layout(cfg, 1))
+    assert job["model"]["hf_assets_path"] == str(tmp_path)

@@ -114,7 +114,7 @@ def tokenize_documents(folder: Any, texts: list[bytes]) -> list[Any]:
             shown = time.monotonic()
             log.info("data: tokenizing text with %s: %.1f of %.1f MB", root, done / 1e6, total / 1e6)
     elapsed = time.monotonic() - started
-    log.info("data: %d documents, %.1f MB of text -> %d tokens with %s (%.1f MB/s)", len(documents), total / 1e6,
+    log.info("data: %d documents, %.2f MB of text -> %d tokens with %s (%.1f MB/s)", len(documents), total / 1e6,
              sum(len(document) for document in documents), root, total / 1e6 / max(elapsed, 1e-9))
     return documents
 
