@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional
 
@@ -39,6 +40,7 @@ from primus_hydra.errors import CheckpointError
 __all__ = ["HfReader", "check_hf_folder", "load_hf_into_native", "read_hf_as_native", "write_hf_folder",
            "parse_size", "DTYPES"]
 
+READ_THREADS = min(8, os.cpu_count() or 1)  # a rank's reads in parallel: the page faults are the cost
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 SAFETENSORS_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "F64": torch.float64}
 TOKENIZER_FILES = re.compile(r"(tokenizer.*|special_tokens_map\.json|added_tokens\.json|vocab\.(json|txt)|merges\.txt|"
@@ -55,8 +57,10 @@ class HfReader:
             self.tensors = folder_tensors(self.path)
         except HfFolderError as error:
             raise CheckpointError(str(error)) from None
-        self._handles: dict[str, Any] = {}
-        self._files: dict[str, int] = {}
+        # every file opened up front: the reading threads then only look these up
+        files = sorted({info.file for info in self.tensors.values()})
+        self._handles = {file: safe_open(str(self.path / file), framework="pt", device="cpu") for file in files}
+        self._files = {file: os.open(self.path / file, os.O_RDONLY) for file in files}
 
     def close(self) -> None:
         for descriptor in self._files.values():
@@ -73,8 +77,6 @@ class HfReader:
     def block(self, name: str, offset: tuple[int, ...], shape: tuple[int, ...]) -> torch.Tensor:
         """The block of tensor `name` that starts at `offset` and has `shape`, as a new tensor."""
         file = self.tensors[name].file
-        if file not in self._handles:
-            self._handles[file] = safe_open(str(self.path / file), framework="pt", device="cpu")
         if not shape:
             return self._handles[file].get_tensor(name)
         return self._handles[file].get_slice(name)[tuple(slice(start, start + size) for start, size in zip(offset, shape))]
@@ -86,8 +88,6 @@ class HfReader:
         if not (whole_rows and out.device.type == "cpu" and out.is_contiguous() and out.dtype == SAFETENSORS_DTYPES.get(info.dtype)):
             out.copy_(self.block(name, offset, tuple(out.shape)))
             return
-        if info.file not in self._files:
-            self._files[info.file] = os.open(self.path / info.file, os.O_RDONLY)
         row_bytes = out.element_size() * (out[0].numel() if out.dim() else 1)
         view = memoryview(out.view(-1).view(torch.uint8).numpy())
         start, done = info.start + (offset[0] if out.dim() else 0) * row_bytes, 0
@@ -132,14 +132,19 @@ def load_hf_into_native(folder: Path, model_module: torch.nn.Module) -> None:
     the HF folder; each rank reads only its own blocks. CheckpointError (one line) for a parameter it has no
     tensor for (check_hf_folder, run before launch, normally finds that first)."""
     table = _table(Path(folder), model_module.args)
-    with HfReader(Path(folder)) as reader:
-        for name, param in model_module.named_parameters():
-            entries = table.get(name)
-            if entries is None:
-                raise CheckpointError(f"module.checkpoint.load={folder}: no HF tensor fills the native parameter {name}")
-            local, _, offset = shard_bounds(param)
-            if local.numel():
-                fill_native_block(reader, entries, offset, local)
+    blocks = []
+    for name, param in model_module.named_parameters():
+        if name not in table:
+            raise CheckpointError(f"module.checkpoint.load={folder}: no HF tensor fills the native parameter {name}")
+        local, _, offset = shard_bounds(param)
+        blocks += [(table[name], offset, local)] if local.numel() else []
+
+    @torch.no_grad()  # grad mode is per thread
+    def fill(block) -> None:
+        fill_native_block(reader, *block)
+
+    with HfReader(Path(folder)) as reader, ThreadPoolExecutor(READ_THREADS) as pool:
+        list(pool.map(fill, blocks))  # the reads release the GIL: page faults and copies overlap
 
 
 @torch.no_grad()
