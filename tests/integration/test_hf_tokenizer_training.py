@@ -1,7 +1,8 @@
 """module.data.tokenizer: every backend that trains reads text through a Hugging Face tokenizer folder (a small
 byte-level BPE built here with the `tokenizers` library). From the same seed backend=torch, megatron's core trainer
 (backend.dataset=native) and torchtitan see the same batches: the same loss at steps 1 and 2 (1e-4 relative, fp32).
-megatron's own dataset (backend.dataset=megatron) holds the tokenizer's ids, each file ended by the eos id. What the
+megatron's own dataset (backend.dataset=megatron) holds the tokenizer's ids, each file ended by the eos id, and
+task=generate on the run encodes and decodes with the run's tokenizer. What the
 tokenizer cannot do for the job is one line each, exit 2, before torch is imported, nothing written."""
 from __future__ import annotations
 
@@ -48,8 +49,28 @@ def train(run_dir: Path, data: list[str], *args: str) -> dict[int, float]:
 
 
 @pytest.fixture(scope="module")
-def torch_curve(tmp_path_factory, tokenized_text) -> dict[int, float]:
-    return train(tmp_path_factory.mktemp("torch") / "run", tokenized_text, "backend=torch")
+def torch_run(tmp_path_factory, tokenized_text) -> Path:
+    """A backend=torch run through the tokenizer, its last step saved."""
+    run_dir = tmp_path_factory.mktemp("torch") / "run"
+    train(run_dir, tokenized_text, "backend=torch", "module.checkpoint.save_final=true")
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def torch_curve(torch_run) -> dict[int, float]:
+    return losses(torch_run)
+
+
+def test_task_generate_on_the_run_encodes_and_decodes_with_its_tokenizer(tmp_path, tokenized_text, torch_run):
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(Path(tokenized_text[1].split("=", 1)[1]) / "tokenizer.json"))
+    result = primus("task=generate", f"task.checkpoint={torch_run}", "task.prompt='def read_lines(path):'",
+                    "task.max_new_tokens=4", f"hydra.run.dir={tmp_path / 'gen'}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = json.loads((tmp_path / "gen" / "generation.json").read_text())
+    assert record["prompt_tokens"] == tokenizer.encode("def read_lines(path):").ids
+    assert record["text"] == tokenizer.decode(record["tokens"])
 
 
 @needs_megatron_core
