@@ -32,7 +32,7 @@ from primus_hydra.backends.megatron.cpu_patches import cpu_support_failure
 from primus_hydra.backends.megatron.datasets import training_batches
 from primus_hydra.backends.megatron.lr_schedule import build_lr_scheduler
 from primus_hydra.backends.megatron.native_init import init_like_native
-from primus_hydra.backends.megatron.sharded_weights import HfMegatronWeights, load_full_weights, native_weights_for
+from primus_hydra.backends.megatron.sharded_weights import load_full_weights, native_weights_for
 from primus_hydra.config.model_math import count_parameters, training_flops_per_token
 from primus_hydra.errors import CheckpointError, PrimusError, TrainingDivergedError
 
@@ -275,6 +275,8 @@ class MegatronCoreTrainer(StepLoopTrainer):
         if not ckpt.load:
             return
         if is_hf_folder(Path(ckpt.load)):  # checked before launch (run_dir_checks.hf_load_failures)
+            from primus_hydra.backends.megatron.hf_weights import HfMegatronWeights  # safetensors: the hf extra
+
             source = Path(ckpt.load).expanduser()
             with HfMegatronWeights(source, model_object(self.cfg.model), self.model.vocab_size) as weights:
                 for chunk in self.chunks:
