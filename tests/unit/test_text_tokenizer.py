@@ -18,7 +18,7 @@ from primus_hydra.backends.common.text_tokenizer import (
     tokenize_documents,
     tokenizer_key_failures,
 )
-from primus_hydra.errors import DataError
+from primus_hydra.errors import ConfigValidationError, DataError
 
 needs_tokenizers = pytest.mark.skipif(not tokenizers_findable(),
                                       reason="tokenizers is not installed (pip install 'primus-hydra[hf]')")
@@ -67,6 +67,13 @@ def test_a_tokenizer_json_without_a_vocabulary_is_one_line(tmp_path):
     assert tokenizer_key_failures(tmp_path, 256) == [
         f"module.data.tokenizer={tmp_path}: {tmp_path / 'tokenizer.json'} is not a tokenizer the `tokenizers` library "
         f"reads (no model.vocab of token ids)"]
+
+
+def test_a_model_type_the_library_lacks_is_one_line(tmp_path):
+    write_json(tmp_path / "tokenizer.json", {"model": {"type": "Nonsense", "vocab": {"a": 0}}})
+    assert tokenizer_key_failures(tmp_path, 256) == [
+        f"module.data.tokenizer={tmp_path}: {tmp_path / 'tokenizer.json'} is not a tokenizer the `tokenizers` library "
+        f"reads (model.type='Nonsense'; the library's models are BPE, Unigram, WordLevel, WordPiece)"]
 
 
 def test_a_vocabulary_past_the_embedding_names_both_sizes(tmp_path):
@@ -163,3 +170,14 @@ def test_torchtitans_own_tokenizer_is_the_datas_folder(compose_config, tmp_path)
     cfg = compose_config("backend=torchtitan", "model=llama_tiny", f"module.data.tokenizer={tmp_path}")
     job = build_torchtitan_job_config(cfg, tmp_path / "run", parallel_layout(cfg, 1))
     assert job["model"]["hf_assets_path"] == str(tmp_path)
+
+
+def test_a_vocabulary_below_256_is_allowed_with_a_tokenizer_that_fits(compose_config, tmp_path):
+    from primus_hydra.config.validate import validate_config
+
+    write_json(tmp_path / "tokenizer.json", {"model": {"type": "WordLevel", "vocab": {"a": 0, "b": 127}}})
+    cfg = compose_config("model=llama_tiny", "model.vocab_size=128", f"module.data.tokenizer={tmp_path}")
+    validate_config(cfg)  # no ConfigValidationError: byte tokens are not read
+    assert data_source_failures(cfg, blends=False) == []
+    with pytest.raises(ConfigValidationError, match="uses byte tokens and needs >= 256"):
+        validate_config(compose_config("model=llama_tiny", "model.vocab_size=128"))

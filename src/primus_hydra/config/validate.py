@@ -250,7 +250,7 @@ def _data(cfg: DictConfig, failures: list[str], warnings: list[str]) -> None:
     if str(cfg.task.get("objective", "auto")) == "eval_loss" and not cfg.module.eval_interval:
         failures.append("task.objective=eval_loss needs an evaluation: set module.eval_interval (and "
                         "module.eval_iters), or use task.objective=mean_loss")
-    if data.source == "text" and cfg.model.vocab_size < 256:
+    if data.source == "text" and not data.get("tokenizer") and cfg.model.vocab_size < 256:
         failures.append(f"model.vocab_size={cfg.model.vocab_size}: module.data.source=text uses byte tokens and needs >= 256")
     if data.source == "tokens" and not data.path:
         failures.append("module.data.path is required with module.data.source=tokens (a pre-tokenized token file)")

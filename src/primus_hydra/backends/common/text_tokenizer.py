@@ -20,6 +20,7 @@ log = logging.getLogger("primus_hydra.data")
 
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_FILES = (TOKENIZER_FILE, "tokenizer_config.json", "special_tokens_map.json")  # those a folder may hold
+MODEL_TYPES = ("BPE", "Unigram", "WordLevel", "WordPiece")  # tokenizer.json's model.type the library reads
 PROGRESS_EVERY_S = 5.0  # a log line this often while text is tokenized
 CHUNK_BYTES = 1 << 20  # text handed to the library at a time (it tokenizes a chunk's documents in parallel)
 
@@ -47,12 +48,15 @@ def tokenizer_key_failures(folder: Any, vocab_size: int, key: str = "module.data
 
 def token_id_count(file: Path) -> int:
     """The largest token id of tokenizer.json + 1, added tokens included, read from the JSON (ValueError: the file
-    is not a tokenizer: not JSON, or no model vocabulary)."""
+    is not a tokenizer: not JSON, a model the library does not have, or no model vocabulary)."""
     try:
         document = json.loads(Path(file).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"not JSON: {error}") from None
     model = document.get("model") if isinstance(document, dict) else None
+    kind = model.get("type") if isinstance(model, dict) else None
+    if kind is not None and kind not in MODEL_TYPES:
+        raise ValueError(f"model.type={kind!r}; the library's models are {', '.join(MODEL_TYPES)}")
     vocab = model.get("vocab") if isinstance(model, dict) else None
     if isinstance(vocab, dict) and all(isinstance(token_id, int) for token_id in vocab.values()):
         ids = list(vocab.values())  # BPE, WordLevel, WordPiece: token -> id
