@@ -87,7 +87,10 @@ class TorchTrainer(StepLoopTrainer):
         # built on the meta device and split by the layout; then each rank makes storage and weights for its own
         # shards only (the same values whatever the layout: weights.py), and DDP wraps where ranks hold replicas
         self.model = shard(build_model_on_meta(args.model), self.parallel)
-        materialize(self.model, self.device, module.seed)
+        if self.starts_from_hf:  # restore() reads every weight from the folder: drawing them first is wasted time
+            self.model.to_empty(device=self.device)
+        else:
+            materialize(self.model, self.device, module.seed)
         self.train_module = wrap_data_parallel(self.model, self.parallel)
         log.info("model %s: %s parameters", args.model.name, f"{count_parameters(args.model):,}")
         if module.compile:
@@ -102,6 +105,13 @@ class TorchTrainer(StepLoopTrainer):
             self.pipeline = PipelineRunner(self.model, self.parallel, self.device, str(module.parallel.pp_schedule),
                                            module.micro_batch_size)
         self.flops_per_token = training_flops_per_token(args.model, module.seq_length)
+
+    @property
+    def starts_from_hf(self) -> bool:
+        """module.checkpoint.load names a Hugging Face folder (a resumed run loads its own checkpoint instead, which
+        holds every weight as well)."""
+        load = self.backend_args.module.checkpoint.load
+        return bool(load) and is_hf_folder(Path(load))
 
     def cleanup(self, on_error: bool = False) -> None:
         self.close_metrics(on_error)
@@ -217,7 +227,7 @@ class TorchTrainer(StepLoopTrainer):
                 )
         elif ckpt.load is None and self.backend_args.module.stage == "sft":
             log.warning("module.stage=sft without module.checkpoint.load: fine-tuning starts from random weights")
-        elif ckpt.load and is_hf_folder(Path(ckpt.load)):  # checked before launch (run_dir_checks.hf_load_failures)
+        elif self.starts_from_hf:  # checked before launch (run_dir_checks.hf_load_failures)
             from primus_hydra.backends.common.hf_checkpoint import load_hf_into_native  # safetensors: the hf extra
 
             load_hf_into_native(Path(ckpt.load).expanduser(), self.model)
