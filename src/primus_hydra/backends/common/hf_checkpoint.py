@@ -122,7 +122,8 @@ def hf_tensor_of_native(native: torch.Tensor, entry: HfTensor) -> torch.Tensor:
     return native[torch.tensor([entry.rope_rows.native_row_of_hf(r) for r in range(native.shape[0])])]
 
 
-def _table(folder: Path, model: Any) -> dict[str, list[HfTensor]]:
+def hf_entries_by_native_name(folder: Path, model: Any) -> dict[str, list[HfTensor]]:
+    """The folder's tensors that make up each native parameter (its config.json says whether rope rows interleave)."""
     return by_native_name(hf_tensor_table(model, rope_interleave_of(read_config(folder), model)))
 
 
@@ -131,7 +132,7 @@ def load_hf_into_native(folder: Path, model_module: torch.nn.Module) -> None:
     """Fill every parameter `model_module` holds (a native Transformer, whole, sharded or a pipeline stage) from
     the HF folder; each rank reads only its own blocks. CheckpointError (one line) for a parameter it has no
     tensor for (check_hf_folder, run before launch, normally finds that first)."""
-    table = _table(Path(folder), model_module.args)
+    table = hf_entries_by_native_name(Path(folder), model_module.args)
     blocks = []
     for name, param in model_module.named_parameters():
         if name not in table:
@@ -152,7 +153,7 @@ def read_hf_as_native(folder: Path, model: Any) -> dict[str, torch.Tensor]:
     """The whole model of an HF folder under native names, on the CPU, in the dtype the files hold."""
     out = {}
     with HfReader(Path(folder)) as reader:
-        for name, entries in _table(Path(folder), model).items():
+        for name, entries in hf_entries_by_native_name(Path(folder), model).items():
             dtype = SAFETENSORS_DTYPES[reader.tensors[entries[0].hf_name].dtype]
             out[name] = torch.empty(native_shape(entries), dtype=dtype)
             fill_native_block(reader, entries, (0,) * out[name].dim(), out[name])

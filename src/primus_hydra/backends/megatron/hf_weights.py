@@ -13,7 +13,12 @@ from typing import Any
 
 import torch
 
-from primus_hydra.backends.common.hf_checkpoint import SAFETENSORS_DTYPES, HfReader, _table, fill_native_block
+from primus_hydra.backends.common.hf_checkpoint import (
+    SAFETENSORS_DTYPES,
+    HfReader,
+    fill_native_block,
+    hf_entries_by_native_name,
+)
 from primus_hydra.backends.common.hf_names import native_shape
 from primus_hydra.backends.megatron.convert import Move, pad_vocabulary, weight_table
 from primus_hydra.backends.megatron.sharded_weights import EXPERT_NAME, tensor_parallel_slice
@@ -26,7 +31,7 @@ class HfMegatronWeights:
 
     def __init__(self, folder: Path, model: Any, padded_vocab: int):
         self.model, self.padded_vocab = model, padded_vocab
-        self.reader, self.native = HfReader(folder), _table(folder, model)
+        self.reader, self.native = HfReader(folder), hf_entries_by_native_name(folder, model)
         self.moves = {name: move for move in weight_table(model) for name in move.megatron
                       if not move.optional or move.native[0] in self.native}
         if model.tie_embeddings:  # a tied model's last pipeline stage keeps a copy of the embedding

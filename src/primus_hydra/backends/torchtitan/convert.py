@@ -79,10 +79,10 @@ def load_hf_weights(model_parts: list, folder: Path, model_cfg: Any) -> None:
     """A Hugging Face folder's weights into torchtitan's (sharded) model, collective-free: each rank reads, from the
     safetensors files, only the block of each weight its FSDP/TP shard holds (the whole heads around it for rows
     torchtitan orders pairwise)."""
-    from primus_hydra.backends.common.hf_checkpoint import HfReader, _table
+    from primus_hydra.backends.common.hf_checkpoint import HfReader, hf_entries_by_native_name
 
     model = model_object(model_cfg)
-    table = _table(folder, model)
+    table = hf_entries_by_native_name(folder, model)
     with HfReader(folder) as reader:
         for part in model_parts:
             for name, tensor in part.state_dict(keep_vars=True).items():
