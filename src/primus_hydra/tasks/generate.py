@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig
 
+from primus_hydra.backends.common.text_tokenizer import eos_token
 from primus_hydra.backends.common.text_tokenizer import load_tokenizer as _tokenizer
 from primus_hydra.config.values import without_hydra_node
 from primus_hydra.errors import ConfigValidationError
@@ -141,16 +142,16 @@ def decode(tokens: list[int], tokenizer_file: Optional[Path]) -> str:
 
 def eos_token_ids(source: Any, tokenizer_file: Optional[Path]) -> list[int]:
     """The end-of-sequence ids: an HF folder's generation_config.json's, else its config.json's (an id or a list),
-    else the tokenizer's eos_token (tokenizer_config.json beside tokenizer.json); none for a byte-level model."""
+    else the tokenizer's eos_token (tokenizer_config.json or special_tokens_map.json beside tokenizer.json, as the
+    text data is ended: text_tokenizer.eos_token); none for a byte-level model."""
     for name in ("generation_config.json", "config.json"):
         value = _json_field(source.hf_folder / name, "eos_token_id") if source.hf_folder is not None else None
         if value is not None:
             return [int(token) for token in (value if isinstance(value, list) else [value])]
     if tokenizer_file is None:
         return []
-    eos = _json_field(tokenizer_file.parent / "tokenizer_config.json", "eos_token")
-    eos = eos.get("content") if isinstance(eos, dict) else eos
-    token = _tokenizer(tokenizer_file).token_to_id(eos) if isinstance(eos, str) else None
+    eos = eos_token(tokenizer_file.parent)
+    token = _tokenizer(tokenizer_file).token_to_id(eos) if eos is not None else None
     return [] if token is None else [token]
 
 
