@@ -22,6 +22,7 @@ from omegaconf import OmegaConf
 
 from primus_hydra.backends.common.checkpoint_paths import CheckpointFolder, read_meta
 from primus_hydra.backends.common.hf_folder import check_hf_folder, is_hf_folder, read_config
+from primus_hydra.backends.common.text_tokenizer import TOKENIZER_FILE
 from primus_hydra.config.hf_config import model_fields_from_hf
 from primus_hydra.config.schema_model import ModelConfig
 from primus_hydra.errors import CheckpointError, ConfigValidationError, PrimusError
@@ -38,6 +39,12 @@ class CheckpointSource:
     hf_folder: Optional[Path] = None
     run_dir: Optional[Path] = None  # the run that wrote step_dir, when found
     tokenizer_dir: Optional[Path] = None  # the HF tokenizer folder the run used (module.data.tokenizer), if any
+
+    @property
+    def tokenizer_file(self) -> Optional[Path]:
+        """The tokenizer.json of tokenizer_dir, when it holds one (None: the byte-level default)."""
+        file = self.tokenizer_dir / TOKENIZER_FILE if self.tokenizer_dir is not None else None
+        return file if file is not None and file.is_file() else None
 
 
 def find_checkpoint_source(spec: str, key: str) -> CheckpointSource:

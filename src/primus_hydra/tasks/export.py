@@ -99,7 +99,7 @@ def export_hf(job: ExportJob) -> Path:
     state = native_state_dict(job.source)
     read_s = time.perf_counter() - started
     out = write_hf_folder(state, job.source.model, job.out, dtype=str(task.dtype), max_shard_bytes=job.max_shard_bytes,
-                          tokenizer_dir=_tokenizer_dir(job.source))
+                          tokenizer_dir=_run_tokenizer_dir(job.source))
     total_s = time.perf_counter() - started
     files = sorted(path.name for path in out.glob("*.safetensors"))
     print(f"exported {job.source.step_dir} ({job.source.backend}) as Hugging Face {hf_config_for(job.source.model)['model_type']} "
@@ -107,6 +107,6 @@ def export_hf(job: ExportJob) -> Path:
     return out
 
 
-def _tokenizer_dir(source: CheckpointSource) -> Optional[Path]:
-    folder = source.tokenizer_dir
-    return folder if folder is not None and (folder / "tokenizer.json").is_file() else None
+def _run_tokenizer_dir(source: CheckpointSource) -> Optional[Path]:
+    """The folder whose tokenizer files go with the export: the run's HF tokenizer, when it had one."""
+    return source.tokenizer_file.parent if source.tokenizer_file is not None else None

@@ -27,7 +27,6 @@ from primus_hydra.tasks.checkpoint_source import find_checkpoint_source
 from primus_hydra.tasks.plan import handed_over_at
 
 GENERATION_FILE = "generation.json"
-TOKENIZER_FILE = "tokenizer.json"
 BYTE_VOCAB = 256  # byte-level text: byte b is token b
 
 
@@ -57,8 +56,7 @@ class GenerateTask:
         if failures:
             raise ConfigValidationError(failures)
         source = find_checkpoint_source(str(task.checkpoint), "task.checkpoint")
-        tokenizer_dir = source.tokenizer_dir
-        tokenizer_file = tokenizer_dir / TOKENIZER_FILE if tokenizer_dir and (tokenizer_dir / TOKENIZER_FILE).is_file() else None
+        tokenizer_file = source.tokenizer_file
         prompt_tokens = (list(task.prompt_tokens) if task.prompt_tokens is not None
                          else encode(str(task.prompt), tokenizer_file))
         failures = prompt_failures(task, prompt_tokens, int(source.model.vocab_size))
