@@ -10,7 +10,8 @@
 # As root on Linux with apt, a local Slurm cluster (scripts/local_slurm.sh) is brought up first and stopped at the
 # end, also on failure or Ctrl-C; SLURM_CONF and PRIMUS_REQUIRE_SLURM=1 are then exported, so the Slurm tests fail
 # rather than skip. A cluster that already ran before (a developer's) is used and left running. Elsewhere, or with
-# PRIMUS_LOCAL_SLURM=0, one warning line is printed and the Slurm tests skip with a reason.
+# PRIMUS_LOCAL_SLURM=0, one warning line is printed and the Slurm tests skip with a reason. With a cluster, `all`
+# runs the Slurm tier beside the unit tier (it mostly waits on the cluster), then the integration tier.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/setup.sh"
@@ -68,5 +69,31 @@ else
 fi
 
 rc=0
-"$root/.venv/bin/python" -m pytest "${paths[@]}" "$@" || rc=$?
+python="$root/.venv/bin/python"
+if [[ "$tier" == all && -n "${SLURM_CONF:-}" ]]; then
+  # The Slurm tier spends most of its time waiting on the cluster (a node's timeout, a requeue, the queue), the
+  # unit tier starts no process: the two run side by side (the Slurm tier's output follows the unit tier's),
+  # then the integration tier runs alone. Each pytest session prints its own summary.
+  # a tier that a -k or -m filter leaves empty (pytest's exit 5) fails nothing
+  tier_pytest() { local code=0; "$python" -m pytest "$@" || code=$?; (( code == 5 )) && code=0; return "$code"; }
+  slurm_out="$(mktemp "${TMPDIR:-/tmp}/primus-slurm-tier.XXXXXX")"
+  tier_pytest "$root/tests/slurm" "$@" >"$slurm_out" 2>&1 &
+  slurm_tier_pid=$!
+  # shellcheck disable=SC2317  # called by the EXIT trap
+  stop_tiers() { [[ -n "${slurm_tier_pid:-}" ]] && kill "$slurm_tier_pid" 2>/dev/null; stop_slurm; }
+  trap stop_tiers EXIT
+  echo "[test] unit tier (the slurm tier runs beside it)" >&2
+  tier_pytest "$root/tests/unit" "$@" || rc=$?
+  slurm_rc=0
+  wait "$slurm_tier_pid" || slurm_rc=$?
+  slurm_tier_pid=""
+  echo "[test] slurm tier" >&2
+  cat "$slurm_out"
+  rm -f "$slurm_out"
+  (( slurm_rc )) && rc=$slurm_rc
+  echo "[test] integration tier" >&2
+  tier_pytest "$root/tests/integration" "$@" || rc=$?
+else
+  "$python" -m pytest "${paths[@]}" "$@" || rc=$?
+fi
 exit "$rc"
