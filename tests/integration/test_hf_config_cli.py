@@ -51,11 +51,9 @@ def test_a_dry_run_translates_the_folders_model(tmp_path):
     assert not torch_imported
 
 
+# every line is read_hf_config's / model_fields_from_hf's / compose's (tests/unit/test_hf_config.py); from the
+# command line a folder the schema refuses and a key that disagrees with it show exit 2 before torch, nothing written
 @pytest.mark.parametrize("args, expected", [
-    (["model.from_hf=meta-llama/Llama-3.1-8B"],
-     "model.from_hf=meta-llama/Llama-3.1-8B: no such folder, and this machine reaches no model hub"),
-    (["model.from_hf={tmp}/nowhere"], "model.from_hf={tmp}/nowhere: does not exist"),
-    (["model.from_hf={tmp}/empty"], "model.from_hf={tmp}/empty: the folder holds no config.json"),
     (["model.from_hf={tmp}/gpt2"], "model.from_hf: {tmp}/gpt2/config.json: model_type 'gpt2' is not supported; "
                                    "supported: llama, qwen2, qwen3, qwen3_moe, mixtral, deepseek_v2, deepseek_v3"),
     (["model.from_hf={tmp}/tiny-llama", "model.num_layers=4"],
@@ -64,7 +62,6 @@ def test_a_dry_run_translates_the_folders_model(tmp_path):
 def test_a_bad_from_hf_is_one_line_exit_2_no_torch_nothing_written(tmp_path, args, expected):
     hf_folder(tmp_path)
     hf_folder(tmp_path, "gpt2", {"model_type": "gpt2", "n_embd": 64})
-    (tmp_path / "empty").mkdir()
     result, torch_imported = primus_reporting_torch(*[arg.format(tmp=tmp_path) for arg in args], cwd=tmp_path,
                                                     env={"PRIMUS_OUTPUT_ROOT": str(tmp_path / "out")})
 

@@ -5,12 +5,13 @@ no run dir."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
 from helpers.cli import error_lines, primus, primus_reporting_torch, run_dirs
 from helpers.compose import compose_primus
-from helpers.hf_models import BUILDERS, needs_transformers
+from helpers.hf_models import BuiltOnDemand, needs_transformers
 from helpers.overrides import TINY_RUN
 from primus_hydra.errors import PrimusError
 from primus_hydra.tasks.checkpoint_source import CheckpointSource
@@ -36,12 +37,18 @@ def prepared(*overrides: str):
     return GenerateTask.prepare_job(compose_primus("task=generate", *overrides), None)
 
 
+@pytest.fixture(scope="module")
+def hf_folders(tmp_path_factory):
+    """{family: folder}, each tiny model built once for the module (tests that change a folder copy it)."""
+    return BuiltOnDemand(tmp_path_factory.mktemp("hf"))
+
+
 @needs_transformers
 @pytest.mark.parametrize("family", ["llama", "llama_tied", "qwen3_moe", "deepseek_v3"])
-def test_greedy_tokens_and_logits_are_transformers(tmp_path, family):
+def test_greedy_tokens_and_logits_are_transformers(hf_folders, family):
     import torch
 
-    folder = BUILDERS[family](tmp_path / family)
+    folder = hf_folders[family]
     expected_tokens, expected_logits = transformers_greedy(folder, PROMPT, NEW_TOKENS)
 
     job = prepared(f"task.checkpoint={folder}", f"task.prompt_tokens={PROMPT}", f"task.max_new_tokens={NEW_TOKENS}",
@@ -53,8 +60,8 @@ def test_greedy_tokens_and_logits_are_transformers(tmp_path, family):
 
 
 @needs_transformers
-def test_the_command_prints_the_text_and_writes_generation_json(tmp_path):
-    folder = BUILDERS["llama"](tmp_path / "llama")
+def test_the_command_prints_the_text_and_writes_generation_json(hf_folders, tmp_path):
+    folder = hf_folders["llama"]
     expected_tokens, _ = transformers_greedy(folder, list(b"Hi"), 3)
 
     result = primus("task=generate", f"task.checkpoint={folder}", "task.prompt=Hi", "task.max_new_tokens=3",
@@ -68,18 +75,16 @@ def test_the_command_prints_the_text_and_writes_generation_json(tmp_path):
 
 
 def test_a_backend_torch_run_dir_generates(tmp_path):
+    """The run dir as task.checkpoint, in process (the command itself is the test above's)."""
     train = primus("model=llama_tiny", "backend=torch", *TINY_RUN, "module.checkpoint.save_final=true",
                    f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
     assert train.returncode == 0, train.stderr
 
-    result = primus("task=generate", f"task.checkpoint={tmp_path / 'run'}", "task.prompt_tokens=[100,101,102]",
-                    "task.max_new_tokens=4", f"hydra.run.dir={tmp_path / 'gen'}", cwd=tmp_path)
+    job = prepared(f"task.checkpoint={tmp_path / 'run'}", "task.prompt_tokens=[100,101,102]", "task.max_new_tokens=4")
+    result = generate_from_checkpoint(job)
 
-    assert result.returncode == 0, result.stderr
-    record = json.loads((tmp_path / "gen" / "generation.json").read_text())
-    assert record["prompt_tokens"] == [100, 101, 102] and len(record["tokens"]) == 4
-    assert json.loads(result.stdout.splitlines()[-1]) == record["tokens"]
-    assert "logits" not in record
+    assert job.prompt_tokens == [100, 101, 102] and len(result.tokens) == 4
+    assert all(0 <= token < 256 for token in result.tokens) and not result.logits
 
 
 @pytest.mark.parametrize("overrides, expected", [
@@ -98,8 +103,8 @@ def test_settings_that_cannot_work_are_one_line_each(overrides, expected):
 
 
 @needs_transformers
-def test_a_token_past_the_vocabulary_is_one_line_exit_2_no_torch_and_no_run_dir(tmp_path):
-    folder = BUILDERS["llama"](tmp_path / "llama")
+def test_a_token_past_the_vocabulary_is_one_line_exit_2_no_torch_and_no_run_dir(hf_folders, tmp_path):
+    folder = hf_folders["llama"]
 
     result, imported_torch = primus_reporting_torch("task=generate", f"task.checkpoint={folder}",
                                                     "task.prompt_tokens=[1,256]", cwd=tmp_path)
@@ -112,10 +117,10 @@ def test_a_token_past_the_vocabulary_is_one_line_exit_2_no_torch_and_no_run_dir(
 
 
 @needs_transformers
-def test_text_goes_through_the_folders_tokenizer_and_its_eos_token_stops(tmp_path):
+def test_text_goes_through_the_folders_tokenizer_and_its_eos_token_stops(hf_folders, tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    folder = BUILDERS["llama"](tmp_path / "llama")
+    folder = shutil.copytree(hf_folders["llama"], tmp_path / "llama")
     greedy, _ = transformers_greedy(folder, [5, 7], 3)
     assert greedy[1] not in (0, 5, 7)  # the tiny model's second greedy token: the tokenizer's end token below
     tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0, "hello": 5, "world": 7, "<end>": greedy[1]}, unk_token="[UNK]"))
@@ -131,8 +136,8 @@ def test_text_goes_through_the_folders_tokenizer_and_its_eos_token_stops(tmp_pat
 
 
 @needs_transformers
-def test_bf16_weights_generate_with_the_same_machinery(tmp_path):
-    folder = BUILDERS["llama"](tmp_path / "llama")
+def test_bf16_weights_generate_with_the_same_machinery(hf_folders):
+    folder = hf_folders["llama"]
 
     job = prepared(f"task.checkpoint={folder}", f"task.prompt_tokens={PROMPT}", "task.max_new_tokens=4",
                    "task.dtype=bf16", "task.temperature=0.8", "task.top_p=0.9", "task.seed=7", "task.save_logits=true")

@@ -6,7 +6,6 @@ task=generate on the run encodes and decodes with the run's tokenizer. What the
 tokenizer cannot do for the job is one line each, exit 2, before torch is imported, nothing written."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -61,16 +60,19 @@ def torch_curve(torch_run) -> dict[int, float]:
     return losses(torch_run)
 
 
-def test_task_generate_on_the_run_encodes_and_decodes_with_its_tokenizer(tmp_path, tokenized_text, torch_run):
+def test_task_generate_on_the_run_encodes_and_decodes_with_its_tokenizer(tokenized_text, torch_run):
+    """In this process: the job's prompt ids and the text it decodes (the command itself: test_hf_generate.py)."""
     from tokenizers import Tokenizer
 
+    from helpers.compose import compose_primus
+    from primus_hydra.tasks.generate import GenerateTask, decode, generate_from_checkpoint
+
     tokenizer = Tokenizer.from_file(str(Path(tokenized_text[1].split("=", 1)[1]) / "tokenizer.json"))
-    result = primus("task=generate", f"task.checkpoint={torch_run}", "task.prompt='def read_lines(path):'",
-                    "task.max_new_tokens=4", f"hydra.run.dir={tmp_path / 'gen'}", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    record = json.loads((tmp_path / "gen" / "generation.json").read_text())
-    assert record["prompt_tokens"] == tokenizer.encode("def read_lines(path):").ids
-    assert record["text"] == tokenizer.decode(record["tokens"])
+    job = GenerateTask.prepare_job(compose_primus("task=generate", f"task.checkpoint={torch_run}",
+                                                  "task.prompt='def read_lines(path):'", "task.max_new_tokens=4"), None)
+    tokens = generate_from_checkpoint(job).tokens
+    assert job.prompt_tokens == tokenizer.encode("def read_lines(path):").ids and len(tokens) == 4
+    assert decode(tokens, job.tokenizer_file) == tokenizer.decode(tokens)
 
 
 @needs_megatron_core
@@ -102,17 +104,7 @@ def test_megatrons_own_dataset_holds_the_tokenizers_ids(tmp_path, tokenized_text
     assert expected.max() < TINY_TOKENIZER_IDS
 
 
-def write_tokenizer_json(folder: Path, document) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "tokenizer.json").write_text(document if isinstance(document, str) else json.dumps(document))
-    return folder
-
-
 BAD_TOKENIZERS = {
-    "no_folder": (lambda root: root / "nope", [], "no such folder"),
-    "no_tokenizer_json": (lambda root: (root / "tok").mkdir() or root / "tok", [], "the folder holds no tokenizer.json"),
-    "unreadable": (lambda root: write_tokenizer_json(root / "tok", '{"model": '), [],
-                   "is not a tokenizer the `tokenizers` library reads (not JSON: "),
     "past_the_embedding": (lambda root: write_tiny_tokenizer(root / "tok"), [],
                            f"the tokenizer's ids reach {TINY_TOKENIZER_IDS - 1} ({TINY_TOKENIZER_IDS} tokens with its "
                            f"added special tokens), past model.vocab_size=256: a token id can reach past the embedding"),
@@ -121,10 +113,9 @@ BAD_TOKENIZERS = {
 }
 
 
-# every case with backend=torch; the other backends' adapters run the same checks (one case each shows it)
-BAD_CASES = [*(("torch", case) for case in BAD_TOKENIZERS),
-             pytest.param("megatron", "past_the_embedding", marks=needs_megatron_core),
-             pytest.param("torchtitan", "not_text", marks=needs_torchtitan)]
+# each case's line is data_source_failures' (tests/unit/test_text_tokenizer.py), which every backend's adapter calls;
+# from the command line one case on backend=torch and one on another backend show it runs before any worker
+BAD_CASES = [("torch", "past_the_embedding"), pytest.param("torchtitan", "not_text", marks=needs_torchtitan)]
 
 
 @pytest.mark.parametrize("backend, case", BAD_CASES)

@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from helpers.cli import error_lines, primus
-from helpers.hf_models import FOLDER_DEFECTS, BuiltOnDemand, damage, needs_transformers
+from helpers.hf_models import BuiltOnDemand, damage, needs_transformers
 from helpers.libraries import needs_megatron_core, needs_torchtitan
 from helpers.overrides import QUIET_LOGS
 
@@ -20,13 +20,17 @@ pytestmark = needs_transformers
 ONE_STILL_STEP = ["module.train_iters=1", "module.warmup_iters=0", "module.lr=1e-12", "module.min_lr=0",
                   "module.seq_length=32", "module.micro_batch_size=2", "module.global_batch_size=4",
                   "module.log.interval=1", *QUIET_LOGS]
+# what each layout proves that the others do not: llama-1proc the plain load (its run also feeds the converter
+# tests below); llama-fsdp2 a multi-file folder read into DTensor shards; llama-tp2 column/row splits; llama-pp2 a
+# pipeline stage reading only its layers; qwen3_moe the MoE and q/k-norm name table; deepseek_v3 MLA with the rope
+# row permutation and sigmoid routing, sharded
 LAYOUTS = {
-    "llama-1proc": ("llama", []),
-    "llama-fsdp2": ("llama_sharded", ["launch.nproc_per_node=2", "module.parallel.fsdp=true"]),
-    "llama-tp2": ("llama", ["launch.nproc_per_node=2", "module.parallel.tp=2"]),
-    "llama-pp2": ("llama", ["launch.nproc_per_node=2", "module.parallel.pp=2", "module.parallel.pp_schedule=gpipe"]),
-    "qwen3_moe-1proc": ("qwen3_moe", []),
-    "deepseek_v3-fsdp2": ("deepseek_v3", ["launch.nproc_per_node=2", "module.parallel.fsdp=true"]),
+    "llama-1proc": ("llama", ()),
+    "llama-fsdp2": ("llama_sharded", ("launch.nproc_per_node=2", "module.parallel.fsdp=true")),
+    "llama-tp2": ("llama", ("launch.nproc_per_node=2", "module.parallel.tp=2")),
+    "llama-pp2": ("llama", ("launch.nproc_per_node=2", "module.parallel.pp=2", "module.parallel.pp_schedule=gpipe")),
+    "qwen3_moe-1proc": ("qwen3_moe", ()),
+    "deepseek_v3-fsdp2": ("deepseek_v3", ("launch.nproc_per_node=2", "module.parallel.fsdp=true")),
 }
 
 
@@ -34,6 +38,19 @@ LAYOUTS = {
 def hf_folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("hf")
     return BuiltOnDemand(root)
+
+
+@pytest.fixture(scope="module")
+def still_runs(tmp_path_factory, hf_folders):
+    """{(family, layout): run dir} of one still step from the HF folder, each run once for the module."""
+    root, made = tmp_path_factory.mktemp("runs"), {}
+
+    def run(family: str, layout: tuple[str, ...] = ()):
+        if (family, layout) not in made:
+            made[family, layout] = _train_from(hf_folders[family], root, list(layout), name=f"run{len(made)}")
+        return made[family, layout]
+
+    return run
 
 
 def _train_from(folder, tmp_path, layout: list[str], load=None, name: str = "run"):
@@ -74,10 +91,11 @@ def _transformers_first_loss(folder, run_dir) -> float:
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_a_run_from_hf_weights_starts_at_transformers_loss_and_exports_the_same_tensors(hf_folders, tmp_path, layout):
+def test_a_run_from_hf_weights_starts_at_transformers_loss_and_exports_the_same_tensors(hf_folders, still_runs,
+                                                                                        tmp_path, layout):
     family, overrides = LAYOUTS[layout]
     folder = hf_folders[family]
-    run_dir = _train_from(folder, tmp_path, overrides)
+    run_dir = still_runs(family, overrides)
     first = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
     assert first["step"] == 1 and abs(first["loss"] - _transformers_first_loss(folder, run_dir)) < 1e-5
 
@@ -85,10 +103,13 @@ def test_a_run_from_hf_weights_starts_at_transformers_loss_and_exports_the_same_
 
 
 def _assert_exports_the_tensors_of(folder, run_dir, tmp_path):
+    """task=export of the run in this process (the command itself is the bf16 test's)."""
+    from helpers.compose import compose_primus
+    from primus_hydra.tasks.export import ExportTask, export_hf
+
     out = tmp_path / "exported"
-    result = primus("task=export", f"task.checkpoint={run_dir}", "task.format=hf", f"task.out={out}",
-                    "task.dtype=fp32", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
+    export_hf(ExportTask.prepare_job(compose_primus("task=export", f"task.checkpoint={run_dir}", "task.format=hf",
+                                                    f"task.out={out}", "task.dtype=fp32"), None))
     original, exported = _hf_tensors(folder), _hf_tensors(out)
     assert sorted(exported) == sorted(original)
     assert all(exported[name].shape == original[name].shape for name in original)
@@ -97,30 +118,33 @@ def _assert_exports_the_tensors_of(folder, run_dir, tmp_path):
 
 @pytest.mark.parametrize("backend", [pytest.param("megatron", marks=needs_megatron_core),
                                      pytest.param("torchtitan", marks=needs_torchtitan)])
-def test_export_of_another_backends_step_goes_through_its_weight_converter(hf_folders, tmp_path, backend):
+def test_export_of_another_backends_step_goes_through_its_weight_converter(hf_folders, still_runs, tmp_path, backend):
     """HF -> backend=torch -> the other backend (its converter in) -> task=export (its converter out): the same."""
-    native = _train_from(hf_folders["llama"], tmp_path, [], name="native")
+    native = still_runs("llama")
     run_dir = _train_from(hf_folders["llama"], tmp_path, [f"backend={backend}"], load=native / "checkpoints", name=backend)
     assert json.loads((run_dir / "checkpoints" / "step_0000001" / "meta.json").read_text())["backend"] == backend
     _assert_exports_the_tensors_of(hf_folders["llama"], run_dir, tmp_path)
 
 
-def test_export_writes_bf16_shards_of_the_size_asked_that_transformers_loads(hf_folders, tmp_path):
+def test_export_writes_bf16_shards_of_the_size_asked_that_transformers_loads(still_runs, tmp_path):
+    """The export command itself, on the qwen3_moe run above (every family's tensors: tests/unit/test_hf_checkpoint.py)."""
     import torch
     import transformers
 
-    run_dir = _train_from(hf_folders["mixtral"], tmp_path, [])
+    run_dir = still_runs("qwen3_moe")
     out = tmp_path / "exported"
     result = primus("task=export", f"task.checkpoint={run_dir / 'checkpoints' / 'step_0000001'}", f"task.out={out}",
                     "task.max_shard_size=100KB", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert len(list(out.glob("*.safetensors"))) > 1 and not list(tmp_path.glob(".exported*"))
     loaded = transformers.AutoModelForCausalLM.from_pretrained(out)
-    assert type(loaded).__name__ == "MixtralForCausalLM" and loaded.dtype == torch.bfloat16
+    assert type(loaded).__name__ == "Qwen3MoeForCausalLM" and loaded.dtype == torch.bfloat16
     assert not (tmp_path / "outputs").exists()  # no run dir for an export
 
 
-@pytest.mark.parametrize("defect", FOLDER_DEFECTS)
+# every defect's line is check_hf_folder's (tests/unit/test_hf_checkpoint.py); from the command line, one defect of
+# the index and one of a shard's bytes show the check runs before any worker and writes nothing
+@pytest.mark.parametrize("defect", ["index names another file", "truncated shard"])
 def test_a_damaged_hf_folder_to_start_from_is_one_line_before_any_worker(hf_folders, tmp_path, defect):
     folder = shutil.copytree(hf_folders["llama_sharded"], tmp_path / "damaged")
     expected = damage(folder, defect)
@@ -132,17 +156,10 @@ def test_a_damaged_hf_folder_to_start_from_is_one_line_before_any_worker(hf_fold
     assert "Traceback" not in result.stderr and not run_dir.exists()
 
 
-@pytest.mark.parametrize("overrides, expected", [
-    (["task.checkpoint={hf}", "task.out={tmp}/x"], "already a Hugging Face folder"),
-    (["task.checkpoint={tmp}", "task.out={tmp}/x"], "not a checkpoint"),
-    (["task.checkpoint={tmp}/nowhere", "task.out={tmp}/x"], "no such folder"),
-    (["task.checkpoint={hf}", "task.out={tmp}"], "already exists"),
-    (["task.checkpoint={hf}", "task.out={tmp}/x", "task.max_shard_size=lots"], "task.max_shard_size=lots"),
-])
-def test_a_bad_export_is_one_line_and_writes_nothing(hf_folders, tmp_path, overrides, expected):
-    before = sorted(tmp_path.iterdir())
-    given = [o.format(hf=hf_folders["llama"], tmp=tmp_path) for o in overrides]
-    result = primus("task=export", *given, cwd=tmp_path)
+# each bad export's line is ExportTask.prepare_job's (tests/unit/test_hf_checkpoint.py); one from the command line
+def test_a_bad_export_is_one_line_and_writes_nothing(hf_folders, tmp_path):
+    before, expected = sorted(tmp_path.iterdir()), "already a Hugging Face folder"
+    result = primus("task=export", f"task.checkpoint={hf_folders['llama']}", f"task.out={tmp_path}/x", cwd=tmp_path)
     lines = error_lines(result.stderr)
     assert result.returncode == 2 and len(lines) == 1 and expected in lines[0], result.stderr[-2000:]
     assert sorted(tmp_path.iterdir()) == before

@@ -177,3 +177,24 @@ def test_check_hf_folder_refuses_another_family(hf_folders):
 
     failures = check_hf_folder(hf_folders["mixtral"], _source(hf_folders["llama"]).model)
     assert len(failures) == 1 and "model_type=mixtral" in failures[0]
+
+
+# -- task=export: what cannot be exported is one line from ExportTask.prepare_job, before anything is written ------
+@pytest.mark.parametrize("overrides, expected", [
+    (["task.checkpoint={hf}", "task.out={tmp}/x"], "task.checkpoint={hf}: already a Hugging Face folder"),
+    (["task.checkpoint={tmp}", "task.out={tmp}/x"], "not a checkpoint"),
+    (["task.checkpoint={tmp}/nowhere", "task.out={tmp}/x"], "task.checkpoint={tmp}/nowhere: no such folder"),
+    (["task.checkpoint={hf}", "task.out={tmp}"], "task.out={tmp}: already exists"),
+    (["task.checkpoint={hf}", "task.out={tmp}/x", "task.max_shard_size=lots"], "task.max_shard_size=lots: not "),
+])
+def test_a_bad_export_is_one_line_and_writes_nothing(hf_folders, tmp_path, overrides, expected):
+    from helpers.compose import compose_primus
+    from primus_hydra.errors import PrimusError
+    from primus_hydra.tasks.export import ExportTask
+
+    given = {"hf": hf_folders["llama"], "tmp": tmp_path}
+    with pytest.raises(PrimusError) as raised:
+        ExportTask.prepare_job(compose_primus("task=export", *[o.format(**given) for o in overrides]), None)
+    lines = getattr(raised.value, "failures", None) or [str(raised.value)]
+    assert len(lines) == 1 and "\n" not in lines[0] and expected.format(**given) in lines[0], lines
+    assert list(tmp_path.iterdir()) == []
