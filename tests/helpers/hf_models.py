@@ -142,3 +142,30 @@ class BuiltOnDemand(dict):
     def __missing__(self, family: str) -> Path:
         self[family] = BUILDERS[family](self.root / family)
         return self[family]
+
+
+# -- what task=export writes back ----------------------------------------------------------------------------------
+def hf_tensors(folder: Path) -> dict:
+    """Every tensor of the folder's safetensors files, by its Hugging Face name."""
+    from safetensors import safe_open
+
+    tensors = {}
+    for file in sorted(Path(folder).glob("*.safetensors")):
+        with safe_open(str(file), "pt") as handle:
+            tensors.update({name: handle.get_tensor(name) for name in handle.keys()})
+    return tensors
+
+
+def assert_exports_the_tensors_of(folder: Path, run_dir: Path, out: Path, moved: tuple[str, ...] = ()) -> None:
+    """task=export of the run (fp32, in this process) gives the folder's tensors: the same names and shapes, values
+    within 1e-6, but for names ending in one of `moved` (what the run changed on purpose)."""
+    from helpers.compose import compose_primus
+    from primus_hydra.tasks.export import ExportTask, export_hf
+
+    export_hf(ExportTask.prepare_job(compose_primus("task=export", f"task.checkpoint={run_dir}", "task.format=hf",
+                                                    f"task.out={out}", "task.dtype=fp32"), None))
+    original, exported = hf_tensors(folder), hf_tensors(out)
+    assert sorted(exported) == sorted(original)
+    assert all(exported[name].shape == original[name].shape for name in original)
+    kept = [name for name in original if not name.endswith(moved)]
+    assert max((exported[name] - original[name]).abs().max().item() for name in kept) <= 1e-6

@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from helpers.cli import error_lines, primus, primus_reporting_torch, run_dirs
-from helpers.compose import compose_primus
+from helpers.compose import compose_primus, run_job
 from helpers.hf_models import BuiltOnDemand, needs_transformers
 from helpers.overrides import TINY_RUN
 from primus_hydra.errors import PrimusError
@@ -75,10 +75,9 @@ def test_the_command_prints_the_text_and_writes_generation_json(hf_folders, tmp_
 
 
 def test_a_backend_torch_run_dir_generates(tmp_path):
-    """The run dir as task.checkpoint, in process (the command itself is the test above's)."""
-    train = primus("model=llama_tiny", "backend=torch", *TINY_RUN, "module.checkpoint.save_final=true",
-                   f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
-    assert train.returncode == 0, train.stderr
+    """The run dir as task.checkpoint, trained and asked in process (the command itself is the test above's)."""
+    run_job(compose_primus("model=llama_tiny", "backend=torch", *TINY_RUN, "module.checkpoint.save_final=true"),
+            tmp_path / "run")
 
     job = prepared(f"task.checkpoint={tmp_path / 'run'}", "task.prompt_tokens=[100,101,102]", "task.max_new_tokens=4")
     result = generate_from_checkpoint(job)

@@ -17,7 +17,7 @@ from helpers import hf_models
 from helpers.cli import error_lines, primus
 from helpers.compose import REPO, compose_primus
 from helpers.curves import assert_same_curve, losses
-from helpers.hf_models import needs_transformers
+from helpers.hf_models import assert_exports_the_tensors_of, needs_transformers
 from helpers.libraries import needs_megatron_core, needs_torchtitan
 from helpers.overrides import NO_CHECKPOINTS, QUIET_LOGS, SMALL_BATCHES
 
@@ -104,13 +104,21 @@ def test_a_run_starts_from_the_hf_weights_on_the_native_curve(tmp_path, hf_folde
     assert_same_curve(curve, native_curve)
 
 
+# one still step (a learning rate too small to move a weight by 1e-6) whose last step is saved
+STILL_STEP = ["module.train_iters=1", "module.lr=1e-12", "module.min_lr=0", "module.checkpoint.save_final=true"]
+
+
 @pytest.mark.parametrize("case", list(FAMILIES))
-def test_each_family_starts_at_transformers_first_loss(tmp_path, hf_folder, case):
-    """transformers' loss on the same batch, in this process (backend=torch's own is the test above's)."""
+def test_each_family_starts_at_transformers_first_loss_and_exports_the_same_tensors(tmp_path, hf_folder, case):
+    """transformers' loss on the same batch, in this process (backend=torch's own is the test above's); task=export of
+    the backend's checkpoint (its weight converter out) gives the folder's tensors back."""
     backend, model, backend_args, shared = FAMILIES[case].values
-    first = train(tmp_path / backend, hf_folder(model), f"backend={backend}", "module.train_iters=1", *shared,
-                  *backend_args)[1]
+    run_dir = tmp_path / backend
+    first = train(run_dir, hf_folder(model), f"backend={backend}", *STILL_STEP, *shared, *backend_args)[1]
     assert first == pytest.approx(transformers_first_loss(hf_folder(model), *shared), rel=1e-5)
+    # the expert bias moves by its own rate, whatever the learning rate
+    moved = ("e_score_correction_bias",) if "model.moe.router_bias_update_rate=0.001" in shared else ()
+    assert_exports_the_tensors_of(hf_folder(model), run_dir, tmp_path / "exported", moved)
 
 FROM_HF_REFERENCE = """
 import json, sys

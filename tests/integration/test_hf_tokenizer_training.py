@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from helpers.cli import primus, primus_reporting_torch
+from helpers.compose import compose_primus, run_job
 from helpers.curves import assert_same_curve, losses
 from helpers.libraries import needs_megatron_core, needs_torchtitan
 from helpers.overrides import SHORT_RUN
@@ -49,9 +50,12 @@ def train(run_dir: Path, data: list[str], *args: str) -> dict[int, float]:
 
 @pytest.fixture(scope="module")
 def torch_run(tmp_path_factory, tokenized_text) -> Path:
-    """A backend=torch run through the tokenizer, its last step saved."""
+    """A backend=torch run through the tokenizer, its last step saved (in this process: the other backends' runs
+    are the command's)."""
     run_dir = tmp_path_factory.mktemp("torch") / "run"
-    train(run_dir, tokenized_text, "backend=torch", "module.checkpoint.save_final=true")
+    run_job(compose_primus(*SHORT_RUN, *STEPS, *tokenized_text, "backend=torch", "module.checkpoint.save_final=true"),
+            run_dir)
+    assert sorted(losses(run_dir)) == [1, 2]
     return run_dir
 
 
@@ -64,7 +68,6 @@ def test_task_generate_on_the_run_encodes_and_decodes_with_its_tokenizer(tokeniz
     """In this process: the job's prompt ids and the text it decodes (the command itself: test_hf_generate.py)."""
     from tokenizers import Tokenizer
 
-    from helpers.compose import compose_primus
     from primus_hydra.tasks.generate import GenerateTask, decode, generate_from_checkpoint
 
     tokenizer = Tokenizer.from_file(str(Path(tokenized_text[1].split("=", 1)[1]) / "tokenizer.json"))

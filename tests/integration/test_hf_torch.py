@@ -10,8 +10,7 @@ import shutil
 import pytest
 
 from helpers.cli import error_lines, primus
-from helpers.hf_models import BuiltOnDemand, damage, needs_transformers
-from helpers.libraries import needs_megatron_core, needs_torchtitan
+from helpers.hf_models import BuiltOnDemand, assert_exports_the_tensors_of, damage, needs_transformers
 from helpers.overrides import QUIET_LOGS
 
 pytestmark = needs_transformers
@@ -20,8 +19,7 @@ pytestmark = needs_transformers
 ONE_STILL_STEP = ["module.train_iters=1", "module.warmup_iters=0", "module.lr=1e-12", "module.min_lr=0",
                   "module.seq_length=32", "module.micro_batch_size=2", "module.global_batch_size=4",
                   "module.log.interval=1", *QUIET_LOGS]
-# what each layout proves that the others do not: llama-1proc the plain load (its run also feeds the converter
-# tests below); llama-fsdp2 a multi-file folder read into DTensor shards; llama-tp2 column/row splits; llama-pp2 a
+# what each layout proves that the others do not: llama-1proc the plain load; llama-fsdp2 a multi-file folder read into DTensor shards; llama-tp2 column/row splits; llama-pp2 a
 # pipeline stage reading only its layers; qwen3_moe the MoE and q/k-norm name table; deepseek_v3 MLA with the rope
 # row permutation and sigmoid routing, sharded
 LAYOUTS = {
@@ -62,16 +60,6 @@ def _train_from(folder, tmp_path, layout: list[str], load=None, name: str = "run
     return run_dir
 
 
-def _hf_tensors(folder) -> dict:
-    from safetensors import safe_open
-
-    tensors = {}
-    for file in sorted(folder.glob("*.safetensors")):
-        with safe_open(str(file), "pt") as handle:
-            tensors.update({name: handle.get_tensor(name) for name in handle.keys()})
-    return tensors
-
-
 def _transformers_first_loss(folder, run_dir) -> float:
     """transformers' loss on the batch of the run's first step (every data-parallel rank's sequences)."""
     import torch
@@ -99,31 +87,7 @@ def test_a_run_from_hf_weights_starts_at_transformers_loss_and_exports_the_same_
     first = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
     assert first["step"] == 1 and abs(first["loss"] - _transformers_first_loss(folder, run_dir)) < 1e-5
 
-    _assert_exports_the_tensors_of(folder, run_dir, tmp_path)
-
-
-def _assert_exports_the_tensors_of(folder, run_dir, tmp_path):
-    """task=export of the run in this process (the command itself is the bf16 test's)."""
-    from helpers.compose import compose_primus
-    from primus_hydra.tasks.export import ExportTask, export_hf
-
-    out = tmp_path / "exported"
-    export_hf(ExportTask.prepare_job(compose_primus("task=export", f"task.checkpoint={run_dir}", "task.format=hf",
-                                                    f"task.out={out}", "task.dtype=fp32"), None))
-    original, exported = _hf_tensors(folder), _hf_tensors(out)
-    assert sorted(exported) == sorted(original)
-    assert all(exported[name].shape == original[name].shape for name in original)
-    assert max((exported[name] - original[name]).abs().max().item() for name in original) <= 1e-6
-
-
-@pytest.mark.parametrize("backend", [pytest.param("megatron", marks=needs_megatron_core),
-                                     pytest.param("torchtitan", marks=needs_torchtitan)])
-def test_export_of_another_backends_step_goes_through_its_weight_converter(hf_folders, still_runs, tmp_path, backend):
-    """HF -> backend=torch -> the other backend (its converter in) -> task=export (its converter out): the same."""
-    native = still_runs("llama")
-    run_dir = _train_from(hf_folders["llama"], tmp_path, [f"backend={backend}"], load=native / "checkpoints", name=backend)
-    assert json.loads((run_dir / "checkpoints" / "step_0000001" / "meta.json").read_text())["backend"] == backend
-    _assert_exports_the_tensors_of(hf_folders["llama"], run_dir, tmp_path)
+    assert_exports_the_tensors_of(folder, run_dir, tmp_path / "exported")
 
 
 def test_export_writes_bf16_shards_of_the_size_asked_that_transformers_loads(still_runs, tmp_path):
