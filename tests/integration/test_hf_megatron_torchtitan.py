@@ -1,7 +1,8 @@
 """module.checkpoint.load=<Hugging Face folder> with backend=megatron (its core trainer) and backend=torchtitan: a run
 starts from the folder's weights. Its first-step loss is backend=torch's from the same folder and transformers' own on
 the same batch (1e-5), and the steps after follow backend=torch's curve (1e-4) on a sharded layout of each (megatron
-tp=2, torchtitan fsdp=2); every family each backend trains starts at transformers' first loss (on one process);
+tp=2, torchtitan fsdp=2); every family each backend trains starts at transformers' first loss (on one process)
+and task=export of that step gives the folder's tensors back;
 torchtitan gets the very tensors its own converter (StateDictAdapter.from_hf) makes of the folder; a folder the run
 cannot start from is one line, exit 2, before any worker starts."""
 from __future__ import annotations
