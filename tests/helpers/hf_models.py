@@ -169,3 +169,23 @@ def assert_exports_the_tensors_of(folder: Path, run_dir: Path, out: Path, moved:
     assert all(exported[name].shape == original[name].shape for name in original)
     kept = [name for name in original if not name.endswith(moved)]
     assert max((exported[name] - original[name]).abs().max().item() for name in kept) <= 1e-6
+
+
+def transformers_greedy(folder, prompt: list[int], new_tokens: int):
+    """transformers' own greedy decoding (KV cache on): the new tokens and each step's raw logits."""
+    import torch
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                             do_sample=False, output_logits=True, return_dict_in_generate=True, pad_token_id=0)
+    return out.sequences[0, len(prompt):].tolist(), [logits[0].float() for logits in out.logits]
+
+
+def generate_prepared(*overrides: str):
+    """task=generate's prepared job for these overrides, in this process."""
+    from helpers.compose import compose_primus
+    from primus_hydra.tasks.generate import GenerateTask
+
+    return GenerateTask.prepare_job(compose_primus("task=generate", *overrides), None)

@@ -11,30 +11,17 @@ import pytest
 
 from helpers.cli import error_lines, primus, primus_reporting_torch, run_dirs
 from helpers.compose import compose_primus, run_job
-from helpers.hf_models import BuiltOnDemand, needs_transformers
+from helpers.hf_models import BuiltOnDemand, needs_transformers, transformers_greedy
+from helpers.hf_models import generate_prepared as prepared
 from helpers.overrides import TINY_RUN
 from primus_hydra.errors import PrimusError
 from primus_hydra.tasks.checkpoint_source import CheckpointSource
-from primus_hydra.tasks.generate import GenerateTask, eos_token_ids, generate_from_checkpoint
+from primus_hydra.tasks.generate import eos_token_ids, generate_from_checkpoint
 
 PROMPT = [72, 101, 108, 108, 111, 44, 32, 119]  # "Hello, w"
 NEW_TOKENS = 8
 
 
-def transformers_greedy(folder, prompt: list[int], new_tokens: int):
-    """transformers' own greedy decoding (KV cache on): the new tokens and each step's raw logits."""
-    import torch
-    import transformers
-
-    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                             do_sample=False, output_logits=True, return_dict_in_generate=True, pad_token_id=0)
-    return out.sequences[0, len(prompt):].tolist(), [logits[0].float() for logits in out.logits]
-
-
-def prepared(*overrides: str):
-    return GenerateTask.prepare_job(compose_primus("task=generate", *overrides), None)
 
 
 @pytest.fixture(scope="module")

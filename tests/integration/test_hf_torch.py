@@ -10,7 +10,14 @@ import shutil
 import pytest
 
 from helpers.cli import error_lines, primus
-from helpers.hf_models import BuiltOnDemand, assert_exports_the_tensors_of, damage, needs_transformers
+from helpers.hf_models import (
+    BuiltOnDemand,
+    assert_exports_the_tensors_of,
+    damage,
+    generate_prepared,
+    needs_transformers,
+    transformers_greedy,
+)
 from helpers.overrides import QUIET_LOGS
 
 pytestmark = needs_transformers
@@ -88,6 +95,14 @@ def test_a_run_from_hf_weights_starts_at_transformers_loss_and_exports_the_same_
     assert first["step"] == 1 and abs(first["loss"] - _transformers_first_loss(folder, run_dir)) < 1e-5
 
     assert_exports_the_tensors_of(folder, run_dir, tmp_path / "exported")
+    if layout == "llama-1proc":  # the exported folder means what the original means: transformers' greedy tokens
+        from primus_hydra.tasks.generate import generate_from_checkpoint
+
+        prompt = [72, 101, 108, 108, 111]
+        expected, _ = transformers_greedy(folder, prompt, 6)
+        job = generate_prepared(f"task.checkpoint={tmp_path / 'exported'}", f"task.prompt_tokens={prompt}",
+                                "task.max_new_tokens=6")
+        assert generate_from_checkpoint(job).tokens == expected
 
 
 def test_export_writes_bf16_shards_of_the_size_asked_that_transformers_loads(still_runs, tmp_path):
