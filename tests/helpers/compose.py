@@ -26,5 +26,9 @@ def run_job(cfg: DictConfig, run_dir: Path):
     """task=train in this process, as the CLI runs it after composing: the job prepared, then run (a dry run or a
     job of one process runs here); returns what the task returns."""
     from primus_hydra.tasks.train import TrainTask
+    from primus_hydra.util.environment import restored_environment
 
-    return TrainTask(cfg, run_dir=Path(run_dir)).run()
+    # as tasks.run_task does: what the job set (platform.env) is undone after it, also where a module-scoped fixture
+    # runs it (outside the per-test environment reset of tests/conftest.py)
+    with restored_environment():
+        return TrainTask(cfg, run_dir=Path(run_dir)).run()
