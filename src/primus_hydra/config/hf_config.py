@@ -18,6 +18,7 @@ from typing import Any, Sequence, Union
 from primus_hydra.config.schema_model import MLAConfig, MoEConfig, RopeScalingConfig
 from primus_hydra.config.values import to_plain
 from primus_hydra.errors import ConfigValidationError
+from primus_hydra.util.omegaconf_text import escape_text
 
 # model_type -> (the canonical family, the class transformers builds for it)
 SUPPORTED_MODEL_TYPES = {
@@ -402,7 +403,7 @@ def apply_model_from_hf(cfg: Any, overrides: Sequence[str]) -> None:
     config = read_hf_config(folder, "model.from_hf")
     config_file = Path(str(folder)).expanduser().resolve() / "config.json"
     fields = _flat(model_fields_from_hf(config, f"model.from_hf: {config_file}"))
-    fields["name"] = config_file.parent.name
+    fields["name"] = escape_text(config_file.parent.name)  # a folder named `${...}` stays a name
     given = set()
     for key in _command_line_model_keys(overrides):
         value = OmegaConf.select(cfg.model, key, default=None)

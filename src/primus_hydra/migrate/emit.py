@@ -21,6 +21,7 @@ from omegaconf._utils import get_yaml_loader
 from primus_hydra.config.secrets import is_secret_name
 from primus_hydra.errors import PrimusError
 from primus_hydra.migrate.primus_yaml import ENV_REFERENCE, EnvString, EnvValue
+from primus_hydra.util.omegaconf_text import escape_text
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 HYDRA_KEY = re.compile(r"hydra|_[A-Za-z]+_")  # hydra's node, _target_, _recursive_, _convert_, _args_, _partial_
@@ -37,11 +38,6 @@ class _Dumper(yaml.SafeDumper):
 
 _Dumper.yaml_implicit_resolvers = {key: list(value) for key, value in _LOADER.yaml_implicit_resolvers.items()}
 _Dumper.add_representer(Interpolation, lambda dumper, data: dumper.represent_str(str(data)))
-
-
-def escape_text(text: str) -> str:
-    """Text OmegaConf returns unchanged: each `${` (and the backslashes before it) escaped."""
-    return re.sub(r"(\\*)\$\{", lambda match: match.group(1) * 2 + "\\${", text)
 
 
 def quoted(text: str) -> str:
