@@ -3,7 +3,7 @@ under task=train) fails at composition. The tasks that run a job as task=train d
 its schema, as their classes extend TrainTask."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import List, Optional
 
 from omegaconf import MISSING
@@ -102,6 +102,33 @@ class ExportTaskConfig(TaskConfig):
     max_shard_size: str = "5GB"  # the largest safetensors file (a tensor larger than this is a file alone)
 
 
+class PrepareDataFormat(Choice):
+    auto = "auto"  # from each file's name: .jsonl/.json/.ndjson, .parquet, .arrow; a datasets.save_to_disk folder; else text
+    text = "text"  # a whole file is one document
+    jsonl = "jsonl"  # one JSON object a line, one document per line and key
+    parquet = "parquet"  # Parquet files or a datasets.save_to_disk folder (Arrow), read with pyarrow
+
+
+class TokenDtype(Choice):
+    auto = "auto"  # as Megatron-LM's tool picks: uint16 below 65500 ids, else int32
+    uint16 = "uint16"
+    int32 = "int32"
+
+
+@dataclass
+class PrepareDataTaskConfig(TaskConfig):
+    input: Optional[str] = None  # a file, a folder (walked in sorted order) or a glob; .gz and .zst read as they are
+    tokenizer: Optional[str] = None  # byte, a Hugging Face tokenizer folder (tokenizer.json) or a sentencepiece .model
+    out: Optional[str] = None  # the output prefix: <out>_<key>_document.bin/.idx and <out>_stats.json
+    format: PrepareDataFormat = PrepareDataFormat.auto
+    json_keys: List[str] = field(default_factory=lambda: ["text"])  # the fields read (jsonl, parquet); one dataset each
+    append_eod: bool = True  # end each document with the tokenizer's end-of-document id
+    workers: Optional[int] = None  # tokenizing processes (null: one per CPU core this process may use)
+    token_dtype: TokenDtype = TokenDtype.auto  # the token ids' type in the .bin
+    overwrite: bool = False  # replace existing outputs
+    skip_bad_records: bool = False  # skip (and count) malformed JSONL lines instead of stopping at the first
+
+
 TASK_SCHEMAS = {
     "train": TrainTaskConfig,
     "plan": TaskConfig,
@@ -110,6 +137,7 @@ TASK_SCHEMAS = {
     "projection": ProjectionTaskConfig,
     "benchmark": BenchmarkTaskConfig,
     "preflight": PreflightTaskConfig,
+    "prepare_data": PrepareDataTaskConfig,  # before export: its task.format row documents both
     "export": ExportTaskConfig,
     "generate": GenerateTaskConfig,
 }

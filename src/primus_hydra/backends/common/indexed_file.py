@@ -18,6 +18,7 @@ from typing import Optional
 
 import numpy as np
 
+from primus_hydra.backends.common.indexed_stats import recorded_largest_token_id
 from primus_hydra.backends.common.token_file import PROBE_TOKENS
 
 INDEX_MAGIC = b"MMIDIDX\x00\x00"
@@ -96,7 +97,9 @@ def read_index(prefix: str) -> IndexedFile:
 
 
 def indexed_data_failures(path: str, vocab_size: int, seq_length: int, blends: bool) -> list[str]:
-    """One line per prefix that cannot feed sequences of seq_length + 1 tokens of ids below vocab_size."""
+    """One line per prefix that cannot feed sequences of seq_length + 1 tokens of ids below vocab_size. The largest
+    id is the one task=prepare_data's stats file records when it still describes the dataset (every token, read
+    once when it was written), else the largest of the first PROBE_TOKENS."""
     try:
         blend = parse_blend(path)
     except IndexedFileError as error:
@@ -115,7 +118,8 @@ def indexed_data_failures(path: str, vocab_size: int, seq_length: int, blends: b
         if count <= seq_length + 1:
             failures.append(f"module.data.path={prefix}: {count} tokens is too short for module.seq_length={seq_length}")
             continue
-        largest = int(np.asarray(found.tokens()[:PROBE_TOKENS]).max())
+        recorded = recorded_largest_token_id(found.prefix)
+        largest = recorded if recorded is not None else int(np.asarray(found.tokens()[:PROBE_TOKENS]).max())
         if largest >= vocab_size:
             failures.append(f"module.data.path={prefix}: token id {largest} >= model.vocab_size={vocab_size} "
                             f"(tokenized for another model, or model.vocab_size too small)")
