@@ -47,6 +47,11 @@ def test_a_name_that_only_contains_a_secret_word_does_not(name):
     assert not is_secret_name(name)
 
 
+def test_task_json_keys_is_an_option_not_a_secret_yet_other_keys_names_still_are():
+    assert not is_secret_name("json_keys") and literal_secret_overrides(["task.json_keys=[text,title]"]) == []
+    assert is_secret_name("api_keys") and is_secret_name("ssh_json_keys") and is_secret_name("JSON_KEYS_SECRET")
+
+
 def test_a_written_config_keeps_values_from_the_environment_as_typed(monkeypatch):
     monkeypatch.setenv("PRIMUS_TEST_ROOT", "/data/root")
     cfg = OmegaConf.create({"root": "${oc.env:PRIMUS_TEST_ROOT}", "copy": "${root}", "nested": {"up": "${..root}"},

@@ -6,7 +6,8 @@ separators, it ends with TOKEN, KEY(S), SECRET(S), PASSWORD(S), PASSWD or CREDEN
 `WANDB_API_KEY`, `AWS_SECRET_ACCESS_KEY`, `PGPASSWORD`, `hfToken`, `API_KEY_2`; not `TOKENIZERS_PARALLELISM`,
 `token_dtype`, `SSH_KEY_PATH`, `AWS_ACCESS_KEY_ID`. Only the end counts, because a training config names counts
 and types after tokens (`token_dtype`, `eos_token_id`); a name such as `MONKEY` counts too, which costs only a
-blanked value. Every leaf under a secret-named key is secret (`credentials.user`).
+blanked value. Every leaf under a secret-named key is secret (`credentials.user`). Option names that end so
+and name no secret are listed (NOT_SECRET_NAMES: `task.json_keys`, the record fields task=prepare_data reads).
 
 A config written to a file keeps a value read from the environment as the interpolation it was typed as
 (`${oc.env:HF_TOKEN}`, also through a reference to such a value), and shows any other secret-named value as `<redacted>`.
@@ -24,6 +25,7 @@ from omegaconf import OmegaConf
 from primus_hydra.distributed_env import detect_distributed_env
 
 REDACTED = "<redacted>"  # a plain YAML scalar, unlike "***" (an alias)
+NOT_SECRET_NAMES = frozenset({"JSON_KEYS"})
 SECRET_ENDINGS = ("TOKEN", "KEY", "KEYS", "SECRET", "SECRETS", "PASSWORD", "PASSWORDS", "PASSWD", "CREDENTIAL",
                   "CREDENTIALS")
 # values not blanked out of text: shorter ones, and these words, would blank out common words and numbers of
@@ -39,7 +41,8 @@ LeafPath = tuple  # a leaf's keys from the root, as strings
 
 
 def is_secret_name(name: Any) -> bool:
-    return _TRAILING.sub("", str(name)).upper().endswith(SECRET_ENDINGS)
+    normalized = _TRAILING.sub("", str(name)).upper()
+    return normalized.endswith(SECRET_ENDINGS) and normalized not in NOT_SECRET_NAMES
 
 
 def is_secret_path(path: LeafPath) -> bool:
