@@ -67,7 +67,8 @@ def _out_failure(task: Any) -> tuple[Optional[str], Optional[OutputNames]]:
         return f"task.out={task.out}: a prefix, not a folder (as Megatron's --output-prefix: /data/corpus)", None
     failure = writable_dir_failure("task.out", str(out.parent), "the outputs are written beside task.out and "
                                    "renamed into place; choose a folder this user can write")
-    return failure, OutputNames(out)
+    named = failure.replace(f"task.out={out.parent}:", f"task.out={task.out}:", 1) if failure else None
+    return named, OutputNames(out)
 
 
 def _record_failures(files: list, keys: list) -> list[str]:
