@@ -63,8 +63,8 @@ def _sweep_point_label() -> str:
 
 
 def main() -> None:
+    install_fast_composition()  # first: the schemas are converted when composition loads them
     register_schemas()
-    install_fast_composition()
     failures = launch_environment_failures()
     if failures:
         for line in failures:

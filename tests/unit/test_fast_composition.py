@@ -91,3 +91,60 @@ def test_a_sweep_override_composes_as_hydra_does(monkeypatch):
     memo = loader()
     memo.load_configuration("config", ["module.lr=0.1,0.2"], RunMode.MULTIRUN, validate_sweep_overrides=False)
     assert calls == [RunMode.RUN, RunMode.MULTIRUN]  # the run's composition stops at its first check
+
+
+def test_a_stored_node_loads_as_hydra_would_have_stored_it():
+    from hydra.core.config_store import ConfigStore
+    from hydra_plugins.hydra_optuna_sweeper.config import OptunaSweeperConf, TPESamplerConfig
+    from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
+
+    from primus_hydra.backends.schemas import BACKEND_SCHEMAS
+    from primus_hydra.config.schema import PrimusConfig
+
+    register_schemas()
+    scan_plugins()
+    store = ConfigStore.instance()
+    for path, node in [("primus_schema.yaml", PrimusConfig), ("schema/backend/megatron.yaml", BACKEND_SCHEMAS["megatron"]),
+                       ("hydra/sweeper/optuna.yaml", OptunaSweeperConf), ("hydra/sweeper/sampler/tpe.yaml", TPESamplerConfig),
+                       ("hydra/launcher/submitit_slurm.yaml", SlurmQueueConf())]:
+        first, second = store.load(path), store.load(path)
+        assert first.node == OmegaConf.structured(node), path
+        assert first.node is not second.node  # each load hands out its own copy, as Hydra's does
+        OmegaConf.set_struct(first.node, False)
+        first.node.extra = 1  # and changing it changes nothing stored
+        assert "extra" not in store.load(path).node
+
+
+def scan_plugins() -> None:
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance()
+
+
+def test_a_node_is_converted_when_first_loaded_not_when_stored():
+    from dataclasses import dataclass
+
+    from hydra.core.config_store import ConfigStore
+    from omegaconf.errors import ValidationError
+
+    @dataclass
+    class Unconvertible:
+        x: object = object()  # OmegaConf refuses this type
+
+    store = ConfigStore.instance()
+    store.store(group="test_lazy", name="bad", node=Unconvertible)  # Hydra's own store would raise here
+    with pytest.raises(ValidationError):
+        store.load("test_lazy/bad.yaml")
+    del store.repo["test_lazy"]
+
+
+def test_an_interpolation_is_parsed_once_and_a_bad_one_raises_every_time():
+    import omegaconf.grammar_parser
+    from omegaconf.errors import GrammarParseError
+
+    parse = omegaconf.grammar_parser.parse
+    assert parse("${a.b}/${now:%H}") is parse("${a.b}/${now:%H}")
+    for _ in range(2):
+        with pytest.raises(GrammarParseError):
+            parse("${a.b")
+    assert OmegaConf.create({"a": 2, "b": "${a}-${a}"}).b == "2-2"

@@ -16,6 +16,15 @@
    installed plugin and this project registered (~35 ms a composition). A copy of the ConfigStore is the ConfigStore
    itself now; nothing changes it while composing, and ConfigStore.load hands out a copy of each node it loads.
 
+4. ConfigStore.store converts each node to OmegaConf when it is stored: every structured config every installed
+   plugin registers at Hydra's plugin scan (Optuna's sweeper and samplers, submitit's and joblib's launchers) and
+   this project's schemas (~25-35 ms a process), most of which no command loads. A node stored after install() is
+   converted when it is first loaded, once; what a load returns is the same.
+
+5. OmegaConf parses an interpolation (`${...}`) with its ANTLR grammar (~1 ms a string in pure Python) each time
+   it meets it: when a node is made, merged into or resolved. Composing this project's config parses the same ~10
+   strings 17-35 times. The parse tree of a string is kept (it is read, never changed, by OmegaConf's visitor).
+
 Not for speed: every composition ends with `model.from_hf=<DIR>` applied (config/hf_config.py), so that the
 command line, `--cfg job`, the Python API and each sweep point Hydra composes see the folder's architecture.
 
@@ -38,6 +47,8 @@ def install() -> None:
         return
     _INSTALLED = True
     _install_c_yaml_loader()
+    _convert_stored_nodes_when_loaded()
+    _keep_interpolation_parse_trees()
     _install_model_from_hf()  # first: the composition kept for the run below has it applied already
     _install_one_composition_per_run()
     _share_the_config_store()
@@ -97,6 +108,78 @@ def _share_the_config_store() -> None:
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.__deepcopy__ = lambda self, memo: self
+
+
+class _Conversion:
+    """A stored node and, once asked for, its OmegaConf form; shared by the copies ConfigStore.load makes."""
+    __slots__ = ("stored", "converted")
+
+    def __init__(self, stored: Any) -> None:
+        self.stored, self.converted = stored, None
+
+    def config(self) -> Any:
+        if self.converted is None:
+            from omegaconf import OmegaConf
+
+            self.converted, self.stored = OmegaConf.structured(self.stored), None
+        return self.converted
+
+    def __deepcopy__(self, memo: dict) -> "_Conversion":
+        return self
+
+
+def _convert_stored_nodes_when_loaded() -> None:
+    from hydra.core.config_store import ConfigNode, ConfigStore
+
+    class ConvertedWhenLoaded(ConfigNode):  # ConfigNode's fields and constructor; `node` made when first read
+        @property
+        def node(self) -> Any:
+            own = self.__dict__.get("_own_node")
+            return own if own is not None else self.__dict__["_conversion"].config()
+
+        @node.setter
+        def node(self, value: Any) -> None:  # ConfigNode's constructor gives the conversion, load() a copy
+            if isinstance(value, _Conversion):
+                self.__dict__["_conversion"], self.__dict__["_own_node"] = value, None
+            else:
+                self.__dict__["_own_node"] = value
+
+    def store(self: ConfigStore, name: str, node: Any, group: Optional[str] = None, package: Optional[str] = None,
+              provider: Optional[str] = None) -> None:
+        folder = self.repo
+        for part in group.split("/") if group is not None else ():
+            folder = folder.setdefault(part, {})
+        name = name if name.endswith(".yaml") else f"{name}.yaml"
+        folder[name] = ConvertedWhenLoaded(name=name, node=_Conversion(node), group=group, package=package,
+                                           provider=provider)
+
+    ConfigStore.store = store
+
+
+PARSE_TREES_KEPT = 1024
+
+
+def _keep_interpolation_parse_trees() -> None:
+    import omegaconf._utils
+    import omegaconf.base
+    import omegaconf.grammar_parser
+    import omegaconf.resolvers.oc
+
+    parse = omegaconf.grammar_parser.parse
+    trees: dict[tuple, Any] = {}
+
+    def parse_once(value: str, parser_rule: str = "configValue", lexer_mode: str = "DEFAULT_MODE") -> Any:
+        key = (value, parser_rule, lexer_mode)
+        tree = trees.get(key)
+        if tree is None:
+            tree = parse(value, parser_rule, lexer_mode)  # a string the grammar refuses raises, every time
+            if len(trees) >= PARSE_TREES_KEPT:
+                trees.clear()
+            trees[key] = tree
+        return tree
+
+    for module in (omegaconf.grammar_parser, omegaconf._utils, omegaconf.base, omegaconf.resolvers.oc):
+        module.parse = parse_once
 
 
 def python_yaml_loader() -> Any:

@@ -266,8 +266,8 @@ def compose_imported(name: str, config_dir: Path, *extra: str) -> DictConfig:
     from hydra._internal.utils import create_config_search_path
     from hydra.types import RunMode
 
-    register_schemas()
     install_fast_composition()
+    register_schemas()
     loader = ConfigLoaderImpl(config_search_path=create_config_search_path(find_conf_dir()))
     overrides = [f"experiment={hydra_value(name)}", f"hydra.searchpath=[{hydra_value('file://' + str(Path(config_dir).resolve()))}]",
                  *extra]
