@@ -197,6 +197,7 @@ def test_a_restart_before_any_checkpoint_trains_again_from_the_start(tmp_path, s
     assert_same_curve(losses(tmp_path / "run"), single_process_curve)
 
 
+@pytest.mark.timing  # launch.timeout_s=5 against the ranks' start-up: run alone (tests/integration/conftest.py)
 def test_a_stuck_rank_times_out_instead_of_hanging_the_job(tmp_path):
     started = time.monotonic()
     result = primus(tmp_path / "run", "module.train_iters=40", *SMALL, *LAYOUTS["dp2"], "launch.timeout_s=5",
@@ -222,6 +223,7 @@ def test_two_nodes_rendezvous_through_c10d_and_train_the_same_curve(tmp_path, si
     assert_same_curve(losses(tmp_path / "run"), single_process_curve)
 
 
+@pytest.mark.timing  # a 5 s rendezvous timeout, its wall time bounded: run alone (tests/integration/conftest.py)
 def test_a_node_that_never_comes_ends_the_rendezvous_within_launch_timeout_s(tmp_path):
     """launch.nnodes=2 with only this node started: the c10d rendezvous gives up after launch.timeout_s, in one line."""
     with socket.socket() as probe:

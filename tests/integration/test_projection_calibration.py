@@ -19,6 +19,8 @@ CASES = {
                          "module.global_batch_size=8"],
 }
 MEMORY_TOLERANCE, THROUGHPUT_TOLERANCE = 0.15, 0.25
+# measured tokens/s against the projection: run alone, not beside other tiers (tests/integration/conftest.py)
+pytestmark = pytest.mark.timing
 
 
 # one intra-op thread per rank, whatever the machine gives the test: with two, a MoE rank's peak grows by ~27 MiB

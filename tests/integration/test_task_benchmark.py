@@ -19,6 +19,7 @@ def results(run_dir):
     return json.loads((run_dir / "benchmark.json").read_text())
 
 
+@pytest.mark.timing  # two timed loops compared within 30 %: run alone (tests/integration/conftest.py)
 def test_gemm_tflops_agree_with_a_plain_matmul_loop():
     from primus_hydra.benchmark.gemm import measure
 
