@@ -19,7 +19,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 # torch first and pinned: the CPU build on this kind of machine lies in the local wheel folder.
 "$venv/bin/pip" install -q -c "$root/constraints.txt" "torch==2.13.0" numpy 2> >(grep -v "is neither a file nor a directory" >&2)
 # compat mode: src/ on sys.path, so new hydra_plugins.* portions are found without reinstalling
-"$venv/bin/pip" install -q -c "$root/constraints.txt" --config-settings editable_mode=compat -e "$root[torch,megatron,torchtitan,hf,data,dev]" 2> >(grep -v "is neither a file nor a directory" >&2)
+"$venv/bin/pip" install -q -c "$root/constraints.txt" --config-settings editable_mode=compat -e "$root[torch,megatron,torchtitan,hf,data,wandb,mlflow,dev]" 2> >(grep -v "is neither a file nor a directory" >&2)
 # torchtitan 0.3 next to it, outside sys.path, for the tests of the 0.3 config functions (import only: 0.3 needs
 # torch >= 2.14 to train); its two libraries that 0.2.2 lacks come with it, no dependency is resolved again.
 rm -rf "$venv/torchtitan-0.3"

@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from primus_hydra.config.schema import PrimusConfig
 from primus_hydra.config.schema_hardware import HardwareConfig
+from primus_hydra.config.schema_logger import LoggerConfig
 from primus_hydra.config.schema_run import BackendConfig
 from primus_hydra.config.schema_task import TASK_SCHEMAS
 
@@ -46,6 +47,7 @@ def register_schemas() -> None:
         for name, schema in schemas.items():
             store.store(group=f"schema/{group}", name=name, node=schema, package=group, provider="primus_hydra")
     store.store(name="hardware", group="schema", node=HardwareConfig, package="hardware", provider="primus_hydra")
+    store.store(name="logger", group="schema", node=LoggerConfig, package="logger", provider="primus_hydra")
 
 
 def typed_config(raw: DictConfig) -> DictConfig:

@@ -14,6 +14,7 @@ from omegaconf import MISSING
 
 from primus_hydra.config import resolvers  # noqa: F401  (registers ${primus.times:...})
 from primus_hydra.config.schema_hardware import HardwareConfig
+from primus_hydra.config.schema_logger import LoggerConfig
 from primus_hydra.config.schema_model import ModelConfig
 from primus_hydra.config.schema_module import ModuleConfig
 from primus_hydra.config.schema_run import LaunchConfig, PatchesConfig, PlatformConfig, SweepConfig
@@ -27,6 +28,7 @@ class PrimusConfig:
     backend: Any = MISSING  # typed by the selected option's schema (schema/backend/<name>)
     task: Any = MISSING  # typed by the selected option's schema (schema/task/<name>)
     hardware: HardwareConfig = MISSING  # task=projection's device (conf/hardware/)
+    logger: LoggerConfig = MISSING  # where metrics go besides metrics.jsonl (conf/logger/)
     launch: LaunchConfig = field(default_factory=LaunchConfig)
     patches: PatchesConfig = field(default_factory=PatchesConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)

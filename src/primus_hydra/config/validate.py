@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from primus_hydra.config.choices import auto_int_failure
 from primus_hydra.config.derived_values import with_typed_sources
 from primus_hydra.config.layout import stage_layers
+from primus_hydra.config.schema_logger import check_logger
 from primus_hydra.config.targets import load_target
 from primus_hydra.config.validate_numbers import number_failures
 from primus_hydra.errors import ConfigValidationError
@@ -297,4 +298,4 @@ def _sweep(cfg: DictConfig, failures: list[str], warnings: list[str]) -> None:
 
 
 RULES: tuple[Rule, ...] = (_attention_heads, _mixture_of_experts, _pipeline_layers, _sequence, _learning_rate, _data,
-                           _platform, _launch, _patches, _sweep)
+                           _platform, _launch, _patches, _sweep, check_logger)
