@@ -148,3 +148,33 @@ def test_an_interpolation_is_parsed_once_and_a_bad_one_raises_every_time():
         with pytest.raises(GrammarParseError):
             parse("${a.b")
     assert OmegaConf.create({"a": 2, "b": "${a}-${a}"}).b == "2-2"
+
+
+TRICKY_VALUES = {"empty": "", "bool_like": ["yes", "no", "on", "True", "null", "~"], "numbers": ["1", "1e-8", ".inf", "0x1f"],
+                 "long": "a path " * 30, "lines": "first\nsecond\n  indented\n", "unicode": "héllo — ünïcode ✓",
+                 "specials": ["a: b", "# not a comment", " leading", "trailing ", "'quoted'", '"double"', "-", "[x]", "{y}",
+                              "${model.name}", "%H-%M", "*star", "&anchor", "!tag", "|pipe", ">fold", "@at", "`tick`"],
+                 "floats": [1e-8, 3.0e-3, float("inf"), -0.0], "ints": [0, -1, 2**40], "none": None, "nested": {"a": [{"b": []}]}}
+
+
+@pytest.mark.parametrize("overrides", [[], ["backend=megatron", "model=llama3_8b"], ["backend=torchtitan", "model=moe_tiny"],
+                                       ["task=plan", "platform=slurm"]])
+def test_omegaconf_writes_a_composed_config_as_its_python_dumper_does(overrides):
+    cfg = loader().load_configuration("config", overrides, RunMode.RUN)
+    container = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
+    container["tricky"] = TRICKY_VALUES
+    for sort_keys in (False, True):
+        written = OmegaConf.to_yaml(OmegaConf.create(container), sort_keys=sort_keys)
+        assert written == yaml.dump(container, default_flow_style=False, allow_unicode=True, sort_keys=sort_keys,
+                                    Dumper=fast_composition.python_omegaconf_dumper())
+
+
+def test_the_c_safe_dumper_writes_what_safe_dump_writes():
+    from primus_hydra.util.yaml_text import SAFE_DUMPER, dump_yaml, load_yaml
+
+    assert SAFE_DUMPER is yaml.CSafeDumper
+    cfg = loader().load_configuration("config", ["backend=megatron", "model=llama3_8b"], RunMode.RUN)
+    document = {"config": OmegaConf.to_container(cfg, resolve=False, enum_to_str=True), "tricky": TRICKY_VALUES}
+    for options in ({}, {"sort_keys": False}, {"sort_keys": False, "default_flow_style": False}):
+        assert dump_yaml(document, **options) == yaml.safe_dump(document, **options)
+    assert load_yaml(dump_yaml(document)) == yaml.safe_load(yaml.safe_dump(document))

@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 from typing import Optional
 
-import yaml
 from omegaconf import OmegaConf
 
 from primus_hydra.backends.schemas import typed_config
@@ -32,6 +31,7 @@ from primus_hydra.config.layout import ParallelLayout
 from primus_hydra.config.secrets import LeafPath, config_for_file, secret_values
 from primus_hydra.orchestrator.prepare import PreparedJob
 from primus_hydra.util.private_files import write_private_text
+from primus_hydra.util.yaml_text import dump_yaml, load_yaml
 
 JOB_CONFIG_FILE = Path(".primus") / "job_config.yaml"
 SECRET_VARIABLE_PREFIX = "PRIMUS_SECRET_"
@@ -56,7 +56,7 @@ def write_job_config(job: PreparedJob, run_dir: Path, name: Path = JOB_CONFIG_FI
     header = (f"# prepared for world size {job.layout.world_size}: workers load this file and trust it "
               "(no recomposition, no second validation)\n")
     tmp = target.with_suffix(f".tmp.{os.getpid()}")  # written whole, then renamed: a reader never sees half
-    write_private_text(tmp, header + yaml.safe_dump(document, sort_keys=False))
+    write_private_text(tmp, header + dump_yaml(document, sort_keys=False))
     tmp.replace(target)
     return target
 
@@ -75,12 +75,12 @@ def shipped_translation(job: PreparedJob) -> Optional[dict]:
     if job.translation is None:
         return None
     plain = job.translation.plain()
-    text = yaml.safe_dump(plain["arguments"])
+    text = dump_yaml(plain["arguments"])
     return None if any(secret in text for secret in secret_values(job.cfg)) else plain
 
 
 def load_job_config(path: Path) -> PreparedJob:
-    document = yaml.safe_load(Path(path).read_text())
+    document = load_yaml(Path(path).read_text())
     cfg = typed_config(OmegaConf.create(document["config"]))
     translated = document.get("translated")
     return PreparedJob(cfg=cfg, layout=ParallelLayout(**document["prepared"]["layout"]),

@@ -15,8 +15,6 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-import yaml
-
 from primus_hydra.backends.base import BackendAdapter, BaseTrainer, load_adapter
 from primus_hydra.backends.translation import Translation, translate, why_translate_again
 from primus_hydra.config.secrets import REDACTED, config_for_file, is_secret_name, redact_text, secret_values
@@ -28,6 +26,7 @@ from primus_hydra.patches.registry import PatchContext, resolve_enabled_ids
 from primus_hydra.patches.runner import load_patch_modules, raise_load_errors, run_patches
 from primus_hydra.runtime.logging_setup import FILE_ONLY, setup_rank_logging, teardown_rank_logging
 from primus_hydra.util.private_files import write_private_text
+from primus_hydra.util.yaml_text import dump_yaml
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +95,7 @@ class PrimusRuntime:
         cfg = self.cfg
         self._mark("env")
         if self.dist.is_main:  # what the rest resolved to; values from the environment stay ${oc.env:...}
-            text = yaml.safe_dump(config_for_file(cfg), sort_keys=False, default_flow_style=False)
+            text = dump_yaml(config_for_file(cfg), sort_keys=False, default_flow_style=False)
             write_private_text(self.run_dir / RESOLVED_CONFIG_FILE, text)
         applied = apply_env_block(dict(cfg.platform.env))
         log.info(
@@ -173,7 +172,7 @@ class PrimusRuntime:
         target = self.run_dir / DRY_RUN_FILE
         if self.dist.is_main:
             target.parent.mkdir(parents=True, exist_ok=True)
-            text = yaml.safe_dump(to_plain(self.backend_args), sort_keys=False, default_flow_style=False)
+            text = dump_yaml(to_plain(self.backend_args), sort_keys=False, default_flow_style=False)
             header = f"# backend={self.adapter.name}: final arguments after build_args patches\n"
             write_private_text(target, redact_text(header + text, self.secrets))
             log.info("dry run: backend arguments written to %s", target)
