@@ -178,3 +178,27 @@ def test_the_c_safe_dumper_writes_what_safe_dump_writes():
     for options in ({}, {"sort_keys": False}, {"sort_keys": False, "default_flow_style": False}):
         assert dump_yaml(document, **options) == yaml.safe_dump(document, **options)
     assert load_yaml(dump_yaml(document)) == yaml.safe_load(yaml.safe_dump(document))
+
+
+def test_help_lists_the_same_groups_and_options_with_one_repository(monkeypatch):
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import create_automatic_config_search_path, get_args_parser
+    from hydra.core.global_hydra import GlobalHydra
+
+    register_schemas()
+    GlobalHydra.instance().clear()
+    search_path = create_automatic_config_search_path(None, None, find_conf_dir())
+    app = Hydra.create_main_hydra2(task_name="primus", config_search_path=search_path)
+    try:
+        cfg = app.compose_config("config", ["backend=megatron"], run_mode=RunMode.RUN)
+        made = []
+        counted = app.config_loader._parse_overrides_and_create_caching_repo
+        monkeypatch.setattr(app.config_loader, "_parse_overrides_and_create_caching_repo",
+                            lambda *args: made.append(1) or counted(*args))
+        once = app.get_help(cfg.hydra.help, cfg, get_args_parser(), resolve=False)
+        repositories_once = len(made)
+        as_hydra = Hydra.get_help.__wrapped__(app, cfg.hydra.help, cfg, get_args_parser(), resolve=False)
+    finally:
+        GlobalHydra.instance().clear()
+    assert once == as_hydra and "backend: " in once and "model: " in once
+    assert repositories_once == 1 and len(made) > 50  # Hydra's own makes one per listing

@@ -29,6 +29,10 @@
    PyYAML's pure-Python emitter, ~25 ms for this project's config; libyaml's emitter writes the same text, with
    OmegaConf's own representer (strings that would read back as another type are quoted).
 
+7. `--help` lists every config group twice (Hydra's and the application's), asking for each group's options with
+   a new config repository each time (~120 repositories, ~0.15 s for this project's tree). While the help text is
+   made, one repository answers and each listing is made once.
+
 Not for speed: every composition ends with `model.from_hf=<DIR>` applied (config/hf_config.py), so that the
 command line, `--cfg job`, the Python API and each sweep point Hydra composes see the folder's architecture.
 
@@ -55,6 +59,7 @@ def install() -> None:
     _convert_stored_nodes_when_loaded()
     _keep_interpolation_parse_trees()
     _install_c_yaml_dumper()
+    _list_config_groups_once_per_help()
     _install_model_from_hf()  # first: the composition kept for the run below has it applied already
     _install_one_composition_per_run()
     _share_the_config_store()
@@ -186,6 +191,46 @@ def _install_c_yaml_dumper() -> None:
 def python_omegaconf_dumper() -> Any:
     """OmegaConf's own (pure-Python) dumper class, as it builds it."""
     return omegaconfs_get_omega_conf_dumper()
+
+
+HELP_LISTING = ("_parse_overrides_and_create_caching_repo", "get_group_options")  # the loader's, while help is made
+
+
+def _list_config_groups_once_per_help() -> None:
+    from hydra._internal.hydra import Hydra
+
+    get_help = Hydra.get_help
+
+    def get_help_listing_once(self: Hydra, *args: Any, **kwargs: Any) -> Any:
+        loader = self.config_loader
+        repositories: dict[tuple, Any] = {}
+        listings: dict[tuple, list] = {}
+        make_repository, list_options = loader._parse_overrides_and_create_caching_repo, loader.get_group_options
+
+        def repository(config_name: Optional[str], overrides: list) -> Any:
+            key = (config_name, tuple(overrides))
+            if key not in repositories:
+                repositories[key] = make_repository(config_name, overrides)
+            return repositories[key]
+
+        def get_group_options(group_name: str, *args: Any, **kwargs: Any) -> list:
+            key = (group_name, args, tuple(sorted((name, str(value)) for name, value in kwargs.items())))
+            if key not in listings:
+                listings[key] = list_options(group_name, *args, **kwargs)
+            return list(listings[key])
+
+        # for this call only: the loader lists what it has now, and a later help lists again
+        own = {name: vars(loader)[name] for name in HELP_LISTING if name in vars(loader)}
+        vars(loader).update(zip(HELP_LISTING, (repository, get_group_options)))
+        try:
+            return get_help(self, *args, **kwargs)
+        finally:
+            for name in HELP_LISTING:
+                vars(loader).pop(name)
+            vars(loader).update(own)
+
+    get_help_listing_once.__wrapped__ = get_help
+    Hydra.get_help = get_help_listing_once
 
 
 PARSE_TREES_KEPT = 1024
