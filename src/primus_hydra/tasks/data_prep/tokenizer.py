@@ -40,7 +40,7 @@ class TokenizerSpec:
         if self.kind == BYTE:
             return lambda texts: [text if isinstance(text, bytes) else text.encode("utf-8") for text in texts]
         if self.kind == "hf":
-            tokenizer = _hf_tokenizer(Path(self.path))
+            tokenizer = _hf_tokenizer(Path(self.path) / TOKENIZER_FILE)
             encode = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
             return lambda texts: [encoding.ids for encoding in encode(texts, add_special_tokens=False)]
         model = _sentencepiece_model(Path(self.path))

@@ -52,6 +52,16 @@ def _indexed_dataset_builder() -> Any:
     return IndexedDatasetBuilder
 
 
+def _worker_context() -> Any:
+    """forkserver where there is one: workers forked from a clean process, not from this one, whose threads (torch's,
+    the `tokenizers` library's, a test runner's) a fork would copy mid-lock. They start with encode.py loaded."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([encode_chunk.__module__])
+    return context
+
+
 @contextmanager
 def _encoded_in_order(job: PrepareDataJob, chunks: Iterator[Chunk]) -> Iterator[Iterator[EncodedChunk]]:
     """The chunks tokenized, in their order: in this process with one worker, else by a pool of job.workers
@@ -60,7 +70,7 @@ def _encoded_in_order(job: PrepareDataJob, chunks: Iterator[Chunk]) -> Iterator[
         start_worker(job.tokenizer, job.keys, job.append_eod)
         yield (encode_chunk(chunk) for chunk in chunks)
         return
-    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    context = _worker_context()
     with context.Pool(job.workers, initializer=start_worker, initargs=(job.tokenizer, job.keys, job.append_eod)) as pool:
         def ordered() -> Iterator[EncodedChunk]:
             pending: collections.deque = collections.deque()
@@ -156,7 +166,7 @@ def write_datasets(job: PrepareDataJob) -> dict:
     progress, bad = None, 0
     try:
         with _sigterm_stops_the_run(), _encoded_in_order(job, stream.chunks()) as encoded_chunks:
-            builder_class = _indexed_dataset_builder()  # after the pool forked: the workers stay without torch
+            builder_class = _indexed_dataset_builder()
             builders = {key: builder_class(str(OutputNames.partial(Path(f"{names.prefix(key)}.bin"))), dtype=dtype)
                         for key in job.keys}
             progress = Progress(sum(file.size for file in job.files), LABEL)
