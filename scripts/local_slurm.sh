@@ -190,7 +190,8 @@ MinJobAge=300
 CompleteWait=0
 InactiveLimit=0
 MessageTimeout=10
-SlurmdTimeout=30
+# a killed slurmd (the node-failure test) is found down within SlurmdTimeout and a ping (every SlurmdTimeout/3)
+SlurmdTimeout=15
 SlurmctldTimeout=30
 BatchStartTimeout=20
 UnkillableStepTimeout=30

@@ -104,8 +104,8 @@ def test_a_slurm_requeue_of_a_running_job_resumes_from_its_checkpoint_with_one_m
 def test_a_node_failure_requeues_the_job_and_the_rerun_resumes_from_its_checkpoint(tmp_path, local_curve):
     """n2's slurmd is killed while rank 1 (on n2) is stuck after step 5: Slurm marks the job NODE_FAIL and
     requeues it itself (submitit's attempt 0 again); the waiting command shows it pending on the down node, and
-    once n2 is back the rerun resumes from step 4's checkpoint and ends on the uninterrupted curve (~2 min: the
-    controller takes SlurmdTimeout=30 s and a ping to find the node gone)."""
+    once n2 is back the rerun resumes from step 4's checkpoint and ends on the uninterrupted curve (~1 min: the
+    controller takes SlurmdTimeout=15 s and a ping to find the node gone)."""
     iters = 8
     run_dir = tmp_path / "run"
     waiting = WaitingCommand(tmp_path, f"hydra.run.dir={run_dir}", f"module.train_iters={iters}", *FAST, *SLURM,
