@@ -3,15 +3,21 @@
 #
 #   bash scripts/test.sh [TIER] [pytest arguments]
 #
-# TIER: all (the default: README's and CI's command), unit (tests/unit: no subprocess, no training, under a
-# minute: the fast loop), integration (tests/integration: real runs, several processes) or slurm (tests/slurm: the
-# local cluster). Arguments after it go to pytest.
+# TIER: all (the default: README's and CI's command), unit (tests/unit: no subprocess, no training, under two
+# minutes: the fast loop), integration (tests/integration: real runs, several processes) or slurm (tests/slurm: the
+# local cluster). Arguments after it go to each pytest session.
 #
 # As root on Linux with apt, a local Slurm cluster (scripts/local_slurm.sh) is brought up first and stopped at the
 # end, also on failure or Ctrl-C; SLURM_CONF and PRIMUS_REQUIRE_SLURM=1 are then exported, so the Slurm tests fail
 # rather than skip. A cluster that already ran before (a developer's) is used and left running. Elsewhere, or with
-# PRIMUS_LOCAL_SLURM=0, one warning line is printed and the Slurm tests skip with a reason. With a cluster, `all`
-# runs the Slurm tier beside the unit tier (it mostly waits on the cluster), then the integration tier.
+# PRIMUS_LOCAL_SLURM=0, one warning line is printed and the Slurm tests skip with a reason.
+#
+# Sessions side by side (each prints its own summary; the exit status is non-zero when any fails):
+# - the unit tier starts no process, so it runs as two sessions, every other file each, one per core;
+# - `all` with a cluster runs the Slurm tier (it mostly waits on the cluster) in the background beside the unit
+#   tier and then the integration tier's tests that measure no time; the integration tests marked `timing`
+#   (tokens/s, timeouts of seconds: tests/integration/conftest.py) run last, alone, once the Slurm tier is done.
+# `scripts/test.sh integration` runs the whole integration tier in one session.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/setup.sh"
@@ -22,10 +28,6 @@ unset PYTHONDONTWRITEBYTECODE
 tier=all
 case "${1:-}" in
   all|unit|integration|slurm) tier="$1"; shift ;;
-esac
-case "$tier" in
-  all) paths=("$root/tests") ;;
-  *) paths=("$root/tests/$tier") ;;
 esac
 
 echo "[test] ruff check" >&2
@@ -70,30 +72,70 @@ fi
 
 rc=0
 python="$root/.venv/bin/python"
-if [[ "$tier" == all && -n "${SLURM_CONF:-}" ]]; then
-  # The Slurm tier spends most of its time waiting on the cluster (a node's timeout, a requeue, the queue), the
-  # unit tier starts no process: the two run side by side (the Slurm tier's output follows the unit tier's),
-  # then the integration tier runs alone. Each pytest session prints its own summary.
-  # a tier that a -k or -m filter leaves empty (pytest's exit 5) fails nothing
-  tier_pytest() { local code=0; "$python" -m pytest "$@" || code=$?; (( code == 5 )) && code=0; return "$code"; }
-  slurm_out="$(mktemp "${TMPDIR:-/tmp}/primus-slurm-tier.XXXXXX")"
-  tier_pytest "$root/tests/slurm" "$@" >"$slurm_out" 2>&1 &
-  slurm_tier_pid=$!
-  # shellcheck disable=SC2317  # called by the EXIT trap
-  stop_tiers() { [[ -n "${slurm_tier_pid:-}" ]] && kill "$slurm_tier_pid" 2>/dev/null; stop_slurm; }
-  trap stop_tiers EXIT
-  echo "[test] unit tier (the slurm tier runs beside it)" >&2
-  tier_pytest "$root/tests/unit" "$@" || rc=$?
-  slurm_rc=0
-  wait "$slurm_tier_pid" || slurm_rc=$?
-  slurm_tier_pid=""
-  echo "[test] slurm tier" >&2
-  cat "$slurm_out"
-  rm -f "$slurm_out"
-  (( slurm_rc )) && rc=$slurm_rc
-  echo "[test] integration tier" >&2
-  tier_pytest "$root/tests/integration" "$@" || rc=$?
-else
-  "$python" -m pytest "${paths[@]}" "$@" || rc=$?
-fi
+# a tier that a -k or -m filter leaves empty (pytest's exit 5) fails nothing
+tier_pytest() { local code=0; "$python" -m pytest "$@" || code=$?; (( code == 5 )) && code=0; return "$code"; }
+
+# Sessions in the background: `beside NAME PYTEST_ARGS...` starts one, its output into a file; `collect NAME` waits
+# for it, prints the output under a heading and returns its status.
+declare -A beside_pid=() beside_out=()
+beside() {
+  local name="$1"; shift
+  beside_out[$name]="$(mktemp "${TMPDIR:-/tmp}/primus-test-tier.XXXXXX")"
+  "$python" -m pytest "$@" >"${beside_out[$name]}" 2>&1 &
+  beside_pid[$name]=$!
+}
+collect() {
+  local name="$1" code=0
+  wait "${beside_pid[$name]}" || code=$?
+  unset "beside_pid[$name]"
+  echo "[test] $name" >&2
+  cat "${beside_out[$name]}"
+  rm -f "${beside_out[$name]}"
+  (( code == 5 )) && code=0
+  return "$code"
+}
+# shellcheck disable=SC2317  # called by the EXIT trap
+stop_tiers() {
+  local pid out
+  for pid in "${beside_pid[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for out in "${beside_out[@]}"; do rm -f "$out"; done
+  stop_slurm
+}
+trap stop_tiers EXIT
+
+# The unit tier as two sessions side by side (it starts no process: one session keeps one core busy), every other
+# file of tests/unit each.
+unit_tier() {
+  local files=("$root"/tests/unit/test_*.py) first=() second=() i
+  for i in "${!files[@]}"; do
+    if (( i % 2 )); then second+=("${files[i]}"); else first+=("${files[i]}"); fi
+  done
+  beside "unit tier, its other half" "${second[@]}" "$@"
+  tier_pytest "${first[@]}" "$@" || rc=$?
+  collect "unit tier, its other half" || rc=$?
+}
+
+case "$tier" in
+  unit)
+    echo "[test] unit tier, half of its files (the other half runs beside it)" >&2
+    unit_tier "$@" ;;
+  all)
+    if [[ -n "${SLURM_CONF:-}" ]]; then
+      beside "slurm tier" "$root/tests/slurm" "$@"
+      echo "[test] unit tier, half of its files (the other half and the slurm tier run beside it)" >&2
+      unit_tier "$@"
+      echo "[test] integration tier, all but its timing tests (the slurm tier runs beside it)" >&2
+      PRIMUS_TEST_TIMING=skip tier_pytest "$root/tests/integration" "$@" || rc=$?
+      collect "slurm tier" || rc=$?
+      echo "[test] integration tier: its timing tests, alone" >&2
+      PRIMUS_TEST_TIMING=only tier_pytest "$root/tests/integration" "$@" || rc=$?
+    else
+      echo "[test] unit tier, half of its files (the other half runs beside it)" >&2
+      unit_tier "$@"
+      echo "[test] integration and slurm tiers" >&2
+      tier_pytest "$root/tests/integration" "$root/tests/slurm" "$@" || rc=$?
+    fi ;;
+  *)
+    "$python" -m pytest "$root/tests/$tier" "$@" || rc=$? ;;
+esac
 exit "$rc"
