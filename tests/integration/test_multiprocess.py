@@ -66,6 +66,7 @@ def test_parallel_layout_reproduces_the_single_process_curve(tmp_path, single_pr
     world = 4 if layout == "tp2_dp2" else 2
     assert sorted(p.name for p in (run_dir / "logs").glob("rank_*.log")) == [f"rank_{r}.log" for r in range(world)]
     assert (run_dir / ".hydra" / "config.yaml").is_file() and (run_dir / ".primus" / "job_config.yaml").is_file()
+    assert json.loads((run_dir / ".primus" / "provenance.json").read_text())["launcher"] == "elastic"
 
 
 @pytest.mark.parametrize("layout", ["dp2", "fsdp2", "tp2", "pp2_1f1b"])

@@ -261,3 +261,22 @@ def detect_gpu_model(environ: Mapping[str, str]) -> Optional[str]:
             if name:
                 return str(name)
     return None
+
+
+def detect_gpu_driver(environ: Mapping[str, str]) -> Optional[str]:
+    """The GPU driver's version as the vendor tool reports it, or None when no tool answers."""
+    output = run_tool(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], environ)
+    versions = [line.strip() for line in (output or "").splitlines() if line.strip()]
+    if versions:
+        return versions[0]
+    data = run_tool_json(["amd-smi", "static", "--driver", "--json"], environ)
+    entries = data.get("gpu_data", [data]) if isinstance(data, dict) else data if isinstance(data, list) else []
+    for entry in entries:
+        driver = entry.get("driver") if isinstance(entry, dict) else None
+        if isinstance(driver, dict) and driver.get("version"):
+            return str(driver["version"])
+    data = run_tool_json(["rocm-smi", "--showdriverversion", "--json"], environ)
+    system = data.get("system") if isinstance(data, dict) else None
+    if isinstance(system, dict) and system.get("Driver version"):
+        return str(system["Driver version"])
+    return None

@@ -25,6 +25,7 @@ from typing import Any, Mapping
 from primus_hydra.distributed_env import detect_distributed_env
 from primus_hydra.errors import PrimusError
 from primus_hydra.launch.job_config import load_job_config
+from primus_hydra.launch.provenance import record_provenance
 from primus_hydra.launch.run_dir_lock import RUN_DIR_LOCKS
 from primus_hydra.orchestrator.prepare import plan_on_this_node
 
@@ -136,6 +137,7 @@ class SlurmJobEntry:
             if not owner:
                 return self._run(job, task)
             with RUN_DIR_LOCKS.holding(Path(self.run_dir)):
+                record_provenance(Path(self.run_dir), None, launcher=f"slurm_{self.mode}")  # this start, appended
                 return self._run(job, task)
         except BaseException as error:  # noqa: B902 - a preempted job must requeue whatever the stop looked like
             # srun mode: the trainer took over USR2 and stopped with it; torchrun mode: this agent got the notice

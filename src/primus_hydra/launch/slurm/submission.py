@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 
 from primus_hydra.errors import PrimusError
 from primus_hydra.launch.job_config import JOB_CONFIG_FILE, write_job_config
+from primus_hydra.launch.provenance import GIT_DIFF_FILE, PROVENANCE_FILE, record_provenance
 from primus_hydra.launch.run_dir_lock import RunDirBusyError
 from primus_hydra.launch.slurm.cluster import SlurmQueryError, queued_jobs
 from primus_hydra.launch.slurm.entry import SlurmJobEntry
@@ -174,7 +175,10 @@ def _write_config(job: StagedJob) -> Callable[[], None]:
                 path.replace(kept)
                 moved.append((kept, path))
     before = target.read_bytes() if target.exists() else None  # a local run's config in this run dir
+    provenance = job.run_dir / PROVENANCE_FILE
+    provenance_before = provenance.read_bytes() if provenance.exists() else None
     write_job_config(job.prepared, job.run_dir)
+    record_provenance(job.run_dir, job.prepared.cfg, launcher="slurm")  # the job's start on its node appends to it
 
     def undo() -> None:
         if before is None:
@@ -183,6 +187,11 @@ def _write_config(job: StagedJob) -> Callable[[], None]:
             target.write_bytes(before)
         for kept, path in moved:
             kept.replace(path)
+        if provenance_before is None:
+            provenance.unlink(missing_ok=True)
+            (job.run_dir / GIT_DIFF_FILE).unlink(missing_ok=True)
+        else:
+            provenance.write_bytes(provenance_before)
         if made_dir:
             with contextlib.suppress(OSError):
                 primus_dir.rmdir()
