@@ -40,9 +40,35 @@ class TrainTaskConfig(TaskConfig):
     objective_window: int = 10  # task.objective=mean_loss: how many of the last training losses are averaged
 
 
+class StatusFormat(Choice):
+    table = "table"  # aligned columns for a terminal
+    json = "json"  # one JSON list of runs on stdout
+
+
 @dataclass
 class StatusTaskConfig(TaskConfig):
     runs: Optional[str] = None  # a run or sweep dir (null: every run under outputs/ and multirun/)
+    format: StatusFormat = StatusFormat.table
+    watch: bool = False  # print again every few seconds until interrupted
+
+
+@dataclass
+class DiffTaskConfig(TaskConfig):
+    a: Optional[str] = None  # a run dir
+    b: Optional[str] = None  # the run dir compared with task.a
+
+
+@dataclass
+class LogsTaskConfig(TaskConfig):
+    run: Optional[str] = None  # a run dir, a sweep dir or a Slurm job id
+    rank: Optional[int] = None  # that rank's log (null: the run's own log: primus.log, or the Slurm job's output)
+    follow: bool = False  # keep printing what is appended until the run ends
+    lines: int = 100  # how many of the last lines to print first
+
+
+@dataclass
+class CancelTaskConfig(TaskConfig):
+    run: Optional[str] = None  # a run dir, a sweep dir or a Slurm job id
 
 
 @dataclass
@@ -133,6 +159,9 @@ TASK_SCHEMAS = {
     "train": TrainTaskConfig,
     "plan": TaskConfig,
     "status": StatusTaskConfig,
+    "diff": DiffTaskConfig,
+    "logs": LogsTaskConfig,
+    "cancel": CancelTaskConfig,
     "import": ImportTaskConfig,
     "projection": ProjectionTaskConfig,
     "benchmark": BenchmarkTaskConfig,

@@ -1,15 +1,18 @@
 """task=status: what became of submitted runs, read from their run dirs (.primus/slurm_job.json, metrics.jsonl,
-checkpoints/latest) and from Slurm's accounting (sacct). Prints a table; never writes anything.
+provenance.json's commit, cancel.json) and from Slurm's accounting (sacct). Prints a table (task.format=json: a
+JSON list; task.watch=true: again every few seconds); never writes anything.
 
 When sacct fails (slurmdbd or the controller unreachable), the table still shows what the run dirs say, each
 state reads `UNKNOWN (sacct failed)`, and the command ends with one error line saying why (exit 1); without
 sacct on this machine it warns once and exits 0."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -18,6 +21,7 @@ from omegaconf import DictConfig
 
 from primus_hydra.config.values import without_hydra_node
 from primus_hydra.errors import PrimusError
+from primus_hydra.launch.provenance import read_provenance
 from primus_hydra.launch.slurm.cluster import SlurmQueryError, accounted_states
 from primus_hydra.launch.slurm.submission import SUBMISSION_RECORD, read_submission
 from primus_hydra.orchestrator.prepare import HANDOFF
@@ -26,6 +30,17 @@ from primus_hydra.tasks.plan import handed_over_at
 from primus_hydra.util.tables import aligned_table
 
 NOT_IN_SACCT = "UNKNOWN (not in sacct)"
+CANCELLED_BY_USER = "CANCELLED by user"
+CANCEL_RECORD = Path(".primus") / "cancel.json"  # written by task=cancel
+WATCH_INTERVAL_S = 5.0
+
+
+def cancel_record(run_dir: Path) -> Optional[dict]:
+    try:
+        record = json.loads((Path(run_dir) / CANCEL_RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
 
 
 @dataclass
@@ -36,6 +51,8 @@ class RunStatus:
     state: str
     step: Optional[int]
     loss: Optional[float]
+    commit: Optional[str] = None  # the project's commit the run was started from (provenance.json)
+    dirty: Optional[bool] = None  # its checkout had uncommitted changes
 
 
 @dataclass
@@ -68,11 +85,23 @@ class StatusTask:
         roots = query_roots(self.cfg)
         if self.point is not None:
             print(f"[job {self.point['num']}: {' '.join(self.point['overrides'])}]", flush=True)
+        while True:
+            statuses = self.report(roots)
+            if not self.cfg.task.get("watch", False):
+                return statuses
+            time.sleep(WATCH_INTERVAL_S)
+
+    def report(self, roots: list[Path]) -> list[RunStatus]:
         run_dirs = find_submitted_runs(roots)
         records = [read_submission(run_dir) or {} for run_dir in run_dirs]
         states, unknown, failure = slurm_states([str(record["job_id"]) for record in records if "job_id" in record])
         statuses = [run_status(run_dir, states, unknown) for run_dir in run_dirs]
-        print(format_status_table(statuses, roots), flush=True)
+        if str(self.cfg.task.get("format", "table")) == "json":
+            print(json.dumps([status_document(status) for status in statuses], indent=2), flush=True)
+        else:
+            if self.cfg.task.get("watch", False):
+                print(f"\x1b[2J\x1b[H{time.strftime('%H:%M:%S')} (every {WATCH_INTERVAL_S:g} s; Ctrl-C stops)")
+            print(format_status_table(statuses, roots), flush=True)
         if failure is not None:  # after the table: what the run dirs say is worth showing
             raise SlurmQueryError(f"{failure}: the Slurm states above are unknown (steps and losses are the run "
                                   "dirs'); check that slurmctld and slurmdbd run, then ask again") from None
@@ -122,8 +151,22 @@ def run_status(run_dir: Path, states: dict[str, str], unknown: str = NOT_IN_SACC
     job_id = str(record.get("job_id", "?"))
     step, loss = last_metrics(run_dir / METRICS_FILE)
     state = f"UNREADABLE ({record['unreadable']})" if "unreadable" in record else states.get(job_id, unknown)
+    if state.startswith("CANCELLED") and cancel_record(run_dir) is not None:
+        state = CANCELLED_BY_USER
+    git = (read_provenance(run_dir) or {}).get("git") or {}
     return RunStatus(run_dir=run_dir, job_id=job_id, label=str(record.get("label", "")), state=state, step=step,
-                     loss=loss)
+                     loss=loss, commit=git.get("commit"), dirty=git.get("dirty"))
+
+
+def status_document(status: RunStatus) -> dict:
+    document = dataclasses.asdict(status)
+    document["run_dir"] = str(status.run_dir)
+    return document
+
+
+def commit_text(status: RunStatus) -> str:
+    """The short commit, with `*` when the checkout was dirty; `-` when the run recorded none."""
+    return "-" if not status.commit else status.commit[:10] + ("*" if status.dirty else "")
 
 
 def last_metrics(path: Path) -> tuple[Optional[int], Optional[float]]:
@@ -145,7 +188,7 @@ def format_status_table(statuses: list[RunStatus], roots: list[Path]) -> str:
     if not statuses:
         return f"no submitted runs under {', '.join(str(root) for root in roots)}"
     rows = [(status.job_id, status.state, "-" if status.step is None else str(status.step),
-             "-" if status.loss is None else f"{status.loss:.4f}", status.label, str(status.run_dir))
-            for status in statuses]
-    return aligned_table(("job", "state", "step", "loss", "point", "run dir"), rows)
+             "-" if status.loss is None else f"{status.loss:.4f}", commit_text(status), status.label,
+             str(status.run_dir)) for status in statuses]
+    return aligned_table(("job", "state", "step", "loss", "commit", "point", "run dir"), rows)
 
