@@ -1,0 +1,52 @@
+"""task=logs and task=cancel against submitted jobs (launch.wait=false) on the local Slurm cluster, and the
+provenance record a Slurm run gets: written at submission, appended to by the job's start on its node."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers.slurm_cluster import sacct_state, squeue_job_ids, wait_until
+from helpers.slurm_runs import FAST, HELD_IN_QUEUE, JOB_TIMEOUT_S, SLURM, primus, submission
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+
+def test_logs_by_job_id_prints_the_jobs_output_and_provenance_records_its_start(tmp_path):
+    outputs = tmp_path / "outputs"
+    run_dir = outputs / "run"
+    result = primus(tmp_path, f"hydra.run.dir={run_dir}", "module.train_iters=2", *FAST, *SLURM, "launch.wait=false")
+    assert result.returncode == 0, result.stderr[-3000:]
+    job_id = submission(run_dir)["job_id"]
+    wait_until(lambda: sacct_state(job_id) == "COMPLETED", timeout_s=JOB_TIMEOUT_S)
+
+    logs = primus(tmp_path, "task=logs", f"task.run={job_id}", "task.lines=1000", env={"PRIMUS_OUTPUT_ROOT": str(outputs)})
+    assert logs.returncode == 0, logs.stderr
+    err = f"{submission(run_dir)['submitit_folder']}/{job_id}_0_log.err"
+    assert f"==> {err} <==" in logs.stdout and f"[primus] slurm job {job_id} attempt 0" in logs.stdout
+    rank = primus(tmp_path, "task=logs", f"task.run={run_dir}", "task.rank=0", "task.lines=1")
+    assert rank.stdout.splitlines() == (run_dir / "logs" / "rank_0.log").read_text().splitlines()[-1:]
+
+    record = json.loads((run_dir / ".primus" / "provenance.json").read_text())
+    submitted, started = record["starts"]
+    assert (submitted["launcher"], submitted["slurm"]) == ("slurm", None)
+    assert started["launcher"] == "slurm_srun" and started["slurm"]["job_id"] == job_id
+
+
+def test_cancel_of_a_queued_job_waits_for_slurm_and_status_says_cancelled_by_user(tmp_path):
+    run_dir = tmp_path / "runs" / "run"
+    result = primus(tmp_path, f"hydra.run.dir={run_dir}", "module.train_iters=2", *FAST, *SLURM, "launch.wait=false",
+                    HELD_IN_QUEUE)
+    assert result.returncode == 0, result.stderr[-3000:]
+    job_id = submission(run_dir)["job_id"]
+
+    cancel = primus(tmp_path, "task=cancel", f"task.run={run_dir}")
+    assert cancel.returncode == 0, cancel.stderr
+    assert cancel.stdout.strip() == f"cancelled slurm job {job_id}: {run_dir}"
+    assert job_id not in squeue_job_ids() or sacct_state(job_id) == "CANCELLED"  # Slurm said so before it returned
+    wait_until(lambda: sacct_state(job_id) == "CANCELLED", timeout_s=30)
+    status = primus(tmp_path, "task=status", f"task.runs={tmp_path / 'runs'}", "task.format=json")
+    (row,) = json.loads(status.stdout)
+    assert (row["job_id"], row["state"], row["run_dir"]) == (job_id, "CANCELLED by user", str(run_dir))
+    unknown = primus(tmp_path, "task=cancel", "task.run=987654321", env={"PRIMUS_OUTPUT_ROOT": str(tmp_path)})
+    assert unknown.returncode == 2 and unknown.stderr.startswith("error: task.run=987654321: no run under ")
