@@ -1,8 +1,11 @@
 """task=logs and task=cancel against submitted jobs (launch.wait=false) on the local Slurm cluster, and the
-provenance record a Slurm run gets: written at submission, appended to by the job's start on its node."""
+provenance record a Slurm run gets: written at submission, appended to by the job's start on its node, which runs
+the code frozen at submission."""
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -50,3 +53,23 @@ def test_cancel_of_a_queued_job_waits_for_slurm_and_status_says_cancelled_by_use
     assert (row["job_id"], row["state"], row["run_dir"]) == (job_id, "CANCELLED by user", str(run_dir))
     unknown = primus(tmp_path, "task=cancel", "task.run=987654321", env={"PRIMUS_OUTPUT_ROOT": str(tmp_path)})
     assert unknown.returncode == 2 and unknown.stderr.startswith("error: task.run=987654321: no run under ")
+
+
+def test_a_queued_job_runs_the_code_frozen_at_submission(tmp_path):
+    run_dir = tmp_path / "run"
+    result = primus(tmp_path, f"hydra.run.dir={run_dir}", "module.train_iters=2", *FAST, *SLURM, "launch.wait=false",
+                    HELD_IN_QUEUE)
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = submission(run_dir)
+    job_id = record["job_id"]
+    frozen = json.loads((run_dir / ".primus" / "provenance.json").read_text())["frozen_code"]
+    store = Path(frozen["path"])
+    assert store.parent == run_dir / ".primus_code" and (store / "src" / "primus_hydra" / "__init__.py").is_file()
+    assert (store / "conf" / "config.yaml").is_file()
+    script = (Path(record["submitit_folder"]) / f"{job_id}_submission.sh").read_text()
+    assert f'export PYTHONPATH="{store / "src"}' in script  # a requeue reruns this script: the same copy
+
+    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True, timeout=30)
+    wait_until(lambda: sacct_state(job_id) == "COMPLETED", timeout_s=JOB_TIMEOUT_S)
+    started = json.loads((run_dir / ".primus" / "provenance.json").read_text())["starts"][-1]
+    assert started["code_path"] == str(store / "src" / "primus_hydra")  # the node imported the frozen copy

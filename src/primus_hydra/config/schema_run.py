@@ -53,6 +53,7 @@ class LaunchConfig:
     # Slurm (platform=slurm / hydra/launcher=primus_slurm); the job's size and queue settings are hydra.launcher.*
     mode: LaunchMode = LaunchMode.srun
     wait: bool = True  # false: return right after submission, printing job ids and run dirs (see task=status)
+    freeze_code: bool = True  # Slurm: the job runs a copy of src/ and conf/ made at submission (launch/slurm/frozen_code.py)
 
 
 @dataclass

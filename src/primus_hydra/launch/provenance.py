@@ -40,13 +40,17 @@ PROJECT_ROOT = Path(__file__).resolve().parents[3]  # <repo> for a checkout (<re
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 
-def record_provenance(run_dir: Path, cfg: Optional[DictConfig], launcher: str) -> Path:
-    """Write the record, or append this start to the one the run dir has. Returns the file."""
+def record_provenance(run_dir: Path, cfg: Optional[DictConfig], launcher: str,
+                      frozen_code: Optional[dict] = None) -> Path:
+    """Write the record, or append this start to the one the run dir has. Returns the file. frozen_code: the
+    Slurm submission's frozen copy of the code (launch/slurm/frozen_code.py), or why there is none."""
     path = Path(run_dir) / PROVENANCE_FILE
     secrets = secret_values(cfg)  # a key typed on the command line is blanked out of the record
     existing = read_provenance(run_dir)
     git = git_state(PROJECT_ROOT)
     start = start_entry(run_dir, launcher, git)
+    if frozen_code is not None:
+        start["frozen_code"] = frozen_code
     if existing is None and path.exists():  # unreadable: someone's file, kept as it is
         print(f"warning: {path} is not a provenance record; left as it is, this start is not recorded",
               file=sys.stderr, flush=True)
@@ -66,6 +70,7 @@ def record_provenance(run_dir: Path, cfg: Optional[DictConfig], launcher: str) -
         "command": start["command"],
         "git": git,
         "code_digest": start["code_digest"],
+        "frozen_code": frozen_code,
         "python": {"version": sys.version.split()[0], "executable": sys.executable},
         "packages": package_versions(),
         "hosts": start["hosts"],
@@ -100,6 +105,7 @@ def start_entry(run_dir: Path, launcher: str, git: dict) -> dict:
         "commit": git.get("commit"),
         "dirty": git.get("dirty"),
         "code_digest": code_digest(),
+        "code_path": str(PACKAGE_DIR),  # where this process imported primus_hydra from
         "gpus": {"model": detect_gpu_model(os.environ), "driver": detect_gpu_driver(os.environ)},
         "slurm": slurm_ids(),
     }

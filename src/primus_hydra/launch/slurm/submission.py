@@ -29,6 +29,7 @@ from primus_hydra.launch.provenance import GIT_DIFF_FILE, PROVENANCE_FILE, recor
 from primus_hydra.launch.run_dir_lock import RunDirBusyError
 from primus_hydra.launch.slurm.cluster import SlurmQueryError, queued_jobs
 from primus_hydra.launch.slurm.entry import SlurmJobEntry
+from primus_hydra.launch.slurm.frozen_code import FrozenCode, freeze_project_code, remove_frozen
 from primus_hydra.launch.slurm.job_shape import SlurmJobShape, executor_parameters, job_shape
 from primus_hydra.orchestrator.prepare import PreparedJob, translate_in_run_dir
 
@@ -103,26 +104,40 @@ def submit_jobs(staged: list[StagedJob], settings: Mapping[str, Any], base_dir: 
         for run_dir in sorted({job.run_dir.resolve() for job in staged}):  # one order: two sweeps never deadlock
             turns.enter_context(_submission_turn(run_dir))
         refuse_live_jobs([job.run_dir for job in staged], dir_key)
-        for shape, group in groupby(staged, key=lambda job: job.shape):
-            group = list(group)
-            jobs = _submit_group(group, shape, settings, folder, already=submitted)
-            for job, slurm_job in zip(group, jobs):
-                submitted.append(SubmittedJob(staged=job, job=slurm_job))
-                _record_submission(submitted[-1])
+        frozen = freeze_project_code(base_dir) if any(_freezes(job) for job in staged) else None
+        try:
+            for shape, group in groupby(staged, key=lambda job: job.shape):
+                group = list(group)
+                jobs = _submit_group(group, shape, settings, folder, already=submitted, frozen=frozen)
+                for job, slurm_job in zip(group, jobs):
+                    submitted.append(SubmittedJob(staged=job, job=slurm_job))
+                    _record_submission(submitted[-1])
+        except BaseException:
+            if not submitted:  # no job runs it
+                remove_frozen(frozen)
+            raise
     return submitted
 
 
+def _freezes(job: StagedJob) -> bool:
+    return bool(job.prepared.cfg.launch.get("freeze_code", True))
+
+
 def _submit_group(group: list[StagedJob], shape: SlurmJobShape, settings: Mapping[str, Any], folder: str,
-                  already: list[SubmittedJob]) -> list[Any]:
+                  already: list[SubmittedJob], frozen: Optional[FrozenCode] = None) -> list[Any]:
     import submitit
 
     leftovers = _SubmititLeftovers(submitit.core.utils.JobPaths.get_first_id_independent_folder(folder))
     executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=int(settings.get("max_num_timeout", 3)))
-    executor.update_parameters(**executor_parameters(settings, shape, str(settings.get("name") or "primus")))
+    parameters = executor_parameters(settings, shape, str(settings.get("name") or "primus"))
+    frozen = frozen if _freezes(group[0]) else None
+    if frozen is not None:  # the nodes import the submitted code, also when Slurm reruns the script
+        parameters["setup"] = [frozen.setup_line, *parameters["setup"]]
+    executor.update_parameters(**parameters)
     undo: list[Callable[[], None]] = []
     try:
         for job in group:
-            undo.append(_write_config(job))
+            undo.append(_write_config(job, frozen))
         # submitit prints sbatch's stderr before raising it: it is in our one line instead
         with contextlib.redirect_stderr(io.StringIO()):
             if len(group) == 1:
@@ -160,7 +175,7 @@ def _submission_turn(run_dir: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _write_config(job: StagedJob) -> Callable[[], None]:
+def _write_config(job: StagedJob, frozen: Optional[FrozenCode] = None) -> Callable[[], None]:
     """Write the config the job's nodes read. An earlier submission's config and record are first moved aside,
     named after its job id; what was there before comes back when the submission fails (the returned undo)."""
     primus_dir = job.run_dir / JOB_CONFIG_FILE.parent
@@ -178,7 +193,9 @@ def _write_config(job: StagedJob) -> Callable[[], None]:
     provenance = job.run_dir / PROVENANCE_FILE
     provenance_before = provenance.read_bytes() if provenance.exists() else None
     write_job_config(job.prepared, job.run_dir)
-    record_provenance(job.run_dir, job.prepared.cfg, launcher="slurm")  # the job's start on its node appends to it
+    code = frozen.record() if frozen is not None else {"frozen": False, "why": "launch.freeze_code=false"}
+    # the job's start on its node appends to it
+    record_provenance(job.run_dir, job.prepared.cfg, launcher="slurm", frozen_code=code)
 
     def undo() -> None:
         if before is None:

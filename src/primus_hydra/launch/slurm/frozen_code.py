@@ -1,0 +1,120 @@
+"""The project's code frozen at Slurm submission, so that a job that waits in the queue (or is requeued days later)
+runs the code it was submitted with, not whatever is on disk when it starts.
+
+What is frozen: in a git checkout, the files of src/ and conf/ as git sees the working tree (tracked, and untracked
+but not ignored: edits included); outside git, the installed package and its Hydra plugins. The copy goes into a
+content-addressed store, `<sweep or run dir>/.primus_code/<digest>/`, which every point of a sweep shares; the
+job's sbatch script puts its `src/` first on PYTHONPATH, so the nodes import primus_hydra (and read conf/) from
+the copy, and so does every rerun of the same script (a Slurm requeue, submitit's requeue after preemption).
+`launch.freeze_code=false` runs the code in place, and the provenance record says so.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from primus_hydra.errors import PrimusError
+from primus_hydra.launch.provenance import PACKAGE_DIR, PROJECT_ROOT
+
+STORE_DIR = ".primus_code"
+FILE_LIMIT_BYTES = 8 * 1024 * 1024  # a bigger file in src/ or conf/ is refused, named
+TOTAL_LIMIT_BYTES = 64 * 1024 * 1024
+COMPLETE_MARK = ".complete"  # written last: a copy without it was cut short and is made again
+SKIPPED_PARTS = {"__pycache__", ".git"}
+
+
+@dataclass(frozen=True)
+class FrozenCode:
+    path: Path  # the store entry; its src/ goes first on PYTHONPATH
+    digest: str
+    files: int
+    bytes: int
+    made: bool  # this submission made it (removed again when the submission fails)
+
+    @property
+    def setup_line(self) -> str:
+        return f'export PYTHONPATH="{self.path / "src"}${{PYTHONPATH:+:$PYTHONPATH}}"'
+
+    def record(self) -> dict:
+        return {"path": str(self.path), "digest": self.digest, "files": self.files, "bytes": self.bytes}
+
+
+def code_files() -> dict[str, Path]:
+    """relative path in the copy -> the file: src/ and conf/ of a git checkout as its working tree has them, else
+    the installed package and its primus Hydra plugins."""
+    listed = _git_listed(PROJECT_ROOT)
+    if listed is not None:
+        return {rel: PROJECT_ROOT / rel for rel in listed
+                if (PROJECT_ROOT / rel).is_file() and ".egg-info" not in rel and not SKIPPED_PARTS & set(Path(rel).parts)}
+    roots = [PACKAGE_DIR] + sorted((PACKAGE_DIR.parent / "hydra_plugins").glob("primus_*"))
+    files = {}
+    for root in roots:
+        for path in root.rglob("*"):
+            if path.is_file() and not SKIPPED_PARTS & set(path.parts) and path.suffix != ".pyc":
+                files[str(Path("src") / path.relative_to(PACKAGE_DIR.parent))] = path
+    return files
+
+
+def _git_listed(root: Path) -> Optional[list[str]]:
+    if not (root / "src" / "primus_hydra").is_dir():
+        return None
+    try:
+        done = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "-co", "--exclude-standard", "--", "src", "conf"],
+                              capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode != 0:
+        return None
+    return sorted({name for name in done.stdout.decode(errors="replace").split("\0") if name})
+
+
+def freeze_project_code(base_dir: Path) -> FrozenCode:
+    """The store entry holding this code (made when no complete one has the same digest). PrimusError (one line)
+    when a file or the whole exceeds the limits, before anything is copied."""
+    files = code_files()
+    sizes = {rel: path.stat().st_size for rel, path in files.items()}
+    too_big = sorted((rel for rel, size in sizes.items() if size > FILE_LIMIT_BYTES), key=lambda rel: -sizes[rel])
+    if too_big:
+        named = ", ".join(f"{rel} ({sizes[rel] / 2**20:.1f} MiB)" for rel in too_big[:5])
+        raise PrimusError(f"launch.freeze_code=true: {named} exceed the {FILE_LIMIT_BYTES // 2**20} MiB a frozen "
+                          "file may have; move them out of src/ and conf/ (or git-ignore them), or set "
+                          "launch.freeze_code=false")
+    total = sum(sizes.values())
+    if total > TOTAL_LIMIT_BYTES:
+        raise PrimusError(f"launch.freeze_code=true: src/ and conf/ hold {total / 2**20:.1f} MiB, over the "
+                          f"{TOTAL_LIMIT_BYTES // 2**20} MiB a frozen copy may have; remove what the job does not "
+                          "need, or set launch.freeze_code=false")
+    digest = hashlib.sha256()
+    for rel in sorted(files):
+        digest.update(f"{rel}\0".encode())
+        digest.update(files[rel].read_bytes())
+    name = digest.hexdigest()
+    target = Path(base_dir).resolve() / STORE_DIR / name[:16]
+    if (target / COMPLETE_MARK).is_file():
+        return FrozenCode(target, f"sha256:{name}", len(files), total, made=False)
+    staging = target.with_name(f"{target.name}.tmp.{uuid.uuid4().hex[:8]}")
+    for rel, path in files.items():
+        (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, staging / rel)
+    (staging / COMPLETE_MARK).write_text(f"sha256:{name}\n")
+    if target.exists():  # an incomplete copy from an interrupted submission
+        shutil.rmtree(target)
+    os.replace(staging, target)
+    return FrozenCode(target, f"sha256:{name}", len(files), total, made=True)
+
+
+def remove_frozen(frozen: Optional[FrozenCode]) -> None:
+    """A failed submission leaves nothing behind: the store entry it made, and the store if that emptied it."""
+    if frozen is None or not frozen.made:
+        return
+    shutil.rmtree(frozen.path, ignore_errors=True)
+    try:
+        frozen.path.parent.rmdir()
+    except OSError:
+        pass
