@@ -202,3 +202,18 @@ def test_help_lists_the_same_groups_and_options_with_one_repository(monkeypatch)
         GlobalHydra.instance().clear()
     assert once == as_hydra and "backend: " in once and "model: " in once
     assert repositories_once == 1 and len(made) > 50  # Hydra's own makes one per listing
+
+
+def test_a_backends_schema_module_is_imported_when_its_schema_is_first_asked_for():
+    from hydra.core.config_store import ConfigStore
+
+    from primus_hydra.backends.schemas import BACKEND_SCHEMAS, BackendSchemas
+
+    schemas = BackendSchemas()
+    assert {"torch", "megatron", "torchtitan"} <= set(schemas) and schemas._schemas == {}
+    assert schemas["megatron"] is BACKEND_SCHEMAS["megatron"] and list(schemas._schemas) == ["megatron"]
+    with pytest.raises(KeyError):
+        schemas["no_such_backend"]
+    register_schemas()
+    stored = ConfigStore.instance().load("schema/backend/torchtitan.yaml").node
+    assert stored == OmegaConf.structured(BACKEND_SCHEMAS["torchtitan"])

@@ -40,7 +40,7 @@ command line, `--cfg job`, the Python API and each sweep point Hydra composes se
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import yaml
 from omegaconf._utils import get_omega_conf_dumper as omegaconfs_get_omega_conf_dumper  # kept: install() replaces it
@@ -121,6 +121,23 @@ def _share_the_config_store() -> None:
     ConfigStore.__deepcopy__ = lambda self, memo: self
 
 
+ConfigNodeConvertedWhenLoaded: Optional[type] = None  # set once ConfigStore.store converts when a node is loaded
+
+
+class _Deferred:
+    """A node made when it is loaded (stored_when_loaded)."""
+    __slots__ = ("make",)
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self.make = make
+
+
+def stored_when_loaded(make: Callable[[], Any]) -> Any:
+    """For ConfigStore.store: a node (a dataclass, say, whose module is costly to import) made by `make()` when
+    composition first loads it; made now where install() has not run (Hydra's own store converts at once)."""
+    return _Deferred(make) if ConfigNodeConvertedWhenLoaded is not None else make()
+
+
 class _Conversion:
     """A stored node and, once asked for, its OmegaConf form; shared by the copies ConfigStore.load makes."""
     __slots__ = ("stored", "converted")
@@ -132,7 +149,8 @@ class _Conversion:
         if self.converted is None:
             from omegaconf import OmegaConf
 
-            self.converted, self.stored = OmegaConf.structured(self.stored), None
+            stored = self.stored.make() if isinstance(self.stored, _Deferred) else self.stored
+            self.converted, self.stored = OmegaConf.structured(stored), None
         return self.converted
 
     def __deepcopy__(self, memo: dict) -> "_Conversion":
@@ -164,7 +182,8 @@ def _convert_stored_nodes_when_loaded() -> None:
         folder[name] = ConvertedWhenLoaded(name=name, node=_Conversion(node), group=group, package=package,
                                            provider=provider)
 
-    ConfigStore.store = store
+    global ConfigNodeConvertedWhenLoaded
+    ConfigStore.store, ConfigNodeConvertedWhenLoaded = store, ConvertedWhenLoaded
 
 
 def _install_c_yaml_dumper() -> None:
