@@ -238,22 +238,33 @@ def detect_gpus(environ: Mapping[str, str]) -> GpuDetection:
                         free_source, error)
 
 
+def _nvidia_first(field: str, environ: Mapping[str, str]) -> Optional[str]:
+    """nvidia-smi's value of one --query-gpu field for the first GPU, or None."""
+    output = run_tool(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"], environ)
+    values = [line.strip() for line in (output or "").splitlines() if line.strip()]
+    return values[0] if values else None
+
+
+def _amd_smi_static_first(section: str, key: str, environ: Mapping[str, str]) -> Optional[str]:
+    """amd-smi static's `<section>.<key>` for the first GPU that has it (some releases wrap the list), or None."""
+    data = run_tool_json(["amd-smi", "static", f"--{section}", "--json"], environ)
+    entries = data.get("gpu_data", [data]) if isinstance(data, dict) else data if isinstance(data, list) else []
+    for entry in entries:
+        fields = entry.get(section) if isinstance(entry, dict) else None
+        if isinstance(fields, dict) and fields.get(key):
+            return str(fields[key])
+    return None
+
+
 def detect_gpu_model(environ: Mapping[str, str]) -> Optional[str]:
     """The product name of this machine's first GPU as its vendor tool reports it (`NVIDIA H100 80GB HBM3`,
     `AMD Instinct MI300X`), or None when no tool answers. `PRIMUS_AUTO_GPU_MODEL` stands in for the tools."""
     forced = environ.get("PRIMUS_AUTO_GPU_MODEL", "").strip()
     if forced:
         return forced
-    output = run_tool(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], environ)
-    names = [line.strip() for line in (output or "").splitlines() if line.strip()]
-    if names:
-        return names[0]
-    data = run_tool_json(["amd-smi", "static", "--asic", "--json"], environ)
-    entries = data.get("gpu_data", [data]) if isinstance(data, dict) else data if isinstance(data, list) else []
-    for entry in entries:
-        asic = entry.get("asic") if isinstance(entry, dict) else None
-        if isinstance(asic, dict) and asic.get("market_name"):
-            return str(asic["market_name"])
+    name = _nvidia_first("name", environ) or _amd_smi_static_first("asic", "market_name", environ)
+    if name:
+        return name
     data = run_tool_json(["rocm-smi", "--showproductname", "--json"], environ)
     for card, fields in data.items() if isinstance(data, dict) else []:
         if card.startswith("card") and isinstance(fields, dict):
@@ -265,16 +276,9 @@ def detect_gpu_model(environ: Mapping[str, str]) -> Optional[str]:
 
 def detect_gpu_driver(environ: Mapping[str, str]) -> Optional[str]:
     """The GPU driver's version as the vendor tool reports it, or None when no tool answers."""
-    output = run_tool(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], environ)
-    versions = [line.strip() for line in (output or "").splitlines() if line.strip()]
-    if versions:
-        return versions[0]
-    data = run_tool_json(["amd-smi", "static", "--driver", "--json"], environ)
-    entries = data.get("gpu_data", [data]) if isinstance(data, dict) else data if isinstance(data, list) else []
-    for entry in entries:
-        driver = entry.get("driver") if isinstance(entry, dict) else None
-        if isinstance(driver, dict) and driver.get("version"):
-            return str(driver["version"])
+    version = _nvidia_first("driver_version", environ) or _amd_smi_static_first("driver", "version", environ)
+    if version:
+        return version
     data = run_tool_json(["rocm-smi", "--showdriverversion", "--json"], environ)
     system = data.get("system") if isinstance(data, dict) else None
     if isinstance(system, dict) and system.get("Driver version"):
