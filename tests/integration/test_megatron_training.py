@@ -66,12 +66,27 @@ def megatron_curve(tmp_path_factory):
     return curve
 
 
+@pytest.fixture(scope="module")
+def native_run(tmp_path_factory):
+    """The one-process backend=torch run of each model (its final step saved, for the cross-backend checkpoints),
+    trained once."""
+    cache: dict[str, Path] = {}
+
+    def run_dir(model: str) -> Path:
+        if model not in cache:
+            cache[model] = tmp_path_factory.mktemp(f"native_{model}") / "run"
+            train(cache[model], "backend=torch", *MODELS[model], "module.checkpoint.save_final=true")
+        return cache[model]
+
+    return run_dir
+
+
 @pytest.mark.parametrize("model", list(MODELS))
-def test_megatron_follows_the_native_curve_from_the_same_seed(tmp_path, megatron_curve, model):
-    native = train(tmp_path / "native", "backend=torch", *MODELS[model])
+def test_megatron_follows_the_native_curve_from_the_same_seed(native_run, megatron_curve, model):
+    native = losses(native_run(model))
     assert_same_curve(megatron_curve(model, SAME_BATCHES), native)
     # the held-out loss after step 5, through megatron-core's forward-only schedule, from the same batches
-    assert_same_curve(megatron_curve.evals(model, SAME_BATCHES), eval_losses(tmp_path / "native"))
+    assert_same_curve(megatron_curve.evals(model, SAME_BATCHES), eval_losses(native_run(model)))
     if "mock" not in model:  # uniform random tokens teach nothing: their loss stays near ln(vocab)
         assert native[5] < native[1]
 
@@ -107,13 +122,12 @@ def test_a_dp2_checkpoint_resumes_on_tp2_on_the_uninterrupted_curve(tmp_path, me
     assert_same_curve(losses(run_dir), megatron_curve("llama_tiny"))
 
 
-def test_checkpoints_cross_between_the_backends(tmp_path):
+def test_checkpoints_cross_between_the_backends(tmp_path, native_run):
     """A native step loads into megatron (tp=2), and that megatron run's step loads into native: each pair of runs
     started from the same weights follows the same curve."""
     saving = ["module.checkpoint.save_final=true"]
-    train(tmp_path / "native", "backend=torch", "model=llama_tiny", *saving)
     from_native = {backend: train(tmp_path / f"{backend}_from_native", f"backend={backend}", "model=llama_tiny", *extra,
-                                  f"module.checkpoint.load={tmp_path / 'native' / 'checkpoints'}", *saving)
+                                  f"module.checkpoint.load={native_run('llama_tiny') / 'checkpoints'}", *saving)
                    for backend, extra in (("megatron", ["launch.nproc_per_node=2", "module.parallel.tp=2", SAME_BATCHES]),
                                           ("torch", []))}
     assert_same_curve(from_native["megatron"], from_native["torch"])

@@ -62,12 +62,20 @@ def torchtitan_curve(tmp_path_factory) -> Curve:
     return curve
 
 
-def test_torchtitan_follows_the_native_curve_from_the_same_seed(tmp_path, torchtitan_curve):
+@pytest.fixture(scope="module")
+def native_run(tmp_path_factory) -> Path:
+    """The one-process backend=torch run (its final step saved, for the cross-backend checkpoints), trained once."""
+    run_dir = tmp_path_factory.mktemp("native") / "run"
+    train(run_dir, "backend=torch", "module.checkpoint.save_final=true")
+    return run_dir
+
+
+def test_torchtitan_follows_the_native_curve_from_the_same_seed(native_run, torchtitan_curve):
     """The default text source; mock batches come from the same TokenBatches code in every backend."""
-    native = train(tmp_path / "native", "backend=torch")
+    native = losses(native_run)
     assert_same_curve(torchtitan_curve, native)
     assert list(torchtitan_curve.evals) == [5]  # held out, forward only, in torchtitan's train context
-    assert_same_curve(torchtitan_curve.evals, eval_losses(tmp_path / "native"))
+    assert_same_curve(torchtitan_curve.evals, eval_losses(native_run))
     assert native[5] < native[1]
 
 
@@ -154,13 +162,12 @@ def test_what_torchtitan_cannot_run_is_one_line_before_any_worker(tmp_path, args
     assert result.stderr.splitlines()[0].startswith(expected), result.stderr[-2000:]
 
 
-def test_checkpoints_cross_between_torchtitan_and_the_native_backend(tmp_path):
+def test_checkpoints_cross_between_torchtitan_and_the_native_backend(tmp_path, native_run):
     """A native step loads into torchtitan (FSDP), and that torchtitan run's step loads into native: each pair of
     runs started from the same weights follows the same curve."""
     saving = ["module.checkpoint.save_final=true"]
-    train(tmp_path / "native", "backend=torch", *saving)
     from_native = {backend: train(tmp_path / f"{backend}_from_native", f"backend={backend}", *extra, *saving,
-                                  f"module.checkpoint.load={tmp_path / 'native' / 'checkpoints'}")
+                                  f"module.checkpoint.load={native_run / 'checkpoints'}")
                    for backend, extra in (("torchtitan", LAYOUTS["fsdp2"]), ("torch", []))}
     assert_same_curve(from_native["torchtitan"], from_native["torch"])
     titan_step = tmp_path / "torchtitan_from_native" / "checkpoints"
