@@ -15,8 +15,9 @@
 # Sessions side by side (each prints its own summary; the exit status is non-zero when any fails):
 # - the unit tier starts no process, so it runs as two sessions, every other file each, one per core;
 # - `all` with a cluster runs the Slurm tier (it mostly waits on the cluster) in the background beside the unit
-#   tier and then the integration tier's tests that measure no time; the integration tests marked `timing`
-#   (tokens/s, timeouts of seconds: tests/integration/conftest.py) run last, alone, once the Slurm tier is done.
+#   tier, then the integration tier's tests that measure no time as two sessions side by side (one after the unit
+#   tier, one after the Slurm tier; a session takes the next module the other has not: tests/integration/conftest.py,
+#   each reports what it ran); the integration tests marked `timing` (tokens/s, timeouts of seconds) run last, alone.
 # `scripts/test.sh integration` runs the whole integration tier in one session.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -75,13 +76,13 @@ python="$root/.venv/bin/python"
 # a tier that a -k or -m filter leaves empty (pytest's exit 5) fails nothing
 tier_pytest() { local code=0; "$python" -m pytest "$@" || code=$?; (( code == 5 )) && code=0; return "$code"; }
 
-# Sessions in the background: `beside NAME PYTEST_ARGS...` starts one, its output into a file; `collect NAME` waits
+# Sessions in the background: `beside NAME COMMAND...` starts one, its output into a file; `collect NAME` waits
 # for it, prints the output under a heading and returns its status.
 declare -A beside_pid=() beside_out=()
 beside() {
   local name="$1"; shift
   beside_out[$name]="$(mktemp "${TMPDIR:-/tmp}/primus-test-tier.XXXXXX")"
-  "$python" -m pytest "$@" >"${beside_out[$name]}" 2>&1 &
+  "$@" >"${beside_out[$name]}" 2>&1 &
   beside_pid[$name]=$!
 }
 collect() {
@@ -99,6 +100,7 @@ stop_tiers() {
   local pid out
   for pid in "${beside_pid[@]}"; do kill "$pid" 2>/dev/null || true; done
   for out in "${beside_out[@]}"; do rm -f "$out"; done
+  [[ -n "${share:-}" ]] && rm -rf "$share"
   stop_slurm
 }
 trap stop_tiers EXIT
@@ -110,9 +112,25 @@ unit_tier() {
   for i in "${!files[@]}"; do
     if (( i % 2 )); then second+=("${files[i]}"); else first+=("${files[i]}"); fi
   done
-  beside "unit tier, its other half" "${second[@]}" "$@"
+  beside "unit tier, its other half" "$python" -m pytest "${second[@]}" "$@"
   tier_pytest "${first[@]}" "$@" || rc=$?
   collect "unit tier, its other half" || rc=$?
+}
+
+# The Slurm tier, then this session's share of the integration tier's tests that measure no time (run in the
+# background: a TERM stops the pytest it waits for).
+slurm_then_integration() {
+  local pid="" code=0 first=0
+  trap '[[ -n "$pid" ]] && kill "$pid" 2>/dev/null; exit 143' TERM
+  "$python" -m pytest "$root/tests/slurm" "$@" & pid=$!
+  wait "$pid" || first=$?
+  (( first == 5 )) && first=0
+  echo "[test] integration tier, the modules this session took (the other session runs beside it)" >&2
+  PRIMUS_TEST_TIMING=skip PRIMUS_TEST_SHARE="$share" "$python" -m pytest "$root/tests/integration" "$@" & pid=$!
+  wait "$pid" || code=$?
+  (( code == 5 )) && code=0
+  (( first )) && code=$first
+  return "$code"
 }
 
 case "$tier" in
@@ -121,12 +139,14 @@ case "$tier" in
     unit_tier "$@" ;;
   all)
     if [[ -n "${SLURM_CONF:-}" ]]; then
-      beside "slurm tier" "$root/tests/slurm" "$@"
+      share="$(mktemp -d "${TMPDIR:-/tmp}/primus-test-share.XXXXXX")"
+      beside "slurm tier, then integration tier (the modules that session took)" slurm_then_integration "$@"
       echo "[test] unit tier, half of its files (the other half and the slurm tier run beside it)" >&2
       unit_tier "$@"
-      echo "[test] integration tier, all but its timing tests (the slurm tier runs beside it)" >&2
-      PRIMUS_TEST_TIMING=skip tier_pytest "$root/tests/integration" "$@" || rc=$?
-      collect "slurm tier" || rc=$?
+      echo "[test] integration tier but its timing tests, the modules this session took (the slurm tier or the" \
+           "other integration session runs beside it)" >&2
+      PRIMUS_TEST_TIMING=skip PRIMUS_TEST_SHARE="$share" tier_pytest "$root/tests/integration" "$@" || rc=$?
+      collect "slurm tier, then integration tier (the modules that session took)" || rc=$?
       echo "[test] integration tier: its timing tests, alone" >&2
       PRIMUS_TEST_TIMING=only tier_pytest "$root/tests/integration" "$@" || rc=$?
     else
