@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.curves import losses
 from helpers.slurm_cluster import sacct_state, squeue_job_ids, wait_until
 from helpers.slurm_runs import FAST, HELD_IN_QUEUE, JOB_TIMEOUT_S, SLURM, primus, submission
 
@@ -73,3 +74,29 @@ def test_a_queued_job_runs_the_code_frozen_at_submission(tmp_path):
     wait_until(lambda: sacct_state(job_id) == "COMPLETED", timeout_s=JOB_TIMEOUT_S)
     started = json.loads((run_dir / ".primus" / "provenance.json").read_text())["starts"][-1]
     assert started["code_path"] == str(store / "src" / "primus_hydra")  # the node imported the frozen copy
+
+
+def test_an_edit_while_the_job_waits_does_not_change_what_it_runs(tmp_path):
+    """A copy of the project (a git clone of HEAD) submits a job that waits in the queue; its loss is then doubled
+    in the copy's source. The frozen job trains with the submitted code; a job submitted after the edit with
+    launch.freeze_code=false runs the edit: its first loss is twice the frozen job's."""
+    project = tmp_path / "project"
+    subprocess.run(["git", "clone", "-q", str(Path(__file__).resolve().parents[2]), str(project)], check=True, timeout=60)
+    env = {"PYTHONPATH": str(project / "src")}
+    frozen_dir, edited_dir = tmp_path / "frozen", tmp_path / "edited"
+    run = ["module.train_iters=1", *FAST, *SLURM, "launch.wait=false"]
+    result = primus(tmp_path, f"hydra.run.dir={frozen_dir}", *run, HELD_IN_QUEUE, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    trainer = project / "src" / "primus_hydra" / "backends" / "torch" / "trainer.py"
+    source = trainer.read_text()
+    assert source.count("loss = F.cross_entropy(") == 1
+    trainer.write_text(source.replace("loss = F.cross_entropy(", "loss = 2.0 * F.cross_entropy("))
+    result = primus(tmp_path, f"hydra.run.dir={edited_dir}", *run, "launch.freeze_code=false", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    frozen_id, edited_id = submission(frozen_dir)["job_id"], submission(edited_dir)["job_id"]
+    subprocess.run(["scontrol", "update", f"JobId={frozen_id}", "StartTime=now"], check=True, timeout=30)
+    wait_until(lambda: {sacct_state(frozen_id), sacct_state(edited_id)} == {"COMPLETED"}, timeout_s=JOB_TIMEOUT_S)
+    assert losses(edited_dir)[1] == pytest.approx(2 * losses(frozen_dir)[1], rel=1e-5)
+    edited = json.loads((edited_dir / ".primus" / "provenance.json").read_text())
+    assert edited["frozen_code"] == {"frozen": False, "why": "launch.freeze_code=false"}
+    assert edited["starts"][-1]["code_path"] == str(project / "src" / "primus_hydra")
