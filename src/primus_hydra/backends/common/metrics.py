@@ -1,4 +1,5 @@
-"""Per-step metrics on rank 0: metrics.jsonl (every step), TensorBoard, periodic log lines, and a loss-curve PNG."""
+"""Per-step metrics on rank 0: metrics.jsonl (every step), TensorBoard, the experiment trackers of logger.use
+(tracking.py), periodic log lines, and a loss-curve PNG."""
 from __future__ import annotations
 
 import json
@@ -101,8 +102,10 @@ class MetricsLogger:
     resumed or restarted one continues it from its first step: the records of the steps it redoes (logged after
     the checkpoint it resumed from, before the stop) are dropped first, in one atomic rewrite."""
 
-    def __init__(self, run_dir: Path, enabled: bool, tensorboard: bool, log_interval: int, resuming: bool):
+    def __init__(self, run_dir: Path, enabled: bool, tensorboard: bool, log_interval: int, resuming: bool,
+                 trackers=None):
         self.run_dir, self.enabled, self.log_interval = Path(run_dir), enabled, log_interval
+        self.trackers = trackers  # tracking.ExperimentTrackers: each record is queued for them, never waited on
         self.path = self.run_dir / METRICS_FILE
         self._file = None
         self._tb = None
@@ -129,6 +132,8 @@ class MetricsLogger:
             keep_records_before(self.path, record["step"])
             self._file = open(self.path, "a", buffering=1)
         self._file.write(json.dumps(record) + "\n")
+        if self.trackers is not None:
+            self.trackers.log(record)
         if self._tb is not None:
             for key, value in record.items():
                 if key != "step" and isinstance(value, (int, float)):

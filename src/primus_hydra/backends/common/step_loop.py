@@ -31,6 +31,7 @@ from primus_hydra.backends.base import BaseTrainer
 from primus_hydra.backends.common.checkpoint import CheckpointManager
 from primus_hydra.backends.common.distributed import set_up_rank
 from primus_hydra.backends.common.metrics import MetricsLogger
+from primus_hydra.backends.common.tracking import ExperimentTrackers, finish_trackers
 from primus_hydra.backends.fault_injection import inject_fault
 from primus_hydra.config.model_math import count_parameters
 from primus_hydra.errors import CheckpointError, StoppedBySignalError
@@ -135,8 +136,13 @@ class StepLoopTrainer(BaseTrainer):
             log.info("resumed from %s at step %d", path, self.start_step)
         # a resumed run or a restarted attempt appends to the job's metrics (readers keep a step's last record),
         # also when no checkpoint was written before the crash and training starts over
-        self.metrics = MetricsLogger(self.run_dir, enabled=self.dist.is_main, tensorboard=module.log.tensorboard,
-                                     log_interval=module.log.interval, resuming=resume is not None or self.restarted)
+        resuming = resume is not None or self.restarted
+        logger = self.cfg.get("logger")
+        sinks = [str(sink) for sink in logger.use] if logger is not None else ["tensorboard"]
+        trackers = ExperimentTrackers.for_job(self.cfg, self.run_dir, resuming) if self.dist.is_main else None
+        self.metrics = MetricsLogger(self.run_dir, enabled=self.dist.is_main,
+                                     tensorboard=module.log.tensorboard and "tensorboard" in sinks,
+                                     log_interval=module.log.interval, resuming=resuming, trackers=trackers)
 
     # -- set-up helpers -------------------------------------------------------------------------------
     def catch_stop_signals(self) -> None:
@@ -233,7 +239,8 @@ class StepLoopTrainer(BaseTrainer):
         return sum(self._eval_step(index) for index in range(iters)) / iters
 
     def close_metrics(self, on_error: bool) -> None:
-        """Unfreeze the GC, flush the metrics and draw the loss curve (not after a failure)."""
+        """Unfreeze the GC, flush the metrics, draw the loss curve (not after a failure) and end the trackers' runs
+        (failed after a failure)."""
         gc.unfreeze()
         metrics = getattr(self, "metrics", None)
         if metrics is not None:
@@ -241,6 +248,8 @@ class StepLoopTrainer(BaseTrainer):
             if png:
                 log.info("loss curve: %s", png)
             self.metrics = None
+            if metrics.trackers is not None:
+                finish_trackers(metrics.trackers, self.cfg, self.run_dir, failed=on_error)
 
     # -- signals ----------------------------------------------------------------------------------------
     def _remember_signal(self, signum, frame) -> None:
