@@ -30,6 +30,7 @@ def test_the_megatron_patches_are_registered_with_their_phases():
         "megatron.args.layernorm_epsilon": ("megatron", "build_args"),
         "megatron.args.checkpoint_path": ("megatron", "build_args"),
         "megatron.args.tensorboard_path": ("megatron", "build_args"),
+        "megatron.args.wandb_from_logger": ("megatron", "build_args"),
         "megatron.args.mock_data": ("megatron", "build_args"),
         "megatron.args.text_as_indexed": ("megatron", "build_args"),
         "megatron.env.cuda_device_max_connections": setup,
@@ -103,6 +104,14 @@ def test_no_checkpoint_folder_when_the_run_saves_none(compose_config, tmp_path):
         compose_config, tmp_path, "module.data.source=mock", "module.checkpoint.interval=0", "module.checkpoint.save_final=false"
     )
     assert args["save"] is None
+
+
+def test_logger_wandb_gives_megatron_lm_its_wandb_flags(compose_config, tmp_path):
+    args = dry_run(compose_config, tmp_path, "module.data.source=mock", "logger=wandb", "logger.wandb.project=llm",
+                   "logger.wandb.entity=team", "+backend.extra_args.wandb_exp_name=mine")
+    assert {key: args[key] for key in args if key.startswith("wandb_")} == {
+        "wandb_project": "llm", "wandb_exp_name": "mine", "wandb_save_dir": str(tmp_path / "wandb"),
+        "wandb_entity": "team"}
 
 
 def test_no_tensorboard_dir_when_tensorboard_is_off(compose_config, tmp_path):

@@ -77,6 +77,14 @@ class MegatronAdapter(ExternalBackendAdapter):
             checkout = False
         return "megatron_lm" if checkout and not self.on_cpu else "core"
 
+    def env_defaults(self) -> dict[str, str]:
+        """Megatron-LM's W&B writer takes its mode from the environment only: logger.wandb.mode as WANDB_MODE."""
+        env = super().env_defaults()
+        logger = self.cfg.get("logger")
+        if self.trainer_name == "megatron_lm" and logger is not None and "wandb" in [str(s) for s in logger.use]:
+            env["WANDB_MODE"] = str(logger.wandb.mode)
+        return env
+
     def checkpoint_dir(self) -> Path:
         """Where the core trainer keeps its step folders: Megatron's `save`, that is extra_args.save when set, else
         module.checkpoint.dir (<run_dir>/checkpoints unless set)."""

@@ -60,6 +60,30 @@ def tensorboard_in_run_dir(ctx: PatchContext) -> None:
         ctx.backend_args["tensorboard_dir"] = str(ctx.run_dir / "tensorboard")
 
 
+def _logs_to_wandb(cfg) -> bool:
+    logger = cfg.get("logger")
+    return logger is not None and "wandb" in [str(sink) for sink in logger.use]
+
+
+@register_patch(
+    "megatron.args.wandb_from_logger", backend="megatron", phase="build_args",
+    condition=lambda ctx: _logs_to_wandb(ctx.cfg),
+)
+def wandb_from_logger(ctx: PatchContext) -> None:
+    """logger=wandb reaches Megatron-LM's own W&B writer (backend.trainer=megatron_lm) as its --wandb-* flags:
+    project, run name (the run dir's name by default), save dir (<run_dir>/wandb by default), entity when set;
+    logger.wandb.mode as WANDB_MODE (the adapter's environment). The core trainer logs through the project's
+    trackers and leaves them unused. A value set in backend.extra_args wins."""
+    w = ctx.cfg.logger.wandb
+    values = {"wandb_project": w.project, "wandb_exp_name": w.name or ctx.run_dir.name,
+              "wandb_save_dir": w.dir or str(ctx.run_dir / "wandb")}
+    if w.entity:
+        values["wandb_entity"] = w.entity
+    for key, value in values.items():
+        if not _user_set(ctx, key) and ctx.backend_args.get(key) is None:
+            ctx.backend_args[key] = value
+
+
 @register_patch(
     "megatron.args.mock_data", backend="megatron", phase="build_args",
     condition=lambda ctx: str(ctx.cfg.module.data.source) == "mock",
