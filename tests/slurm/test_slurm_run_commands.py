@@ -56,30 +56,11 @@ def test_cancel_of_a_queued_job_waits_for_slurm_and_status_says_cancelled_by_use
     assert unknown.returncode == 2 and unknown.stderr.startswith("error: task.run=987654321: no run under ")
 
 
-def test_a_queued_job_runs_the_code_frozen_at_submission(tmp_path):
-    run_dir = tmp_path / "run"
-    result = primus(tmp_path, f"hydra.run.dir={run_dir}", "module.train_iters=2", *FAST, *SLURM, "launch.wait=false",
-                    HELD_IN_QUEUE)
-    assert result.returncode == 0, result.stderr[-3000:]
-    record = submission(run_dir)
-    job_id = record["job_id"]
-    frozen = json.loads((run_dir / ".primus" / "provenance.json").read_text())["frozen_code"]
-    store = Path(frozen["path"])
-    assert store.parent == run_dir / ".primus_code" and (store / "src" / "primus_hydra" / "__init__.py").is_file()
-    assert (store / "conf" / "config.yaml").is_file()
-    script = (Path(record["submitit_folder"]) / f"{job_id}_submission.sh").read_text()
-    assert f'export PYTHONPATH="{store / "src"}' in script  # a requeue reruns this script: the same copy
-
-    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True, timeout=30)
-    wait_until(lambda: sacct_state(job_id) == "COMPLETED", timeout_s=JOB_TIMEOUT_S)
-    started = json.loads((run_dir / ".primus" / "provenance.json").read_text())["starts"][-1]
-    assert started["code_path"] == str(store / "src" / "primus_hydra")  # the node imported the frozen copy
-
-
 def test_an_edit_while_the_job_waits_does_not_change_what_it_runs(tmp_path):
     """A copy of the project (a git clone of HEAD) submits a job that waits in the queue; its loss is then doubled
     in the copy's source. The frozen job trains with the submitted code; a job submitted after the edit with
-    launch.freeze_code=false runs the edit: its first loss is twice the frozen job's."""
+    launch.freeze_code=false runs the edit: its first loss is twice the frozen job's. A requeue of the frozen job
+    after the edit runs the frozen copy again."""
     project = tmp_path / "project"
     subprocess.run(["git", "clone", "-q", str(Path(__file__).resolve().parents[2]), str(project)], check=True, timeout=60)
     env = {"PYTHONPATH": str(project / "src")}
@@ -87,6 +68,11 @@ def test_an_edit_while_the_job_waits_does_not_change_what_it_runs(tmp_path):
     run = ["module.train_iters=1", *FAST, *SLURM, "launch.wait=false"]
     result = primus(tmp_path, f"hydra.run.dir={frozen_dir}", *run, HELD_IN_QUEUE, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
+    record = submission(frozen_dir)
+    store = Path(json.loads((frozen_dir / ".primus" / "provenance.json").read_text())["frozen_code"]["path"])
+    assert store.parent == frozen_dir / ".primus_code" and (store / "conf" / "config.yaml").is_file()
+    script = (Path(record["submitit_folder"]) / f"{record['job_id']}_submission.sh").read_text()
+    assert f'export PYTHONPATH="{store / "src"}' in script  # a requeue reruns this script: the same copy
     trainer = project / "src" / "primus_hydra" / "backends" / "torch" / "trainer.py"
     source = trainer.read_text()
     assert source.count("loss = F.cross_entropy(") == 1
@@ -97,6 +83,15 @@ def test_an_edit_while_the_job_waits_does_not_change_what_it_runs(tmp_path):
     subprocess.run(["scontrol", "update", f"JobId={frozen_id}", "StartTime=now"], check=True, timeout=30)
     wait_until(lambda: {sacct_state(frozen_id), sacct_state(edited_id)} == {"COMPLETED"}, timeout_s=JOB_TIMEOUT_S)
     assert losses(edited_dir)[1] == pytest.approx(2 * losses(frozen_dir)[1], rel=1e-5)
+    first = losses(frozen_dir)[1]
+    # Slurm reruns the same script after the edit: the same frozen copy, the same loss (no checkpoint: step 1 again)
+    subprocess.run(["scontrol", "requeue", frozen_id], check=True, timeout=30)
+    provenance = frozen_dir / ".primus" / "provenance.json"
+    wait_until(lambda: len(json.loads(provenance.read_text())["starts"]) == 3 and sacct_state(frozen_id) == "COMPLETED",
+               timeout_s=JOB_TIMEOUT_S)
+    rerun = json.loads(provenance.read_text())["starts"][-1]
+    assert rerun["slurm"]["restart_count"] == 1 and rerun["code_path"] == str(store / "src" / "primus_hydra")
+    assert losses(frozen_dir)[1] == pytest.approx(first, rel=1e-6)
     edited = json.loads((edited_dir / ".primus" / "provenance.json").read_text())
     assert edited["frozen_code"] == {"frozen": False, "why": "launch.freeze_code=false"}
     assert edited["starts"][-1]["code_path"] == str(project / "src" / "primus_hydra")
