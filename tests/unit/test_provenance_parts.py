@@ -56,3 +56,14 @@ def test_the_same_code_is_frozen_once_and_shared(tmp_path):
     again = frozen_code.freeze_project_code(tmp_path)
     assert (first.made, again.made, again.path) == (True, False, first.path)
     assert (first.path / "src" / "primus_hydra" / "launch" / "slurm" / "frozen_code.py").is_file()
+
+
+def test_a_text_folder_is_fingerprinted_by_its_listing(tmp_path):
+    (tmp_path / "a.txt").write_text("one")
+    (tmp_path / "b.md").write_text("two")
+    cfg = OmegaConf.create({"module": {"data": {"source": "text", "path": str(tmp_path), "tokenizer": None}}})
+    (entry,) = data_fingerprints(cfg)
+    (tmp_path / "b.md").write_text("three")
+    (changed,) = data_fingerprints(cfg)
+    assert (entry["files"], entry["bytes"], entry["first_files"]) == (2, 6, ["a.txt", "b.md"])
+    assert changed["listing_sha256"] != entry["listing_sha256"]

@@ -4,6 +4,7 @@ and mtime stand for it, so recording costs milliseconds whatever the data set's 
 from __future__ import annotations
 
 import hashlib
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -39,7 +40,9 @@ def blend_prefixes(path: str) -> list[str]:
 def text_source(path: Optional[str]) -> dict:
     from primus_hydra.backends.common.data_sources import default_text_corpus, text_files
 
-    root = Path(str(path)).expanduser() if path else default_text_corpus()
+    if not path:  # Python's own sources: named by the interpreter's version, not walked (~0.2 s saved a run)
+        return {"path": str(default_text_corpus()), "python_stdlib": sys.version.split()[0]}
+    root = Path(str(path)).expanduser()
     if not root.is_dir():
         return file_fingerprint(root)
     return listing_fingerprint(root, text_files(root))

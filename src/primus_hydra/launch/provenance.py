@@ -139,17 +139,20 @@ def _git(root: Path, *args: str) -> Optional[str]:
 
 def git_state(root: Path) -> dict:
     """Commit, branch and dirty flag of the checkout at root (tracked files; untracked ones are listed), and its
-    diff against HEAD; every field null outside a git checkout or without git."""
-    commit = _git(root, "rev-parse", "HEAD")
-    if commit is None:
+    diff against HEAD; every field null outside a git checkout or without git. One `git status` answers all but
+    the diff."""
+    status = _git(root, "status", "--porcelain=v2", "--branch")
+    headers = dict(line[2:].split(" ", 1) for line in (status or "").splitlines() if line.startswith("# "))
+    commit = headers.get("branch.oid")
+    if status is None or commit in (None, "(initial)"):
         return {"repo": None, "commit": None, "branch": None, "dirty": None, "untracked": None}
-    status = _git(root, "status", "--porcelain") or ""
-    changed = [line for line in status.splitlines() if line and not line.startswith("??")]
-    untracked = [line[3:] for line in status.splitlines() if line.startswith("??")]
-    diff = _git(root, "diff", "HEAD") if changed else None
-    state = {"repo": str(root), "commit": commit.strip(),
-             "branch": (_git(root, "rev-parse", "--abbrev-ref", "HEAD") or "").strip() or None,
+    lines = status.splitlines()
+    changed = [line for line in lines if line[:2] in ("1 ", "2 ", "u ")]
+    untracked = [line[2:] for line in lines if line.startswith("? ")]
+    branch = headers.get("branch.head")
+    state = {"repo": str(root), "commit": commit, "branch": None if branch in (None, "(detached)") else branch,
              "dirty": bool(changed), "untracked": untracked[:100]}
+    diff = _git(root, "diff", "HEAD") if changed else None
     if diff is not None:
         state["diff_truncated"] = len(diff) > GIT_DIFF_LIMIT
         state["diff"] = diff[:GIT_DIFF_LIMIT]
