@@ -62,6 +62,7 @@ class Imported:
     warnings: list[str] = field(default_factory=list)
     consumed: set = field(default_factory=set)  # Primus key paths a canonical key took
     gpus_per_node: int = GPUS_PER_NODE  # the experiment's env GPUS_PER_NODE, else Primus's default
+    logger: Optional[str] = None  # the logger= option its tracker keys choose (None: the default, tensorboard)
 
     def take(self, params: dict, path: str, canonical: str, convert: Callable = _same) -> None:
         value = _get(params, path)
@@ -446,8 +447,41 @@ def import_module(module: TrainerModule, primus_root, environ: dict, gpus_per_no
         imported.model = bridge_model(module, imported, primus_root, environ)
     elif choice is None:
         imported.model = {"torchtitan": torchtitan_model, "maxtext": maxtext_model}[backend](module, imported)
+    map_tracking(module.params, imported)
     _pass_through(module, imported, primus_root, environ)
     return imported
+
+
+# Primus's experiment-tracker keys -> logger.* (the on/off switches choose the logger= option)
+WANDB_KEYS = {"wandb_project": "logger.wandb.project", "wandb_exp_name": "logger.wandb.name",
+              "wandb_save_dir": "logger.wandb.dir", "wandb_entity": "logger.wandb.entity"}
+MLFLOW_KEYS = {"mlflow_run_name": "logger.mlflow.run_name", "mlflow_experiment_name": "logger.mlflow.experiment_name"}
+TRACKER_SWITCHES = ("disable_wandb", "disable_mlflow", "disable_tensorboard")
+
+
+def map_tracking(params: dict, imported: Imported) -> None:
+    """disable_wandb / disable_mlflow / disable_tensorboard and the wandb_* / mlflow_* keys as the logger= option
+    (tensorboard, wandb, mlflow, or many with logger.use) and its keys; W&B is on when disable_wandb is false, or
+    unset with a wandb_project. Credentials stay in the environment (WANDB_API_KEY, MLFLOW_TRACKING_URI/TOKEN)."""
+    def value(path: str) -> Any:
+        found = _get(params, path)
+        return None if found is _MISSING else plain(found)
+
+    switches = {path: value(path) for path in TRACKER_SWITCHES}
+    use = [] if switches["disable_tensorboard"] is True else ["tensorboard"]
+    if switches["disable_wandb"] is False or (switches["disable_wandb"] is None and value("wandb_project")):
+        use.append("wandb")
+        imported.canonical.update({key: value(path) for path, key in WANDB_KEYS.items() if value(path)})
+    if switches["disable_mlflow"] is False:
+        use.append("mlflow")
+        imported.canonical.update({key: value(path) for path, key in MLFLOW_KEYS.items() if value(path)})
+    imported.consumed.update(path for path in (*TRACKER_SWITCHES, *WANDB_KEYS, *MLFLOW_KEYS)
+                             if _get(params, path) is not _MISSING)
+    trackers = [sink for sink in use if sink != "tensorboard"]
+    if trackers:
+        imported.logger = trackers[0] if use == trackers and len(trackers) == 1 else "many"
+        if imported.logger == "many":
+            imported.canonical["logger.use"] = use
 
 
 def _pass_through(module: TrainerModule, imported: Imported, primus_root, environ: dict) -> None:

@@ -76,11 +76,13 @@ def experiment_text(experiment: PrimusExperiment, module: TrainerModule, importe
     body: dict = {"defaults": [{"override /backend": imported.backend}, {"override /model": choice.preset}]}
     if module.name != "pre_trainer" or imported.canonical.get("module.stage") == "sft":
         body["defaults"].insert(0, {"override /module": "post_trainer"})
+    if imported.logger:
+        body["defaults"].append({"override /logger": imported.logger})
     canonical = dict(imported.canonical)
     canonical.update({f"model.{key}": value for key, value in choice.experiment.items()})
     tree = _nested(canonical)
     body["launch"] = {"nproc_per_node": imported.gpus_per_node, **tree.get("launch", {})}
-    for section in ("model", "module", "backend"):
+    for section in ("model", "module", "backend", "logger"):
         if section in tree:
             body[section] = tree[section]
     if imported.extra_args:
