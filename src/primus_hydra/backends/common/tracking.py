@@ -30,6 +30,7 @@ from primus_hydra.config.secrets import config_for_file, redact_text, secret_val
 log = logging.getLogger("primus_hydra.train")
 
 STATE_FILE = Path(".primus") / "tracker.json"
+RESOLVED_CONFIG_ARTIFACT = "config_resolved.yaml"  # what the runtime writes (runtime/train_runtime.py, a layer up)
 BATCH = 256  # records sent in one call at most
 _DONE = object()
 
@@ -81,18 +82,19 @@ def sweep_point(run_dir: Path) -> tuple[Optional[str], dict[str, str]]:
     record = run_dir.parent / "multirun.yaml"
     if not record.is_file():
         return None, {}
+    from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 
-    from primus_hydra.launch.sweep.labels import fixed_overrides, recorded_command_line, varying_overrides
-
     group = f"{run_dir.parent.parent.name}/{run_dir.parent.name}"
-    try:
-        point = [str(line) for line in OmegaConf.load(run_dir / ".hydra" / "overrides.yaml")]
-    except Exception:  # noqa: BLE001 - a point without Hydra's record: grouped, no varying keys
+    try:  # the sweep's command line as Hydra recorded it, and this point's overrides
+        swept = OverridesParser.create().parse_overrides([str(line) for line in OmegaConf.load(record).hydra.overrides.task])
+        point = OverridesParser.create().parse_overrides(
+            [str(line) for line in OmegaConf.load(run_dir / ".hydra" / "overrides.yaml")])
+    except Exception:  # noqa: BLE001 - a sweeper that keeps no record (Optuna's): grouped, no varying keys
         return group, {}
-    varying = varying_overrides(point, fixed_overrides(recorded_command_line(record)))
-    pairs = (override.lstrip("+~").replace("\\", "").split("=", 1) for override in varying if "=" in override)
-    return group, dict(pairs)  # as typed, without Hydra's escapes (`\\:`)
+    fixed = {override.key_or_group for override in swept if not override.is_sweep_override()}
+    return group, {override.key_or_group: str(override.value()) for override in point  # Hydra's escapes undone
+                   if override.key_or_group not in fixed}
 
 
 def tracked_run(cfg: Any, run_dir: Path) -> TrackedRun:
@@ -299,12 +301,11 @@ def finish_trackers(trackers: ExperimentTrackers, cfg: Any, run_dir: Path, faile
     """The run's end for its trackers: the objective as a summary, the loss PNG and config_resolved.yaml as
     artifacts, the tracker runs ended (failed after a failure)."""
     from primus_hydra.backends.common.metrics import LOSS_PLOT_FILE, METRICS_FILE
-    from primus_hydra.runtime.train_runtime import RESOLVED_CONFIG_FILE
-    from primus_hydra.tasks.objective import run_objective
+    from primus_hydra.util.objective import run_objective
 
     summary = {}
     if not failed and (Path(run_dir) / METRICS_FILE).is_file():
         objective = run_objective(cfg, Path(run_dir), say=False)
         if math.isfinite(objective):
             summary["objective"] = objective
-    trackers.finish(summary, tracker_artifacts(run_dir, (LOSS_PLOT_FILE, RESOLVED_CONFIG_FILE)), failed)
+    trackers.finish(summary, tracker_artifacts(run_dir, (LOSS_PLOT_FILE, RESOLVED_CONFIG_ARTIFACT)), failed)
