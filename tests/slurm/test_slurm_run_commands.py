@@ -4,6 +4,7 @@ the code frozen at submission."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -95,3 +96,20 @@ def test_an_edit_while_the_job_waits_does_not_change_what_it_runs(tmp_path):
     edited = json.loads((edited_dir / ".primus" / "provenance.json").read_text())
     assert edited["frozen_code"] == {"frozen": False, "why": "launch.freeze_code=false"}
     assert edited["starts"][-1]["code_path"] == str(project / "src" / "primus_hydra")
+
+
+def test_cancel_by_array_id_cancels_every_point_and_a_sweep_missing_a_point_is_refused(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    result = primus(tmp_path, "-m", f"hydra.sweep.dir={sweep_dir}", "module.train_iters=2", *FAST, *SLURM,
+                    "launch.wait=false", HELD_IN_QUEUE, "module.seed=1,2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    ids = [submission(sweep_dir / str(num))["job_id"] for num in (0, 1)]
+    cancel = primus(tmp_path, "task=cancel", f"task.run={ids[0].split('_')[0]}", env={"PRIMUS_OUTPUT_ROOT": str(tmp_path)})
+    assert cancel.returncode == 0, cancel.stderr
+    assert cancel.stdout.splitlines() == [f"cancelled slurm job {job_id}: {sweep_dir / str(num)}"
+                                          for num, job_id in enumerate(ids)]
+    shutil.rmtree(sweep_dir / "1")
+    logs = primus(tmp_path, "task=logs", f"task.run={sweep_dir}")
+    assert logs.returncode == 2
+    assert logs.stderr.strip() == (f"error: task.run={sweep_dir}: the sweep submitted 2 points but 1 of their run dirs "
+                                   "are there; give one point's run dir, or the Slurm job id of the array")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Optional
 
 from primus_hydra.errors import PrimusError
 from primus_hydra.launch.provenance import PROVENANCE_FILE
@@ -32,6 +33,10 @@ def runs_of(value: object, key: str = "task.run") -> list[Path]:
             raise PrimusError(f"{key}={text}: not a run dir (no .hydra/config.yaml, .primus/slurm_job.json or "
                               ".primus/provenance.json) and no run dir under it; give a run dir, a sweep dir or a "
                               "Slurm job id")
+        expected = submitted_sweep_points(path, found)
+        if expected is not None and len(found) < expected:
+            raise PrimusError(f"{key}={text}: the sweep submitted {expected} points but {len(found)} of their run "
+                              "dirs are there; give one point's run dir, or the Slurm job id of the array")
         return found
     if JOB_ID.fullmatch(text):
         return runs_of_job(text, key)
@@ -59,3 +64,34 @@ def runs_of_job(job_id: str, key: str = "task.run") -> list[Path]:
         raise PrimusError(f"{key}={job_id}: no run under {where} records Slurm job {job_id}; give its run dir "
                           "(or set PRIMUS_OUTPUT_ROOT to the output root it was submitted from)")
     return matches
+
+
+def submitted_sweep_points(sweep_dir: Path, found: list[Path]) -> Optional[int]:
+    """How many points a sweep submitted to Slurm has (every point's run dir is made at submission), from the
+    discrete sweeps of its multirun.yaml; None when it was not submitted to Slurm, or its points cannot be
+    counted (a sweeper's search space, a glob)."""
+    from omegaconf import OmegaConf
+
+    from primus_hydra.launch.sweep.basic import SWEEP_RECORD
+
+    record = sweep_dir / SWEEP_RECORD
+    if not record.is_file() or not any((run_dir / SUBMISSION_RECORD).is_file() for run_dir in found):
+        return None
+    try:
+        config = OmegaConf.load(record)
+        overrides = [str(item) for item in OmegaConf.select(config, "hydra.overrides.task", default=[])]
+        if OmegaConf.select(config, "hydra.sweeper.params", default=None):
+            return None
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+        from hydra.core.override_parser.types import Glob
+
+        points = 1
+        for override in OverridesParser.create().parse_overrides(overrides):
+            if not override.is_sweep_override():
+                continue
+            if not override.is_discrete_sweep() or isinstance(override.value(), Glob):
+                return None
+            points *= len(list(override.sweep_iterator()))
+        return points
+    except Exception:  # noqa: BLE001 - a record that cannot be read or parsed: nothing to count against
+        return None
