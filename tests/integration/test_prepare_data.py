@@ -2,8 +2,8 @@
 tokenizer built here with `tokenizers` (no download), becomes a Megatron indexed dataset whose documents decode back
 to the text, each ended by the eos id; 1 and 2 workers, and the same texts as zstd JSONL, Parquet or a
 datasets.save_to_disk folder, write the same bytes. megatron-core's IndexedDataset reads them back; backend=torch,
-megatron (its native batches) and torchtitan train on the prefix at once, with the same curve (1e-4 relative). A rerun of the command is up to
-date; a malformed line stops the run with file:line and leaves nothing."""
+megatron (its native batches) and torchtitan train on the prefix at once, with the same curve (1e-4 relative).
+A rerun of the command is up to date; a malformed line stops the run with file:line and leaves nothing."""
 from __future__ import annotations
 
 import inspect
