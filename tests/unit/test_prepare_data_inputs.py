@@ -212,3 +212,17 @@ def test_existing_outputs_are_never_replaced_without_overwrite(tmp_path):
     job = prepare(tmp_path, f"task.input={corpus}", "task.tokenizer=byte", "task.overwrite=true", "task.workers=3")
     assert (job.workers, job.up_to_date, job.keys, job.dtype) == (3, False, ["text"], "uint16")
     assert (tmp_path / "out" / "c_text_document.bin").read_bytes() == b"mine"
+
+
+def test_a_sentencepiece_model_gives_its_ids_and_its_eos_as_the_end_of_a_document(tmp_path):
+    import sentencepiece
+
+    from primus_hydra.tasks.data_prep.tokenizer import tokenizer_spec
+
+    lines = [f"the value {n} is read from the file and returned" for n in range(200)]
+    sentencepiece.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_prefix=str(tmp_path / "sp"),
+                                             vocab_size=40, minloglevel=2)
+    spec = tokenizer_spec(str(tmp_path / "sp.model"))
+    model = sentencepiece.SentencePieceProcessor(model_file=str(tmp_path / "sp.model"))
+    assert (spec.kind, spec.vocab_size, spec.eod_id) == ("sentencepiece", 40, model.eos_id())
+    assert spec.load()(["the value 7"]) == [model.encode("the value 7")]
