@@ -82,7 +82,7 @@ def test_documents_decode_back_to_the_text_each_ended_by_the_eos_id(corpus):
 
 
 def test_two_workers_and_every_input_format_write_the_same_bytes(corpus, tmp_path):
-    import datasets
+    datasets = pytest.importorskip("datasets", reason="a datasets.save_to_disk folder is made with `datasets`")
     import pyarrow as pa
     import pyarrow.parquet as pq
     import zstandard
