@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -47,6 +48,12 @@ def start_worker(spec: TokenizerSpec, keys: list, append_eod: bool) -> None:
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     _worker.update(encode=spec.load(), keys=list(keys), eod=spec.eod_id if append_eod else None,
                    takes_bytes=spec.kind == BYTE)
+
+
+def start_pool_worker(spec: TokenizerSpec, keys: list, append_eod: bool) -> None:
+    """start_worker in a pool's process, which leaves Ctrl-C to the writer (it stops the pool and cleans up)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    start_worker(spec, keys, append_eod)
 
 
 def _texts_of(record: Any, keys: list) -> list:

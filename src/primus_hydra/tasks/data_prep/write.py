@@ -12,6 +12,7 @@ import collections
 import multiprocessing
 import os
 import signal
+import sys
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,7 +23,7 @@ import numpy as np
 from primus_hydra.backends.common.indexed_stats import files_signature
 from primus_hydra.errors import DataError
 from primus_hydra.tasks.data_prep.checks import PrepareDataJob
-from primus_hydra.tasks.data_prep.encode import EncodedChunk, encode_chunk, start_worker
+from primus_hydra.tasks.data_prep.encode import EncodedChunk, encode_chunk, start_pool_worker, start_worker
 from primus_hydra.tasks.data_prep.inputs import Chunk, RecordStream
 from primus_hydra.tasks.data_prep.outputs import OutputNames, remove_partials, write_json_atomically
 from primus_hydra.tasks.data_prep.progress import DocumentLengths, Progress
@@ -71,7 +72,7 @@ def _encoded_in_order(job: PrepareDataJob, chunks: Iterator[Chunk]) -> Iterator[
         yield (encode_chunk(chunk) for chunk in chunks)
         return
     context = _worker_context()
-    with context.Pool(job.workers, initializer=start_worker, initargs=(job.tokenizer, job.keys, job.append_eod)) as pool:
+    with context.Pool(job.workers, initializer=start_pool_worker, initargs=(job.tokenizer, job.keys, job.append_eod)) as pool:
         def ordered() -> Iterator[EncodedChunk]:
             pending: collections.deque = collections.deque()
             for chunk in chunks:
@@ -182,10 +183,14 @@ def write_datasets(job: PrepareDataJob) -> dict:
         for partial, final in zip(partials[:-1], names.files(job.keys)[:-1]):
             os.replace(partial, final)
         write_json_atomically(names.stats, stats)
-    except BaseException:
+    except BaseException as error:
         if progress is not None:
             progress.close()
         remove_partials(partials)
+        if isinstance(error, KeyboardInterrupt):  # Ctrl-C or SIGTERM: one line, the shell's exit code for SIGINT
+            print(f"{LABEL}: stopped; the partial files are removed, no dataset was written", file=sys.stderr,
+                  flush=True)
+            raise SystemExit(130) from None
         raise
     _print_summary(stats)
     return stats
