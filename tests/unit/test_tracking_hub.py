@@ -29,7 +29,7 @@ def logger_cfg(**mlflow):
 
 def hub(run_dir: Path, sinks, resuming: bool, timeout_s: float = 5.0, queue_size: int = 1000) -> ExperimentTrackers:
     run = TrackedRun(run_dir=run_dir, name="r", group=None, params={"module.lr": "0.001"}, tags={}, timeout_s=timeout_s)
-    return ExperimentTrackers(sinks, run, resuming=resuming, queue_size=queue_size)
+    return ExperimentTrackers(sinks, lambda: run, run_dir, timeout_s, resuming=resuming, queue_size=queue_size)
 
 
 def csv_steps(run_dir: Path) -> list[int]:
@@ -58,13 +58,13 @@ def test_an_unreachable_tracker_is_one_warning_and_the_loop_never_waits(tmp_path
         port = probe.getsockname()[1]
     sink = MlflowSink(logger_cfg(tracking_uri=f"http://127.0.0.1:{port}"))
     with caplog.at_level(logging.WARNING, logger="primus_hydra.train"):
-        trackers = hub(tmp_path, [sink, CsvSink(logger_cfg())], resuming=False, timeout_s=2.0)
+        trackers = hub(tmp_path, [sink, CsvSink(logger_cfg())], resuming=False, timeout_s=5.0)
         started = time.perf_counter()
         for step in range(1, 201):
             trackers.log(record(step))
         logging_took = time.perf_counter() - started
         trackers.finish({"objective": 1.0}, [], failed=False)
-    assert logging_took < 0.05
+    assert logging_took < 1.0  # 200 records queued, not sent: far below one 5 s connection attempt, even on a busy machine
     warnings = [line for line in caplog.text.splitlines() if "logger mlflow" in line]
     assert len(warnings) == 1 and "start failed" in warnings[0] and "the run goes on without it" in warnings[0]
     assert csv_steps(tmp_path) == list(range(1, 201))  # the other tracker got every step

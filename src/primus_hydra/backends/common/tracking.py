@@ -22,7 +22,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from primus_hydra.backends.common.tracker_sinks import SINKS, TrackerSink
 from primus_hydra.config.secrets import config_for_file, redact_text, secret_values
@@ -137,9 +137,12 @@ class TrackerState:
 class ExperimentTrackers:
     """The trackers of logger.use (those with a sink here) behind one bounded queue and one thread."""
 
-    def __init__(self, sinks: list[TrackerSink], run: TrackedRun, resuming: bool, queue_size: int):
-        self.sinks, self.run = sinks, run
-        self.state, self.resuming = TrackerState(run.run_dir, resuming), resuming
+    def __init__(self, sinks: list[TrackerSink], make_run: Callable[[], TrackedRun], run_dir: Path, timeout_s: float,
+                 resuming: bool, queue_size: int):
+        """make_run: what the trackers are started with, made on the thread (flattening and redacting the config
+        costs ~40 ms that the loop does not wait for)."""
+        self.sinks, self.make_run, self.run_dir, self.timeout_s = sinks, make_run, Path(run_dir), timeout_s
+        self.state, self.resuming = TrackerState(run_dir, resuming), resuming
         self.queue: queue.Queue = queue.Queue(maxsize=queue_size)
         self.dropped = 0
         self.skipped: dict[str, list[int]] = {}
@@ -153,7 +156,8 @@ class ExperimentTrackers:
         sinks = [SINKS[name](logger) for name in names if name in SINKS]
         if not sinks:
             return None
-        return cls(sinks, tracked_run(cfg, Path(run_dir)), resuming, int(logger.queue_size))
+        return cls(sinks, lambda: tracked_run(cfg, Path(run_dir)), Path(run_dir), float(logger.timeout_s), resuming,
+                   int(logger.queue_size))
 
     # -- the loop's side: never waits ------------------------------------------------------------------
     def log(self, record: dict) -> None:
@@ -165,7 +169,7 @@ class ExperimentTrackers:
     def finish(self, summary: dict[str, float], artifacts: list[Path], failed: bool) -> None:
         """Send what is queued, the artifacts and the summary, and end the tracker runs (failed or finished);
         waits at most a bounded time."""
-        limit = self.run.timeout_s * (2 + len(self.sinks))
+        limit = self.timeout_s * (2 + len(self.sinks))
         deadline = time.monotonic() + limit
         while True:  # the thread may be slow to drain; the end marker must not be dropped
             try:
@@ -184,9 +188,16 @@ class ExperimentTrackers:
 
     # -- the thread -------------------------------------------------------------------------------------
     def _serve(self) -> None:
+        try:
+            run = self.make_run()
+        except Exception as error:  # noqa: BLE001 - a tracker never fails the run
+            log.warning("logger: no tracker started: %s: %s (metrics.jsonl has every step)", type(error).__name__, error)
+            while self._next_batch()[1] is None:  # the records go nowhere; the end marker ends the thread
+                pass
+            return
         live = []
         for sink in self.sinks:
-            if self._call(sink, "start", self.run, self.state.of(sink.name))[0]:
+            if self._call(sink, "start", run, self.state.of(sink.name))[0]:
                 live.append(sink)
                 self._write_state()  # its run id, at once: a crash from here on continues that run
         skip_through = {sink.name: self._already_logged(sink) for sink in live}
@@ -229,7 +240,7 @@ class ExperimentTrackers:
 
         kept: dict[int, dict] = {}
         try:
-            lines = (self.run.run_dir / METRICS_FILE).read_text().splitlines()
+            lines = (self.run_dir / METRICS_FILE).read_text().splitlines()
         except OSError:
             return []
         for line in lines:
