@@ -133,6 +133,8 @@ class PrepareDataFormat(Choice):
     text = "text"  # a whole file is one document
     jsonl = "jsonl"  # one JSON object a line, one document per line and key
     parquet = "parquet"  # Parquet files or a datasets.save_to_disk folder (Arrow), read with pyarrow
+    chat = "chat"  # SFT: JSONL of {"messages": [{role, content}]}; <out>_text_document + <out>_loss_mask_document
+    instruction = "instruction"  # SFT: JSONL of {"prompt", "response"}; the same two datasets
 
 
 class TokenDtype(Choice):

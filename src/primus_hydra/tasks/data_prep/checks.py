@@ -24,6 +24,7 @@ from primus_hydra.tasks.data_prep.inputs import (
     input_files,
 )
 from primus_hydra.tasks.data_prep.outputs import OutputNames, existing_outputs, fingerprint, is_up_to_date
+from primus_hydra.tasks.data_prep.sft import OUTPUT_KEYS, RECORD_KEYS, SFT_FORMATS, chat_template_of
 from primus_hydra.tasks.data_prep.tokenizer import TokenizerError, TokenizerSpec, tokenizer_spec
 
 UINT16_LIMIT = 65500  # Megatron-LM's tool's rule: uint16 below this many ids, else int32
@@ -44,6 +45,7 @@ class PrepareDataJob:
     up_to_date: bool
     warnings: tuple = ()
     plan: None = None
+    sft: Optional[str] = None  # chat or instruction: keys are the text and loss-mask datasets
 
 
 def chosen_dtype(typed: str, vocab_size: int) -> str:
@@ -114,6 +116,12 @@ def prepare_data_job(task: Any) -> PrepareDataJob:
     keys = [str(key) for key in (task.json_keys or [])]
     out_failure, names = _out_failure(task)
     failures = [out_failure] if out_failure else []
+    sft = str(task.format) if str(task.format) in SFT_FORMATS else None
+    if sft and keys != ["text"]:
+        failures.append(f"task.json_keys={keys}: task.format={sft} reads {' and '.join(RECORD_KEYS[sft])} and "
+                        f"writes the text and loss_mask datasets; leave task.json_keys unset")
+    if sft:
+        keys = RECORD_KEYS[sft]
     if not keys or any(not key for key in keys):
         failures.append(f"task.json_keys={keys}: give one or more non-empty keys, e.g. task.json_keys=[text]")
     if task.workers is not None and int(task.workers) < 1:
@@ -121,7 +129,7 @@ def prepare_data_job(task: Any) -> PrepareDataJob:
     files: list[InputFile] = []
     spec, dtype = None, "uint16"
     try:
-        files = input_files(str(task.input), str(task.format)) if task.input else []
+        files = input_files(str(task.input), JSONL if sft else str(task.format)) if task.input else []
         if not task.input:
             failures.append("task.input is not set: give a file, a folder or a glob of text, JSONL or Parquet")
     except InputError as error:
@@ -130,6 +138,9 @@ def prepare_data_job(task: Any) -> PrepareDataJob:
         spec = tokenizer_spec(task.tokenizer)
         tokenizer_failures, dtype = _tokenizer_failures(spec, task)
         failures += tokenizer_failures
+        if sft and chat_template_of(spec.path) and not _transformers_findable():
+            failures.append(f"task.tokenizer={task.tokenizer}: its chat template is rendered by transformers, which "
+                            f"is not installed (pip install transformers)")
     except TokenizerError as error:
         failures.append(str(error))
     if files and keys and all(keys):
@@ -139,7 +150,14 @@ def prepare_data_job(task: Any) -> PrepareDataJob:
             failures.append(str(error))
     if failures:
         raise ConfigValidationError(failures)
-    options = {"format": str(task.format), "json_keys": keys, "append_eod": bool(task.append_eod), "dtype": dtype}
+    if sft:
+        failures += [f"{files[0].path}: task.format={sft} reads JSONL; this file is {files[0].format}"
+                     for file in files[:1] if any(file.format != JSONL for file in files)]
+        if failures:
+            raise ConfigValidationError(failures)
+        keys = list(OUTPUT_KEYS)
+    options = {"format": str(task.format), "json_keys": keys, "append_eod": bool(task.append_eod), "dtype": dtype,
+               **({"chat_template": chat_template_of(spec.path)} if sft else {})}
     digest = fingerprint(files, spec, options)
     up_to_date = is_up_to_date(names, keys, digest)
     existing = existing_outputs(names, keys)
@@ -148,4 +166,10 @@ def prepare_data_job(task: Any) -> PrepareDataJob:
                                      f"options); set task.overwrite=true to replace it, or choose another task.out"])
     workers = int(task.workers) if task.workers is not None else usable_cpus()
     return PrepareDataJob(files, spec, names, keys, dtype, bool(task.append_eod), workers,
-                          bool(task.skip_bad_records), digest, up_to_date)
+                          bool(task.skip_bad_records), digest, up_to_date, sft=sft)
+
+
+def _transformers_findable() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("transformers") is not None

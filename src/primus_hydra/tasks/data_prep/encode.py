@@ -16,6 +16,16 @@ from typing import Any, Optional
 import numpy as np
 
 from primus_hydra.tasks.data_prep.inputs import JSONL, TEXT, Chunk
+from primus_hydra.tasks.data_prep.sft import (
+    MASK_KEY,
+    TEXT_KEY,
+    ChatTemplate,
+    ConversationError,
+    PlainTemplate,
+    chat_template_of,
+    conversation,
+    conversation_ids,
+)
 from primus_hydra.tasks.data_prep.tokenizer import BYTE, Encode, TokenizerSpec
 
 
@@ -43,17 +53,22 @@ class BadRecord(ValueError):
 _worker: dict = {}  # this process's loaded tokenizer and options (set by start_worker)
 
 
-def start_worker(spec: TokenizerSpec, keys: list, append_eod: bool) -> None:
-    """Load the tokenizer once per worker; each worker tokenizes on one core (the workers are the parallelism)."""
+def start_worker(spec: TokenizerSpec, keys: list, append_eod: bool, sft: Optional[str] = None) -> None:
+    """Load the tokenizer once per worker; each worker tokenizes on one core (the workers are the parallelism).
+    sft (chat or instruction): records are conversations, rendered by the chat template or the plain one."""
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    _worker.update(encode=spec.load(), keys=list(keys), eod=spec.eod_id if append_eod else None,
-                   takes_bytes=spec.kind == BYTE)
+    encode = spec.load()
+    template = None
+    if sft:
+        template = ChatTemplate(spec.path) if chat_template_of(spec.path) else PlainTemplate(encode)
+    _worker.update(encode=encode, keys=list(keys), eod=spec.eod_id if append_eod else None,
+                   takes_bytes=spec.kind == BYTE, sft=sft, template=template)
 
 
-def start_pool_worker(spec: TokenizerSpec, keys: list, append_eod: bool) -> None:
+def start_pool_worker(spec: TokenizerSpec, keys: list, append_eod: bool, sft: Optional[str] = None) -> None:
     """start_worker in a pool's process, which leaves Ctrl-C to the writer (it stops the pool and cleans up)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    start_worker(spec, keys, append_eod)
+    start_worker(spec, keys, append_eod, sft)
 
 
 def _texts_of(record: Any, keys: list) -> list:
@@ -116,8 +131,37 @@ def _encoded_key(sentences_of_documents: list, encode: Encode, eod: Optional[int
     return result
 
 
+def _encoded_conversations(chunk: Chunk) -> EncodedChunk:
+    """An SFT chunk: each record's conversation as one document of ids, and the same lengths of 0/1 mask."""
+    ids, masks, bad = [], [], []
+    for number, payload in chunk.records:
+        if not payload.strip():
+            continue
+        try:
+            try:
+                record = json.loads(payload)
+            except ValueError as error:
+                raise BadRecord(f"not JSON ({error})") from None
+            record_ids, record_mask = conversation_ids(_worker["template"], conversation(record, _worker["sft"]),
+                                                       _worker["eod"])
+        except (BadRecord, ConversationError) as error:
+            bad.append((number, str(error)))
+            continue
+        ids.append(record_ids)
+        masks.append(record_mask)
+
+    def key_of(arrays: list) -> EncodedKey:
+        lengths = [len(array) for array in arrays]
+        return EncodedKey(np.concatenate(arrays) if arrays else np.empty(0, dtype=np.int64),
+                          [length for length in lengths if length], [1 if length else 0 for length in lengths])
+
+    return EncodedChunk(chunk.file, chunk.payload_bytes, {TEXT_KEY: key_of(ids), MASK_KEY: key_of(masks)}, bad)
+
+
 def encode_chunk(chunk: Chunk) -> EncodedChunk:
     """The chunk's documents as ids, in this worker (start_worker has run here)."""
+    if _worker.get("sft"):
+        return _encoded_conversations(chunk)
     encode, keys, eod = _worker["encode"], _worker["keys"], _worker["eod"]
     documents, bad = _parsed(chunk, keys)
     encoded = {}

@@ -27,6 +27,7 @@ from primus_hydra.tasks.data_prep.encode import EncodedChunk, encode_chunk, star
 from primus_hydra.tasks.data_prep.inputs import Chunk, RecordStream
 from primus_hydra.tasks.data_prep.outputs import OutputNames, remove_partials, write_json_atomically
 from primus_hydra.tasks.data_prep.progress import DocumentLengths, Progress
+from primus_hydra.tasks.data_prep.sft import MASK_KEY
 
 IN_FLIGHT_PER_WORKER = 4
 LABEL = "prepare_data"
@@ -68,11 +69,11 @@ def _encoded_in_order(job: PrepareDataJob, chunks: Iterator[Chunk]) -> Iterator[
     """The chunks tokenized, in their order: in this process with one worker, else by a pool of job.workers
     processes with a bounded number of chunks in flight."""
     if job.workers == 1:
-        start_worker(job.tokenizer, job.keys, job.append_eod)
+        start_worker(job.tokenizer, job.keys, job.append_eod, job.sft)
         yield (encode_chunk(chunk) for chunk in chunks)
         return
     context = _worker_context()
-    with context.Pool(job.workers, initializer=start_pool_worker, initargs=(job.tokenizer, job.keys, job.append_eod)) as pool:
+    with context.Pool(job.workers, initializer=start_pool_worker, initargs=(job.tokenizer, job.keys, job.append_eod, job.sft)) as pool:
         def ordered() -> Iterator[EncodedChunk]:
             pending: collections.deque = collections.deque()
             for chunk in chunks:
@@ -128,7 +129,7 @@ def _add(builder: Any, tally: KeyTally, encoded: Any, dtype: type) -> int:
 
 
 def _summary(job: PrepareDataJob, tallies: dict, bad: int, seconds: float, text_bytes: int) -> dict:
-    tokens = sum(tally.tokens for tally in tallies.values())
+    tokens = sum(tally.tokens for key, tally in tallies.items() if not (job.sft and key == MASK_KEY))
     datasets = {}
     for key, tally in tallies.items():
         prefix = job.names.prefix(key)
@@ -168,12 +169,16 @@ def write_datasets(job: PrepareDataJob) -> dict:
     try:
         with _sigterm_stops_the_run(), _encoded_in_order(job, stream.chunks()) as encoded_chunks:
             builder_class = _indexed_dataset_builder()
-            builders = {key: builder_class(str(OutputNames.partial(Path(f"{names.prefix(key)}.bin"))), dtype=dtype)
+            dtypes = {key: np.uint8 if job.sft and key == MASK_KEY else dtype for key in job.keys}
+            builders = {key: builder_class(str(OutputNames.partial(Path(f"{names.prefix(key)}.bin"))), dtype=dtypes[key])
                         for key in job.keys}
             progress = Progress(sum(file.size for file in job.files), LABEL)
             for encoded in encoded_chunks:
                 bad += _bad_records(job, encoded)
-                tokens = sum(_add(builders[key], tallies[key], part, dtype) for key, part in encoded.keys.items())
+                tokens = sum(_add(builders[key], tallies[key], part, dtypes[key]) for key, part in encoded.keys.items()
+                             if key != MASK_KEY or not job.sft)
+                if job.sft:
+                    _add(builders[MASK_KEY], tallies[MASK_KEY], encoded.keys[MASK_KEY], dtypes[MASK_KEY])
                 documents = len(next(iter(encoded.keys.values())).sequences_per_document) if encoded.keys else 0
                 progress.update(documents, tokens, encoded.payload_bytes, stream.disk_bytes)
             for key, builder in builders.items():

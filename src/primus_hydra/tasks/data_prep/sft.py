@@ -1,0 +1,123 @@
+"""task.format=chat and task.format=instruction: conversations as token ids and a loss mask of the same length.
+
+A chat record is a JSONL line `{"messages": [{"role": ..., "content": ...}, ...]}` (as Hugging Face's chat datasets
+hold them); an instruction record `{"prompt": ..., "response": ...}` is the conversation [user: prompt, assistant:
+response]. The mask is 1 on the tokens of the assistant's messages (the response) and 0 elsewhere.
+
+With a tokenizer whose tokenizer_config.json holds a `chat_template`, the conversation is rendered by transformers'
+`apply_chat_template`; an assistant turn's tokens are those between the conversation rendered up to it with the
+generation prompt and the conversation rendered through it (the template must render a conversation's start as a
+prefix of the whole: a record whose turns it does not is a bad record). Without one (byte, sentencepiece, a
+tokenizer folder without a template), the plain template: each message is `<|ROLE|>\\n` (mask 0) then
+`CONTENT\\n` (mask 1 for the assistant, else 0), each piece tokenized on its own, so that no token straddles a
+prompt and a response. With task.append_eod the end-of-document id ends the conversation (unless the template's
+last token is already that id), masked in when the last message is the assistant's: the model learns to stop.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+CHAT, INSTRUCTION = "chat", "instruction"
+SFT_FORMATS = (CHAT, INSTRUCTION)
+RECORD_KEYS = {CHAT: ["messages"], INSTRUCTION: ["prompt", "response"]}
+TEXT_KEY, MASK_KEY = "text", "loss_mask"  # the datasets: <out>_text_document, <out>_loss_mask_document
+OUTPUT_KEYS = [TEXT_KEY, MASK_KEY]
+ASSISTANT = "assistant"
+
+
+class ConversationError(ValueError):
+    """Why a record is not a conversation (a bad record)."""
+
+
+def chat_template_of(path: Optional[str]) -> Optional[str]:
+    """The chat template in a Hugging Face tokenizer folder's tokenizer_config.json, if it holds one."""
+    if not path:
+        return None
+    try:
+        config = json.loads((Path(path) / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    template = config.get("chat_template") if isinstance(config, dict) else None
+    return template if isinstance(template, str) and template.strip() else None
+
+
+def conversation(record: Any, format: str) -> list[dict]:
+    """The record as a list of {role, content} messages (ConversationError: why it is not one)."""
+    if not isinstance(record, dict):
+        raise ConversationError(f"a JSON {type(record).__name__}, not an object")
+    if format == INSTRUCTION:
+        for key in RECORD_KEYS[INSTRUCTION]:
+            if not isinstance(record.get(key), str):
+                raise ConversationError(f"key {key!r} is {'missing' if key not in record else 'not a string'} "
+                                        f"(task.format=instruction reads 'prompt' and 'response' strings)")
+        return [{"role": "user", "content": record["prompt"]}, {"role": ASSISTANT, "content": record["response"]}]
+    messages = record.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ConversationError("no 'messages' list (task.format=chat reads {\"messages\": [{\"role\": ..., "
+                                "\"content\": ...}, ...]})")
+    for number, message in enumerate(messages):
+        if not (isinstance(message, dict) and isinstance(message.get("role"), str)
+                and isinstance(message.get("content"), str)):
+            raise ConversationError(f"messages[{number}] is not a {{\"role\": string, \"content\": string}} object")
+    return [{"role": message["role"], "content": message["content"]} for message in messages]
+
+
+class PlainTemplate:
+    """The documented plain template, over any tokenizer's encode function."""
+
+    def __init__(self, encode: Any):
+        self.encode = encode
+
+    def ids_and_mask(self, messages: list[dict]) -> tuple[list, list]:
+        pieces, learned = [], []
+        for message in messages:
+            pieces += [f"<|{message['role']}|>\n", f"{message['content']}\n"]
+            learned += [False, message["role"] == ASSISTANT]
+        ids, mask = [], []
+        for piece_ids, on in zip(self.encode(pieces), learned):
+            piece_ids = list(np.frombuffer(piece_ids, dtype=np.uint8)) if isinstance(piece_ids, bytes) else piece_ids
+            ids += list(piece_ids)
+            mask += [int(on)] * len(piece_ids)
+        return ids, mask
+
+
+class ChatTemplate:
+    """A Hugging Face tokenizer's own chat template, through transformers."""
+
+    def __init__(self, path: str):
+        from transformers import PreTrainedTokenizerFast  # the folder has a tokenizer.json (checked before the run)
+
+        self.tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
+
+    def _render(self, messages: list[dict], generation_prompt: bool) -> list:
+        rendered = self.tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=generation_prompt)
+        if hasattr(rendered, "keys") and "input_ids" in rendered:  # a BatchEncoding in some versions
+            rendered = rendered["input_ids"]
+        return list(rendered)
+
+    def ids_and_mask(self, messages: list[dict]) -> tuple[list, list]:
+        ids = self._render(messages, False)
+        mask = [0] * len(ids)
+        for turn, message in enumerate(messages):
+            if message["role"] != ASSISTANT:
+                continue
+            start = len(self._render(messages[:turn], True)) if turn else 0
+            through = self._render(messages[: turn + 1], False)
+            if through != ids[: len(through)] or start > len(through):
+                raise ConversationError(f"the chat template does not render the conversation through messages[{turn}] "
+                                        f"as the start of the whole, so its response tokens cannot be found")
+            mask[start: len(through)] = [1] * (len(through) - start)
+        return ids, mask
+
+
+def conversation_ids(template: Any, messages: list[dict], eod: Optional[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(token ids, 0/1 loss mask) of one conversation, the end-of-document id appended when `eod` is given."""
+    ids, mask = template.ids_and_mask(messages)
+    if eod is not None and (not ids or ids[-1] != eod):
+        ids.append(eod)
+        mask.append(int(messages[-1]["role"] == ASSISTANT))
+    return np.asarray(ids, dtype=np.int64), np.asarray(mask, dtype=np.int64)
