@@ -1,6 +1,8 @@
 """Token sources for the native trainer: mock (random), text (local text files: their bytes, or their token ids from
 module.data.tokenizer's Hugging Face tokenizer), tokens (a memmap),
-indexed (a Megatron .bin/.idx dataset, read as one token stream).
+indexed (a Megatron .bin/.idx dataset, read as one token stream), sft (task=prepare_data's conversations and their
+loss mask: one conversation per sequence, cut at seq_length + 1 tokens or padded; a target the mask leaves out, or
+padding, is IGNORED, and `token_loss` averages over the others).
 
 Batches are a pure function of (seed, step, micro-batch index): resuming at step s needs no loader state, and
 a resumed run sees exactly the batches an uninterrupted run would.
@@ -12,14 +14,18 @@ from typing import Any, Optional
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from primus_hydra.backends.common.data_sources import (
     DEFAULT_TEXT_LIMIT_BYTES,
+    SFT_MASK_SUFFIX,
+    SFT_TEXT_SUFFIX,
     default_text_corpus,
     files_read,
     no_text_line,
+    sft_data_failures,
 )
-from primus_hydra.backends.common.indexed_file import indexed_data_failures, read_index
+from primus_hydra.backends.common.indexed_file import document_token_offsets, indexed_data_failures, read_index
 from primus_hydra.backends.common.text_tokenizer import tokenize_documents
 from primus_hydra.backends.common.token_file import token_file_failure
 from primus_hydra.config.data_split import split_fractions
@@ -66,6 +72,42 @@ def load_indexed_file(path: str, vocab_size: int, seq_length: int) -> np.ndarray
     return read_index(path).tokens()
 
 
+IGNORED = -100  # a target that is not learned from (F.cross_entropy's ignore_index)
+
+
+def token_loss(logits: torch.Tensor, targets: torch.Tensor, masked: bool = False) -> torch.Tensor:
+    """The mean cross-entropy of the targets; masked (source=sft): over the targets that are not IGNORED only (0 when
+    a micro-batch has none)."""
+    flat, labels = logits.float().view(-1, logits.shape[-1]), targets.reshape(-1)
+    if not masked:
+        return F.cross_entropy(flat, labels)
+    total = F.cross_entropy(flat, labels, reduction="sum", ignore_index=IGNORED)
+    return total / (labels != IGNORED).sum().clamp(min=1)
+
+
+class SftDocuments:
+    """task=prepare_data's `<path>_text_document` and `<path>_loss_mask_document`, document by document."""
+
+    def __init__(self, path: str, vocab_size: int, seq_length: int):
+        failures = sft_data_failures(path, vocab_size, seq_length)  # checked before the run too
+        if failures:
+            raise DataError(failures[0])
+        text = read_index(f"{path}{SFT_TEXT_SUFFIX}")
+        self.tokens, self.mask = text.tokens(), read_index(f"{path}{SFT_MASK_SUFFIX}").tokens()
+        self.offsets = document_token_offsets(text)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def window(self, document: int, length: int) -> tuple[np.ndarray, np.ndarray]:
+        """The document's first `length` tokens and mask, padded with token 0 and mask 0."""
+        start, end = int(self.offsets[document]), int(self.offsets[document + 1])
+        end = min(end, start + length)
+        tokens, mask = np.zeros(length, dtype=np.int64), np.zeros(length, dtype=np.int64)
+        tokens[: end - start], mask[: end - start] = self.tokens[start:end], self.mask[start:end]
+        return tokens, mask
+
+
 HELD_OUT_STREAM = 2 ** 32 - 1  # the seed word that sets evaluation's draws apart from every training step's
 
 
@@ -80,6 +122,16 @@ class TokenBatches:
                  held_out: float = 0.0, tokenizer: Optional[str] = None):
         self.source, self.vocab_size, self.seq_length, self.seed = source, vocab_size, seq_length, seed
         self.tokens: Optional[np.ndarray] = None
+        self.documents: Optional[SftDocuments] = None
+        if source == "sft":
+            self.documents = SftDocuments(str(path), vocab_size, seq_length)
+            total = len(self.documents)
+            self.train_end = total - int(total * held_out)
+            if held_out and min(self.train_end, total - self.train_end) < 1:
+                raise DataError(f"module.data.split: {total} conversations in module.data.path={path} leave "
+                                f"{self.train_end} for training and {total - self.train_end} held out; give more data "
+                                f"or change the split")
+            return
         if source == "text":
             self.tokens = load_text_tokens(path, tokenizer=tokenizer)
         elif source == "tokens":
@@ -107,6 +159,16 @@ class TokenBatches:
         return cls(str(data.source), data.path, str(data.token_dtype), vocab_size, module.seq_length, module.seed,
                    held_out, getattr(data, "tokenizer", None))
 
+    @property
+    def masked(self) -> bool:
+        """Whether targets may be IGNORED (source=sft): the loss is token_loss(..., masked=True)."""
+        return self.documents is not None
+
+    def _sft_sequence(self, step: int, index: int, held_out: bool) -> tuple[np.ndarray, np.ndarray]:
+        rng = np.random.default_rng([self.seed, HELD_OUT_STREAM, step, index] if held_out else [self.seed, step, index])
+        low, high = (self.train_end, len(self.documents)) if held_out else (0, self.train_end)
+        return self.documents.window(low + int(rng.integers(0, high - low)), self.seq_length + 1)
+
     def sequence(self, step: int, index: int, held_out: bool = False) -> np.ndarray:
         """Sequence `index` of the global batch of `step`: the same tokens whatever the parallel layout."""
         rng = np.random.default_rng([self.seed, HELD_OUT_STREAM, step, index] if held_out else [self.seed, step, index])
@@ -119,6 +181,11 @@ class TokenBatches:
     def batch(self, step: int, first_index: int, batch_size: int,
               held_out: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Sequences first_index .. first_index + batch_size - 1 of the step's global batch, as (inputs, targets)."""
+        if self.documents is not None:
+            tokens, mask = (np.stack(parts) for parts in zip(*(self._sft_sequence(step, first_index + i, held_out)
+                                                                for i in range(batch_size))))
+            targets = np.where(mask[:, 1:] == 1, tokens[:, 1:], IGNORED)
+            return torch.from_numpy(tokens[:, :-1]), torch.from_numpy(targets)
         window = torch.from_numpy(np.stack([self.sequence(step, first_index + i, held_out) for i in range(batch_size)]))
         return window[:, :-1], window[:, 1:]
 
@@ -131,6 +198,7 @@ class HeldOutBatches:
 
     def __init__(self, batches: TokenBatches):
         self.batches = batches
+        self.masked = batches.masked
 
     def batch(self, step: int, first_index: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.batches.batch(step, first_index, batch_size, held_out=True)

@@ -11,6 +11,7 @@ import sysconfig
 from pathlib import Path
 from typing import Any, Optional
 
+SFT_TEXT_SUFFIX, SFT_MASK_SUFFIX = "_text_document", "_loss_mask_document"  # task=prepare_data task.format=chat's
 _SKIPPED_FOLDERS = {"site-packages", "__pycache__"}
 TEXT_SUFFIXES = {".py", ".txt", ".md", ".rst", ".json", ".yaml", ".yml", ".c", ".h", ".cfg", ".toml"}
 DEFAULT_TEXT_LIMIT_BYTES = 4 * 1024 * 1024  # ~4M byte tokens: far more than the default run reads; loads in a fraction of a second
@@ -101,6 +102,11 @@ def data_source_failures(cfg: Any, blends: bool) -> list[str]:
         failures = tokenizer_failures(data.tokenizer, source, cfg.model.vocab_size)
         if failures:
             return failures
+    if source == "sft":
+        if not data.path:
+            return ["module.data.path is required with module.data.source=sft (the task.out prefix of task=prepare_data "
+                    "task.format=chat|instruction)"]
+        return sft_data_failures(str(data.path), cfg.model.vocab_size, module.seq_length)
     if not data.path:
         return []
     if source == "indexed":
@@ -117,6 +123,38 @@ def data_source_failures(cfg: Any, blends: bool) -> list[str]:
 
         failure = token_file_failure(data.path, str(data.token_dtype), cfg.model.vocab_size, module.seq_length)
     return [failure] if failure else []
+
+
+def sft_data_failures(path: str, vocab_size: int, seq_length: int) -> list[str]:
+    """module.data.source=sft: <path>_text_document fits the model, and <path>_loss_mask_document is its mask (the
+    same document lengths)."""
+    import numpy as np
+
+    from primus_hydra.backends.common.indexed_file import (
+        IndexedFileError,
+        document_token_offsets,
+        indexed_data_failures,
+        read_index,
+    )
+
+    text_prefix, mask_prefix = f"{path}{SFT_TEXT_SUFFIX}", f"{path}{SFT_MASK_SUFFIX}"
+    for prefix in (text_prefix, mask_prefix):
+        missing = [name for name in (f"{prefix}.bin", f"{prefix}.idx") if not Path(name).expanduser().is_file()]
+        if missing:
+            return [f"module.data.path={path}: no {missing[0]} (module.data.source=sft reads <path>{SFT_TEXT_SUFFIX} "
+                    f"and its loss mask <path>{SFT_MASK_SUFFIX}, as task=prepare_data task.format=chat|instruction "
+                    f"task.out=<path> writes them)"]
+    failures = indexed_data_failures(text_prefix, vocab_size, seq_length, blends=False)
+    if failures:
+        return failures[:1]
+    try:
+        mask = read_index(mask_prefix)
+    except IndexedFileError as error:
+        return [str(error)]
+    if mask.dtype != np.uint8 or not np.array_equal(document_token_offsets(mask), document_token_offsets(read_index(text_prefix))):
+        return [f"module.data.path={path}: {mask_prefix}.bin is not a uint8 loss mask of the same document lengths "
+                f"as {text_prefix}.bin (written by another run?); rerun task=prepare_data"]
+    return []
 
 
 def tokenizer_failures(tokenizer: Any, source: str, vocab_size: int) -> list[str]:

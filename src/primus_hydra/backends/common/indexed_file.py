@@ -96,6 +96,16 @@ def read_index(prefix: str) -> IndexedFile:
     return found
 
 
+def document_token_offsets(found: IndexedFile) -> np.ndarray:
+    """Where each document starts in the token stream, and the end: documents + 1 offsets (int64)."""
+    idx = Path(f"{found.prefix}.idx")
+    start = len(INDEX_MAGIC) + _HEADER.size
+    lengths = np.fromfile(idx, dtype=np.int32, count=found.sequences, offset=start)
+    sequence_starts = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+    documents = np.fromfile(idx, dtype=np.int64, count=found.documents, offset=start + found.sequences * 12)
+    return sequence_starts[documents]
+
+
 def indexed_data_failures(path: str, vocab_size: int, seq_length: int, blends: bool) -> list[str]:
     """One line per prefix that cannot feed sequences of seq_length + 1 tokens of ids below vocab_size. The largest
     id is the one task=prepare_data's stats file records when it still describes the dataset (every token, read

@@ -40,6 +40,9 @@ def dataset_failures(cfg: Any) -> list[str]:
     """What the core trainer's data cannot do, in one line each, without torch or megatron-core."""
     data, backend = cfg.module.data, cfg.backend
     kind = dataset_kind(str(data.source), str(backend.dataset))
+    if data.source == "sft" and kind == "megatron":
+        return ["backend.dataset=megatron: module.data.source=sft is read by the native batches (its loss mask "
+                "becomes the core trainer's loss_mask); set backend.dataset=native or auto"]
     if data.source == "tokens" and kind == "megatron":
         return ["backend.dataset=megatron: a flat token file (module.data.source=tokens) has no document boundaries "
                 "for megatron.core.datasets; convert it with Megatron's tools/preprocess_data.py and use "
@@ -75,6 +78,10 @@ class NativeBatches:
 
     def micro_batch(self, step: int, first_index: int, size: int) -> dict:
         tokens, labels = self.batches.batch(step, first_index, size)
+        if self.batches.masked:  # source=sft: the targets it leaves out become the core trainer's loss_mask
+            from primus_hydra.backends.common.data import IGNORED
+
+            return {"tokens": tokens, "labels": labels.clamp(min=0), "loss_mask": (labels != IGNORED).float()}
         return {"tokens": tokens, "labels": labels}
 
     def held_out(self) -> "NativeBatches":

@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 import torch
-import torch.nn.functional as F
 
 from primus_hydra.backends.common.checkpoint import CheckpointManager
 from primus_hydra.backends.common.checkpoint_paths import step_of
-from primus_hydra.backends.common.data import TokenBatches
+from primus_hydra.backends.common.data import TokenBatches, token_loss
 from primus_hydra.backends.common.distributed import (
     clip_grad_norm,
     destroy_parallel_state,
@@ -171,7 +170,7 @@ class TorchTrainer(StepLoopTrainer):
             sync = micro == accum - 1 or not backward  # DDP: all-reduce gradients once, after the last micro-batch
             with self._no_sync(sync), self._autocast():
                 logits = self.train_module(inputs)
-            loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
+            loss = token_loss(logits, targets, getattr(data, "masked", False))
             aux = self.model.moe_aux_loss().to(self.device)
             if backward:
                 with self._no_sync(sync):

@@ -1,0 +1,100 @@
+"""module.data.source=sft trains on task=prepare_data's conversations with their loss mask: the targets the mask
+leaves out are IGNORED and the loss averages over the others. The proof, in-process on llama_tiny for two steps of
+backend=torch: a set that differs only in prompt tokens (a user turn after the last response, which a causal model
+cannot see from any response token) gives the identical loss and gradient (its norm, and the next step's loss that
+the update decides); a set that differs in one response token does not. backend=megatron (native batches, the mask as
+its loss_mask) gives torch's curve; torchtitan and a missing mask are refused with one line before anything runs."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers.compose import compose_primus, run_job
+from helpers.curves import assert_same_curve, losses
+from helpers.libraries import needs_megatron_core
+from helpers.overrides import QUIET_LOGS
+
+pytestmark = needs_megatron_core
+
+RUN = ["backend=torch", "model=llama_tiny", "model.vocab_size=384", "module.train_iters=2", "module.warmup_iters=0",
+       "module.seq_length=96", "module.micro_batch_size=2", "module.global_batch_size=4", "module.log.interval=1",
+       *QUIET_LOGS, "module.checkpoint.save_final=false", "module.data.source=sft"]
+
+
+def conversations(trailing: str = "and then?", last_response: str = "return [line.rstrip()]") -> list[dict]:
+    """Eight conversations (byte tokens: a changed character is a changed token, the lengths unchanged)."""
+    return [{"messages": [{"role": "user", "content": f"read file {i}"},
+                          {"role": "assistant", "content": last_response if i == 0 else f"open({i}).read()"},
+                          {"role": "user", "content": trailing}]} for i in range(8)]
+
+
+def prepare(root: Path, name: str, records: list) -> Path:
+    from primus_hydra.tasks import run_task
+
+    source = root / f"{name}.jsonl"
+    source.write_text("".join(json.dumps(record) + "\n" for record in records))
+    run_task(compose_primus("task=prepare_data", f"task.input={source}", "task.tokenizer=byte",
+                            f"task.out={root / name}", "task.format=chat", "task.workers=1"))
+    return root / name
+
+
+def train(prefix: Path, run_dir: Path, *overrides: str) -> list[dict]:
+    run_job(compose_primus(*RUN, f"module.data.path={prefix}", *overrides), run_dir)
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def sets(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("sft_sets")
+    return {"root": root, "base": prepare(root, "base", conversations()),
+            "prompt": prepare(root, "prompt", conversations(trailing="but why??")),
+            "response": prepare(root, "response", conversations(last_response="return [line.lstrip()]"))}
+
+
+def test_the_targets_are_the_masked_in_tokens_only(sets):
+    from primus_hydra.backends.common.data import IGNORED, TokenBatches
+
+    batches = TokenBatches("sft", str(sets["base"]), "uint16", 384, 96, seed=1)
+    inputs, targets = batches.batch(0, 0, 4)
+    for row_inputs, row_targets in zip(inputs.numpy(), targets.numpy()):
+        kept = row_targets[row_targets != IGNORED]
+        learned = bytes(kept.astype(np.uint8)).decode()  # no eod: the last turn is the user's, not learned
+        assert learned.startswith(("return [", "open(")) and learned.endswith("\n") and kept.max() < 256
+        assert "user" not in learned and "file" not in learned
+        shifted = row_targets[:-1] != IGNORED  # a kept target is the next input token
+        assert np.array_equal(row_inputs[1:][shifted], row_targets[:-1][shifted])
+
+
+def test_changing_only_prompt_tokens_leaves_loss_and_gradient_identical(sets):
+    base = train(sets["base"], sets["root"] / "run_base")
+    prompt = train(sets["prompt"], sets["root"] / "run_prompt")
+    response = train(sets["response"], sets["root"] / "run_response")
+    assert [(r["loss"], r["grad_norm"]) for r in prompt] == [(r["loss"], r["grad_norm"]) for r in base]
+    assert [r["loss"] for r in response] != [r["loss"] for r in base]  # a response token does count
+
+
+def test_megatron_trains_with_the_mask_on_the_curve_of_torch(sets):
+    torch_run = sets["root"] / "run_base"
+    if not torch_run.exists():
+        train(sets["base"], torch_run)
+    train(sets["base"], sets["root"] / "run_megatron", "backend=megatron")
+    assert_same_curve(losses(sets["root"] / "run_megatron"), losses(torch_run))
+
+
+def test_a_missing_mask_and_backend_torchtitan_are_one_line_before_the_run(sets):
+    from primus_hydra.errors import ConfigValidationError
+
+    (sets["root"] / "nomask_text_document.bin").write_bytes((sets["root"] / "base_text_document.bin").read_bytes())
+    (sets["root"] / "nomask_text_document.idx").write_bytes((sets["root"] / "base_text_document.idx").read_bytes())
+    for overrides, expected in [
+        ([f"module.data.path={sets['root'] / 'nomask'}"],
+         f"module.data.path={sets['root'] / 'nomask'}: no {sets['root'] / 'nomask'}_loss_mask_document.bin "),
+        ([f"module.data.path={sets['base']}", "backend=torchtitan"],
+         "module.data.source=sft: backend=torchtitan does not train with a loss mask yet"),
+    ]:
+        with pytest.raises(ConfigValidationError) as raised:
+            run_job(compose_primus(*RUN, *overrides), sets["root"] / "refused")
+        assert raised.value.failures[0].startswith(expected) and len(raised.value.failures) == 1
