@@ -146,8 +146,9 @@ class ExperimentTrackers:
         self.queue: queue.Queue = queue.Queue(maxsize=queue_size)
         self.dropped = 0
         self.skipped: dict[str, list[int]] = {}
+        # started with the first record, after the first step: the trackers' imports and connections (seconds of
+        # CPU) then overlap the steps that follow instead of slowing the first one
         self.thread = threading.Thread(target=self._serve, name="primus-trackers", daemon=True)
-        self.thread.start()
 
     @classmethod
     def for_job(cls, cfg: Any, run_dir: Path, resuming: bool) -> Optional["ExperimentTrackers"]:
@@ -161,6 +162,8 @@ class ExperimentTrackers:
 
     # -- the loop's side: never waits ------------------------------------------------------------------
     def log(self, record: dict) -> None:
+        if self.thread.ident is None:
+            self.thread.start()
         try:
             self.queue.put_nowait((time.time(), dict(record)))
         except queue.Full:
@@ -169,6 +172,8 @@ class ExperimentTrackers:
     def finish(self, summary: dict[str, float], artifacts: list[Path], failed: bool) -> None:
         """Send what is queued, the artifacts and the summary, and end the tracker runs (failed or finished);
         waits at most a bounded time."""
+        if self.thread.ident is None:  # no step was logged (a failure before the first): the runs still end failed
+            self.thread.start()
         limit = self.timeout_s * (2 + len(self.sinks))
         deadline = time.monotonic() + limit
         while True:  # the thread may be slow to drain; the end marker must not be dropped
