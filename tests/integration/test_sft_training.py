@@ -98,3 +98,24 @@ def test_a_missing_mask_and_backend_torchtitan_are_one_line_before_the_run(sets)
         with pytest.raises(ConfigValidationError) as raised:
             run_job(compose_primus(*RUN, *overrides), sets["root"] / "refused")
         assert raised.value.failures[0].startswith(expected) and len(raised.value.failures) == 1
+
+
+def test_packing_fills_each_sequence_with_conversations_back_to_back_and_says_attention_crosses_them(sets):
+    from primus_hydra.backends.common.data import IGNORED, TokenBatches
+    from primus_hydra.backends.common.data_sources import PACKING_WARNING, data_source_failures, data_source_warnings
+
+    packed = TokenBatches("sft", str(sets["base"]), "uint16", 384, 200, seed=1, packing=True)
+    single = TokenBatches("sft", str(sets["base"]), "uint16", 384, 200, seed=1)
+    inputs, targets = packed.batch(0, 0, 2)
+    assert (inputs == 256).sum(dim=1).min() >= 2  # two conversations' end ids or more in each sequence, no padding
+    assert not (inputs[:, -8:] == 0).all()
+    one_inputs, one_targets = single.batch(0, 0, 2)
+    ends = int((one_inputs[0] == 256).nonzero()[0])  # the first conversation is the same, with the same mask
+    assert (inputs[0, :ends] == one_inputs[0, :ends]).all() and (targets[0, :ends] == one_targets[0, :ends]).all()
+    assert (targets != IGNORED).sum() > (one_targets != IGNORED).sum()
+    cfg = compose_primus(*RUN, f"module.data.path={sets['base']}", "module.data.packing=true")
+    assert data_source_warnings(cfg) == [PACKING_WARNING] and "crosses conversation boundaries" in PACKING_WARNING
+    text = compose_primus(*RUN, "module.data.source=mock", "module.data.packing=true")
+    assert data_source_failures(text, blends=False) == [
+        "module.data.packing=true: packs the conversations of module.data.source=sft (source=mock already reads its "
+        "tokens back to back); unset module.data.packing"]

@@ -80,6 +80,8 @@ class DataConfig:
     # source=text: a Hugging Face tokenizer folder (tokenizer.json) tokenizes the text; null: byte-level (byte b is
     # token b)
     tokenizer: Optional[str] = None
+    # source=sft: several conversations per sequence, back to back (attention still crosses their boundaries)
+    packing: bool = False
 
 
 @dataclass

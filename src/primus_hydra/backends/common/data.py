@@ -107,6 +107,21 @@ class SftDocuments:
         tokens[: end - start], mask[: end - start] = self.tokens[start:end], self.mask[start:end]
         return tokens, mask
 
+    def packed(self, document: int, length: int, low: int, high: int) -> tuple[np.ndarray, np.ndarray]:
+        """`length` tokens and mask of the documents from `document` on, back to back (after `high - 1` comes `low`),
+        the last one cut."""
+        tokens, mask, filled = np.zeros(length, dtype=np.int64), np.zeros(length, dtype=np.int64), 0
+        for _ in range(high - low):
+            start, end = int(self.offsets[document]), int(self.offsets[document + 1])
+            end = min(end, start + length - filled)
+            tokens[filled: filled + end - start], mask[filled: filled + end - start] = (self.tokens[start:end],
+                                                                                      self.mask[start:end])
+            filled += end - start
+            if filled == length:
+                break
+            document = document + 1 if document + 1 < high else low
+        return tokens, mask
+
 
 HELD_OUT_STREAM = 2 ** 32 - 1  # the seed word that sets evaluation's draws apart from every training step's
 
@@ -119,8 +134,9 @@ class TokenBatches:
     training step uses)."""
 
     def __init__(self, source: str, path: Optional[str], token_dtype: str, vocab_size: int, seq_length: int, seed: int,
-                 held_out: float = 0.0, tokenizer: Optional[str] = None):
+                 held_out: float = 0.0, tokenizer: Optional[str] = None, packing: bool = False):
         self.source, self.vocab_size, self.seq_length, self.seed = source, vocab_size, seq_length, seed
+        self.packing = packing
         self.tokens: Optional[np.ndarray] = None
         self.documents: Optional[SftDocuments] = None
         if source == "sft":
@@ -157,7 +173,7 @@ class TokenBatches:
         data = module.data
         held_out = split_fractions(str(data.split))[1] if module.eval_interval else 0.0
         return cls(str(data.source), data.path, str(data.token_dtype), vocab_size, module.seq_length, module.seed,
-                   held_out, getattr(data, "tokenizer", None))
+                   held_out, getattr(data, "tokenizer", None), bool(getattr(data, "packing", False)))
 
     @property
     def masked(self) -> bool:
@@ -167,7 +183,10 @@ class TokenBatches:
     def _sft_sequence(self, step: int, index: int, held_out: bool) -> tuple[np.ndarray, np.ndarray]:
         rng = np.random.default_rng([self.seed, HELD_OUT_STREAM, step, index] if held_out else [self.seed, step, index])
         low, high = (self.train_end, len(self.documents)) if held_out else (0, self.train_end)
-        return self.documents.window(low + int(rng.integers(0, high - low)), self.seq_length + 1)
+        first = low + int(rng.integers(0, high - low))
+        if self.packing:
+            return self.documents.packed(first, self.seq_length + 1, low, high)
+        return self.documents.window(first, self.seq_length + 1)
 
     def sequence(self, step: int, index: int, held_out: bool = False) -> np.ndarray:
         """Sequence `index` of the global batch of `step`: the same tokens whatever the parallel layout."""

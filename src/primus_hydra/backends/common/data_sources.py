@@ -11,6 +11,8 @@ import sysconfig
 from pathlib import Path
 from typing import Any, Optional
 
+PACKING_WARNING = ("module.data.packing=true: attention crosses conversation boundaries (backend=torch and megatron "
+                   "have no document mask yet): a packed conversation attends to those before it in its sequence")
 SFT_TEXT_SUFFIX, SFT_MASK_SUFFIX = "_text_document", "_loss_mask_document"  # task=prepare_data task.format=chat's
 _SKIPPED_FOLDERS = {"site-packages", "__pycache__"}
 TEXT_SUFFIXES = {".py", ".txt", ".md", ".rst", ".json", ".yaml", ".yml", ".c", ".h", ".cfg", ".toml"}
@@ -102,6 +104,9 @@ def data_source_failures(cfg: Any, blends: bool) -> list[str]:
         failures = tokenizer_failures(data.tokenizer, source, cfg.model.vocab_size)
         if failures:
             return failures
+    if data.get("packing") and source != "sft":
+        return [f"module.data.packing=true: packs the conversations of module.data.source=sft (source={source} already "
+                f"reads its tokens back to back); unset module.data.packing"]
     if source == "sft":
         if not data.path:
             return ["module.data.path is required with module.data.source=sft (the task.out prefix of task=prepare_data "
@@ -170,6 +175,8 @@ def tokenizer_failures(tokenizer: Any, source: str, vocab_size: int) -> list[str
 def data_source_warnings(cfg: Any) -> list[str]:
     """What the job's data source will train on that it likely should not: text files that are binary."""
     data = cfg.module.data
+    if str(data.source) == "sft" and data.get("packing"):
+        return [PACKING_WARNING]
     if str(data.source) != "text" or not data.path or not Path(str(data.path)).expanduser().exists():
         return []
     warning = binary_text_warning(data.path)
