@@ -20,7 +20,7 @@ from helpers.overrides import QUIET_LOGS
 pytestmark = needs_megatron_core
 
 RUN = ["backend=torch", "model=llama_tiny", "model.vocab_size=384", "module.train_iters=2", "module.warmup_iters=0",
-       "module.seq_length=96", "module.micro_batch_size=2", "module.global_batch_size=4", "module.log.interval=1",
+       "module.seq_length=96", "module.micro_batch_size=4", "module.global_batch_size=4", "module.log.interval=1",
        *QUIET_LOGS, "module.checkpoint.save_final=false", "module.data.source=sft"]
 
 
