@@ -32,6 +32,7 @@ log = logging.getLogger("primus_hydra.train")
 STATE_FILE = Path(".primus") / "tracker.json"
 RESOLVED_CONFIG_ARTIFACT = "config_resolved.yaml"  # what the runtime writes (runtime/train_runtime.py, a layer up)
 BATCH = 256  # records sent in one call at most
+FLUSH_S = 1.0  # a record waits at most this long for others to be sent with
 _DONE = object()
 
 
@@ -266,8 +267,10 @@ class ExperimentTrackers:
             batch.append(item)
             if len(batch) >= BATCH:
                 return batch, None
-            try:
-                item = self.queue.get_nowait()
+            if len(batch) == 1:
+                deadline = time.monotonic() + FLUSH_S
+            try:  # records that come within FLUSH_S of the first go in one call: fewer calls, less of the CPU
+                item = self.queue.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 return batch, None
 
