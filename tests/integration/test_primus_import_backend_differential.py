@@ -18,10 +18,10 @@ from primus_hydra.tasks.import_primus import dry_run_mismatches, import_files
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 EXPERIMENTS = 30
-PASSED_KEYS = ("wandb_project", "wandb_exp_name", "x_note", "x_list", "x_flag", "lora")
+PASSED_KEYS = ("one_logger_project", "data_cache_path", "x_note", "x_list", "x_flag", "lora")
 GEN_TRAINER = """\
 extends: [pre_trainer.yaml]
-wandb_project: null
+one_logger_project: null
 x_note: 'null'
 lora: {enabled: true, dim: 32}
 """
@@ -51,7 +51,7 @@ def generated(tree: Path, index: int) -> tuple[Path, dict]:
     trainer = {"framework": "megatron", "config": "gen_trainer.yaml", "model": "llama3_8B.yaml",
                "overrides": {"train_iters": 5, **overrides}}
     if rng.random() < 0.3:
-        trainer["wandb_exp_name"] = maker.scalar()  # a key beside config/model
+        trainer["data_cache_path"] = maker.scalar()  # a key beside config/model
     path = tree / "examples" / "generated" / f"g{index}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(META + yaml.safe_dump({"modules": {"pre_trainer": trainer}}, sort_keys=False))

@@ -74,10 +74,10 @@ def test_an_edit_while_the_job_waits_does_not_change_what_it_runs(tmp_path):
     assert store.parent == frozen_dir / ".primus_code" and (store / "conf" / "config.yaml").is_file()
     script = (Path(record["submitit_folder"]) / f"{record['job_id']}_submission.sh").read_text()
     assert f'export PYTHONPATH="{store / "src"}' in script  # a requeue reruns this script: the same copy
-    trainer = project / "src" / "primus_hydra" / "backends" / "torch" / "trainer.py"
-    source = trainer.read_text()
-    assert source.count("loss = F.cross_entropy(") == 1
-    trainer.write_text(source.replace("loss = F.cross_entropy(", "loss = 2.0 * F.cross_entropy("))
+    loss_source = project / "src" / "primus_hydra" / "backends" / "common" / "data.py"  # the native trainer's loss
+    source = loss_source.read_text()
+    assert source.count("return F.cross_entropy(flat, labels)") == 1
+    loss_source.write_text(source.replace("return F.cross_entropy(", "return 2.0 * F.cross_entropy("))
     result = primus(tmp_path, f"hydra.run.dir={edited_dir}", *run, "launch.freeze_code=false", env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     frozen_id, edited_id = submission(frozen_dir)["job_id"], submission(edited_dir)["job_id"]
