@@ -100,15 +100,39 @@ def test_instruction_records_are_a_user_prompt_and_an_assistant_response(folders
     assert bytes(ids[0][masks[0] == 1][:-1].astype(np.uint8)) == b"return\n" and ids[0][-1] == 256
 
 
+
+def test_alpaca_records_take_alpacas_prompt_and_only_the_output_is_learned(folders):
+    source = write_jsonl(folders["root"] / "alpaca.jsonl", [
+        {"instruction": "sum", "input": "1 2", "output": "3"}, {"instruction": "say hi", "input": "", "output": "hi"}])
+    out = folders["root"] / "alpaca" / "c"
+    prepare(f"task.input={source}", "task.tokenizer=byte", f"task.out={out}", "task.format=alpaca")
+    ids, masks = read_dataset(out)
+    assert bytes(ids[0][:-1].astype(np.uint8)).decode() == (
+        "Below is an instruction that describes a task, paired with an input that provides further context. Write a "
+        "response that appropriately completes the request.\n\n### Instruction:\nsum\n\n### Input:\n1 2\n\n"
+        "### Response:\n3")
+    assert bytes(ids[1][:-1].astype(np.uint8)).decode() == (
+        "Below is an instruction that describes a task. Write a response that appropriately completes the request."
+        "\n\n### Instruction:\nsay hi\n\n### Response:\nhi")
+    assert bytes(ids[0][masks[0] == 1].astype(np.uint8)) == b"3\x00" and ids[0][-1] == 256 and masks[0][-1] == 1
+
+
 @pytest.mark.parametrize("record, reason", [
     ({"messages": "hi"}, "no 'messages' list"),
     ({"messages": [{"role": "user"}]}, "messages[0] is not a"),
+    ({"instruction": "sum", "input": 1, "output": "3"}, "key 'input' is not a string"),
+    ({"instruction": "sum"}, "key 'output' is missing"),
 ])
 def test_a_record_that_is_no_conversation_is_named_by_its_line_and_nothing_is_written(folders, record, reason):
-    source = write_jsonl(folders["root"] / "bad.jsonl", [CHAT[1], record])
-    out = folders["root"] / "bad" / "c"
+    format = "chat" if "messages" in record else "alpaca"
+    good = CHAT[1] if format == "chat" else {"instruction": "a", "output": "b"}
+    case = folders["root"] / "bad" / reason.split()[-1].strip("'")
+    case.mkdir(parents=True)
+    source = write_jsonl(case / "in.jsonl", [good, record])
+    out = case / "out" / "c"
+    out.parent.mkdir()
     with pytest.raises(DataError) as raised:
-        prepare(f"task.input={source}", "task.tokenizer=byte", f"task.out={out}", "task.format=chat")
+        prepare(f"task.input={source}", "task.tokenizer=byte", f"task.out={out}", f"task.format={format}")
     assert str(raised.value).startswith(f"{source}:2: {reason}") and "\n" not in str(raised.value)
     assert not list(out.parent.iterdir())
 

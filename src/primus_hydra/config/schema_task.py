@@ -135,6 +135,7 @@ class PrepareDataFormat(Choice):
     parquet = "parquet"  # Parquet files or a datasets.save_to_disk folder (Arrow), read with pyarrow
     chat = "chat"  # SFT: JSONL of {"messages": [{role, content}]}; <out>_text_document + <out>_loss_mask_document
     instruction = "instruction"  # SFT: JSONL of {"prompt", "response"}; the same two datasets
+    alpaca = "alpaca"  # SFT: JSONL of Alpaca's {"instruction", "input" (optional), "output"}; the same two datasets
 
 
 class TokenDtype(Choice):

@@ -87,7 +87,8 @@ class ImportTask:
         progress = _Progress(len(files)) if folder_mode else None
         try:
             for path in files:
-                results.append(session.import_file(path, base))
+                with _interrupt_deferred():  # Ctrl-C between files: never inside a library's half-done state
+                    results.append(session.import_file(path, base))
                 if progress:
                     progress.tick(results)
         except KeyboardInterrupt:
@@ -214,12 +215,11 @@ class ImportSession:
         for relative in files:
             self._check_replaceable(relative, source)
         self._check_composes(name, files, model)
-        with _interrupt_deferred():
-            if model and not self.ledger.holds(*model):
-                self.ledger.write(*model, source=f"{module.framework}/{module.config}", private=private)
-            for relative, (text, private) in files.items():
-                self.ledger.write(relative, text, source, private=private)
-            self.written += 1
+        if model and not self.ledger.holds(*model):
+            self.ledger.write(*model, source=f"{module.framework}/{module.config}", private=private)
+        for relative, (text, private) in files.items():
+            self.ledger.write(relative, text, source, private=private)
+        self.written += 1
         self.names[name] = path
         result.experiment, result.name, result.backend = self.out / f"experiment/{name}.yaml", name, imported.backend
         result.model, result.passed_through = imported.model.preset, len(imported.extra_args)
@@ -301,7 +301,8 @@ def _plain_name(value) -> str:
 
 @contextlib.contextmanager
 def _interrupt_deferred() -> Iterator[None]:
-    """Ctrl-C while an experiment's files are written takes effect after the last of them: each is whole."""
+    """Ctrl-C while a file is imported takes effect after it: its experiment's files are each whole, and no library
+    (Hydra, OmegaConf) is interrupted halfway, which can turn the interrupt into some other error."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():

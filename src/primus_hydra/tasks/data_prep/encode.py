@@ -17,11 +17,13 @@ import numpy as np
 
 from primus_hydra.tasks.data_prep.inputs import JSONL, TEXT, Chunk
 from primus_hydra.tasks.data_prep.sft import (
+    ALPACA,
     MASK_KEY,
     TEXT_KEY,
     ChatTemplate,
     ConversationError,
     PlainTemplate,
+    RawTemplate,
     chat_template_of,
     conversation,
     conversation_ids,
@@ -55,12 +57,16 @@ _worker: dict = {}  # this process's loaded tokenizer and options (set by start_
 
 def start_worker(spec: TokenizerSpec, keys: list, append_eod: bool, sft: Optional[str] = None) -> None:
     """Load the tokenizer once per worker; each worker tokenizes on one core (the workers are the parallelism).
-    sft (chat or instruction): records are conversations, rendered by the chat template or the plain one."""
+    sft (chat or instruction): records are conversations, rendered by the chat template or the plain one;
+    alpaca: by Alpaca's own prompt."""
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     encode = spec.load()
     template = None
     if sft:
-        template = ChatTemplate(spec.path) if chat_template_of(spec.path) else PlainTemplate(encode)
+        if sft == ALPACA:
+            template = RawTemplate(encode)
+        else:
+            template = ChatTemplate(spec.path) if chat_template_of(spec.path) else PlainTemplate(encode)
     _worker.update(encode=encode, keys=list(keys), eod=spec.eod_id if append_eod else None,
                    takes_bytes=spec.kind == BYTE, sft=sft, template=template)
 

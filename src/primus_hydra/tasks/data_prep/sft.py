@@ -4,6 +4,11 @@ A chat record is a JSONL line `{"messages": [{"role": ..., "content": ...}, ...]
 hold them); an instruction record `{"prompt": ..., "response": ...}` is the conversation [user: prompt, assistant:
 response]. The mask is 1 on the tokens of the assistant's messages (the response) and 0 elsewhere.
 
+An Alpaca record `{"instruction": ..., "input": ..., "output": ...}` (tatsu-lab/alpaca, Primus's
+`sft_conversation_format: alpaca`) is rendered with Alpaca's own prompt, as the `text` field of tatsu-lab/alpaca
+holds it (the preamble, `### Instruction:`, `### Input:` when the input is not empty, `### Response:`), whatever
+the tokenizer's chat template; the mask is 1 on the output's tokens (and the end of document).
+
 With a tokenizer whose tokenizer_config.json holds a `chat_template`, the conversation is rendered by transformers'
 `apply_chat_template`; an assistant turn's tokens are those between the conversation rendered up to it with the
 generation prompt and the conversation rendered through it (the template must render a conversation's start as a
@@ -21,9 +26,9 @@ from typing import Any, Optional
 
 import numpy as np
 
-CHAT, INSTRUCTION = "chat", "instruction"
-SFT_FORMATS = (CHAT, INSTRUCTION)
-RECORD_KEYS = {CHAT: ["messages"], INSTRUCTION: ["prompt", "response"]}
+CHAT, INSTRUCTION, ALPACA = "chat", "instruction", "alpaca"
+SFT_FORMATS = (CHAT, INSTRUCTION, ALPACA)
+RECORD_KEYS = {CHAT: ["messages"], INSTRUCTION: ["prompt", "response"], ALPACA: ["instruction", "output"]}
 TEXT_KEY, MASK_KEY = "text", "loss_mask"  # the datasets: <out>_text_document, <out>_loss_mask_document
 OUTPUT_KEYS = [TEXT_KEY, MASK_KEY]
 ASSISTANT = "assistant"
@@ -49,12 +54,17 @@ def conversation(record: Any, format: str) -> list[dict]:
     """The record as a list of {role, content} messages (ConversationError: why it is not one)."""
     if not isinstance(record, dict):
         raise ConversationError(f"a JSON {type(record).__name__}, not an object")
-    if format == INSTRUCTION:
-        for key in RECORD_KEYS[INSTRUCTION]:
+    if format in (INSTRUCTION, ALPACA):
+        keys = RECORD_KEYS[format]
+        for key in keys + (["input"] if format == ALPACA and "input" in record else []):
             if not isinstance(record.get(key), str):
                 raise ConversationError(f"key {key!r} is {'missing' if key not in record else 'not a string'} "
-                                        f"(task.format=instruction reads 'prompt' and 'response' strings)")
-        return [{"role": "user", "content": record["prompt"]}, {"role": ASSISTANT, "content": record["response"]}]
+                                        f"(task.format={format} reads {' and '.join(map(repr, keys))} strings"
+                                        f"{', and an optional input' if format == ALPACA else ''})")
+        prompt, response = (record[key] for key in keys)
+        if format == ALPACA:
+            prompt = alpaca_prompt(prompt, record.get("input", ""))
+        return [{"role": "user", "content": prompt}, {"role": ASSISTANT, "content": response}]
     messages = record.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ConversationError("no 'messages' list (task.format=chat reads {\"messages\": [{\"role\": ..., "
@@ -82,6 +92,35 @@ class PlainTemplate:
             piece_ids = list(np.frombuffer(piece_ids, dtype=np.uint8)) if isinstance(piece_ids, bytes) else piece_ids
             ids += list(piece_ids)
             mask += [int(on)] * len(piece_ids)
+        return ids, mask
+
+
+_ALPACA_PREAMBLE = {
+    False: "Below is an instruction that describes a task. Write a response that appropriately completes the request.",
+    True: "Below is an instruction that describes a task, paired with an input that provides further context. Write a "
+          "response that appropriately completes the request.",
+}
+
+
+def alpaca_prompt(instruction: str, input: str) -> str:
+    """Alpaca's prompt for one record: everything before the output."""
+    with_input = bool(input.strip())
+    return (f"{_ALPACA_PREAMBLE[with_input]}\n\n### Instruction:\n{instruction}\n\n"
+            + (f"### Input:\n{input}\n\n" if with_input else "") + "### Response:\n")
+
+
+class RawTemplate:
+    """The messages' texts back to back, no role markers (Alpaca's prompt is already in the user's message)."""
+
+    def __init__(self, encode: Any):
+        self.encode = encode
+
+    def ids_and_mask(self, messages: list[dict]) -> tuple[list, list]:
+        ids, mask = [], []
+        for piece_ids, message in zip(self.encode([message["content"] for message in messages]), messages):
+            piece_ids = list(np.frombuffer(piece_ids, dtype=np.uint8)) if isinstance(piece_ids, bytes) else piece_ids
+            ids += list(piece_ids)
+            mask += [int(message["role"] == ASSISTANT)] * len(piece_ids)
         return ids, mask
 
 
