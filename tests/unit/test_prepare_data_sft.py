@@ -117,15 +117,27 @@ def test_alpaca_records_take_alpacas_prompt_and_only_the_output_is_learned(folde
     assert bytes(ids[0][masks[0] == 1].astype(np.uint8)) == b"3\x00" and ids[0][-1] == 256 and masks[0][-1] == 1
 
 
+
+def test_squad_records_are_bridges_prompt_and_the_first_answer(folders):
+    source = write_jsonl(folders["root"] / "squad.jsonl", [
+        {"context": " Paris is in France. ", "question": "Where is Paris?", "answers": {"text": ["France", "FR"]}}])
+    out = folders["root"] / "squad" / "c"
+    prepare(f"task.input={source}", "task.tokenizer=byte", f"task.out={out}", "task.format=squad")
+    ids, masks = read_dataset(out)
+    assert bytes(ids[0][:-1].astype(np.uint8)) == b"Context: Paris is in France. Question: Where is Paris? Answer: France"
+    assert bytes(ids[0][masks[0] == 1][:-1].astype(np.uint8)) == b" France"
+
 @pytest.mark.parametrize("record, reason", [
     ({"messages": "hi"}, "no 'messages' list"),
     ({"messages": [{"role": "user"}]}, "messages[0] is not a"),
     ({"instruction": "sum", "input": 1, "output": "3"}, "key 'input' is not a string"),
     ({"instruction": "sum"}, "key 'output' is missing"),
+    ({"context": "c", "question": "q", "answers": {"text": []}}, "no answer"),
 ])
 def test_a_record_that_is_no_conversation_is_named_by_its_line_and_nothing_is_written(folders, record, reason):
-    format = "chat" if "messages" in record else "alpaca"
-    good = CHAT[1] if format == "chat" else {"instruction": "a", "output": "b"}
+    format = "chat" if "messages" in record else "squad" if "context" in record else "alpaca"
+    good = {"chat": CHAT[1], "alpaca": {"instruction": "a", "output": "b"},
+            "squad": {"context": "c", "question": "q", "answers": {"text": ["a"]}}}[format]
     case = folders["root"] / "bad" / reason.split()[-1].strip("'")
     case.mkdir(parents=True)
     source = write_jsonl(case / "in.jsonl", [good, record])

@@ -30,7 +30,7 @@ class DataSource(Choice):
     text = "text"  # byte-level tokens read from local text files (default: the Python stdlib's sources)
     tokens = "tokens"  # a pre-tokenized flat token file (numpy memmap, uint16 or uint32)
     indexed = "indexed"  # Megatron's indexed dataset: path is a <prefix> of .bin/.idx, or a blend "w1 p1 w2 p2"
-    # SFT: path is task=prepare_data's task.out of task.format=chat|instruction|alpaca (<path>_text_document and
+    # SFT: path is task=prepare_data's task.out of task.format=chat|instruction|alpaca|squad (<path>_text_document and
     # <path>_loss_mask_document); one conversation per sequence, the loss over the mask's tokens only
     sft = "sft"
 
@@ -70,7 +70,7 @@ class CheckpointConfig:
 class DataConfig:
     source: DataSource = DataSource.text
     # text: a file or folder of text files (null: Python's stdlib); tokens: a file; indexed: a prefix or a blend;
-    # sft: the task.out prefix of task=prepare_data task.format=chat|instruction|alpaca
+    # sft: the task.out prefix of task=prepare_data task.format=chat|instruction|alpaca|squad
     path: Optional[str] = None
     token_dtype: TokenDtype = TokenDtype.uint16  # source=tokens: the file's integer type
     num_workers: AutoInt = AUTO  # DataLoader worker processes per rank: auto (the resource plan) | an integer >= 0

@@ -136,6 +136,7 @@ class PrepareDataFormat(Choice):
     chat = "chat"  # SFT: JSONL of {"messages": [{role, content}]}; <out>_text_document + <out>_loss_mask_document
     instruction = "instruction"  # SFT: JSONL of {"prompt", "response"}; the same two datasets
     alpaca = "alpaca"  # SFT: JSONL of Alpaca's {"instruction", "input" (optional), "output"}; the same two datasets
+    squad = "squad"  # SFT: JSONL of SQuAD's {"context", "question", "answers": {"text": [...]}}; the same two datasets
 
 
 class TokenDtype(Choice):

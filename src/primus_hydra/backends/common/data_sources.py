@@ -110,7 +110,7 @@ def data_source_failures(cfg: Any, blends: bool) -> list[str]:
     if source == "sft":
         if not data.path:
             return ["module.data.path is required with module.data.source=sft (the task.out prefix of task=prepare_data "
-                    "task.format=chat|instruction|alpaca)"]
+                    "task.format=chat|instruction|alpaca|squad)"]
         return sft_data_failures(str(data.path), cfg.model.vocab_size, module.seq_length)
     if not data.path:
         return []
@@ -147,7 +147,7 @@ def sft_data_failures(path: str, vocab_size: int, seq_length: int) -> list[str]:
         missing = [name for name in (f"{prefix}.bin", f"{prefix}.idx") if not Path(name).expanduser().is_file()]
         if missing:
             return [f"module.data.path={path}: no {missing[0]} (module.data.source=sft reads <path>{SFT_TEXT_SUFFIX} "
-                    f"and its loss mask <path>{SFT_MASK_SUFFIX}, as task=prepare_data task.format=chat|instruction|alpaca "
+                    f"and its loss mask <path>{SFT_MASK_SUFFIX}, as task=prepare_data task.format=chat|instruction|alpaca|squad "
                     f"task.out=<path> writes them)"]
     failures = indexed_data_failures(text_prefix, vocab_size, seq_length, blends=False)
     if failures:

@@ -24,7 +24,7 @@ from primus_hydra.tasks.data_prep.inputs import (
     input_files,
 )
 from primus_hydra.tasks.data_prep.outputs import OutputNames, existing_outputs, fingerprint, is_up_to_date
-from primus_hydra.tasks.data_prep.sft import ALPACA, OUTPUT_KEYS, RECORD_KEYS, SFT_FORMATS, chat_template_of
+from primus_hydra.tasks.data_prep.sft import OUTPUT_KEYS, RAW_FORMATS, RECORD_KEYS, SFT_FORMATS, chat_template_of
 from primus_hydra.tasks.data_prep.tokenizer import TokenizerError, TokenizerSpec, tokenizer_spec
 
 UINT16_LIMIT = 65500  # Megatron-LM's tool's rule: uint16 below this many ids, else int32
@@ -138,7 +138,7 @@ def prepare_data_job(task: Any) -> PrepareDataJob:
         spec = tokenizer_spec(task.tokenizer)
         tokenizer_failures, dtype = _tokenizer_failures(spec, task)
         failures += tokenizer_failures
-        if sft and sft != ALPACA and chat_template_of(spec.path) and not _transformers_findable():
+        if sft and sft not in RAW_FORMATS and chat_template_of(spec.path) and not _transformers_findable():
             failures.append(f"task.tokenizer={task.tokenizer}: its chat template is rendered by transformers, which "
                             f"is not installed (pip install transformers)")
     except TokenizerError as error:
@@ -157,7 +157,7 @@ def prepare_data_job(task: Any) -> PrepareDataJob:
             raise ConfigValidationError(failures)
         keys = list(OUTPUT_KEYS)
     options = {"format": str(task.format), "json_keys": keys, "append_eod": bool(task.append_eod), "dtype": dtype,
-               **({"chat_template": chat_template_of(spec.path)} if sft and sft != ALPACA else {})}
+               **({"chat_template": chat_template_of(spec.path)} if sft and sft not in RAW_FORMATS else {})}
     digest = fingerprint(files, spec, options)
     up_to_date = is_up_to_date(names, keys, digest)
     existing = existing_outputs(names, keys)

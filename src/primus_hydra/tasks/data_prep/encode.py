@@ -17,8 +17,8 @@ import numpy as np
 
 from primus_hydra.tasks.data_prep.inputs import JSONL, TEXT, Chunk
 from primus_hydra.tasks.data_prep.sft import (
-    ALPACA,
     MASK_KEY,
+    RAW_FORMATS,
     TEXT_KEY,
     ChatTemplate,
     ConversationError,
@@ -58,12 +58,12 @@ _worker: dict = {}  # this process's loaded tokenizer and options (set by start_
 def start_worker(spec: TokenizerSpec, keys: list, append_eod: bool, sft: Optional[str] = None) -> None:
     """Load the tokenizer once per worker; each worker tokenizes on one core (the workers are the parallelism).
     sft (chat or instruction): records are conversations, rendered by the chat template or the plain one;
-    alpaca: by Alpaca's own prompt."""
+    alpaca and squad: by their own prompts."""
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     encode = spec.load()
     template = None
     if sft:
-        if sft == ALPACA:
+        if sft in RAW_FORMATS:
             template = RawTemplate(encode)
         else:
             template = ChatTemplate(spec.path) if chat_template_of(spec.path) else PlainTemplate(encode)

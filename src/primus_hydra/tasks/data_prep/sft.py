@@ -1,4 +1,4 @@
-"""task.format=chat and task.format=instruction: conversations as token ids and a loss mask of the same length.
+"""task.format=chat|instruction|alpaca|squad (SFT): conversations as token ids and a loss mask of the same length.
 
 A chat record is a JSONL line `{"messages": [{"role": ..., "content": ...}, ...]}` (as Hugging Face's chat datasets
 hold them); an instruction record `{"prompt": ..., "response": ...}` is the conversation [user: prompt, assistant:
@@ -7,7 +7,9 @@ response]. The mask is 1 on the tokens of the assistant's messages (the response
 An Alpaca record `{"instruction": ..., "input": ..., "output": ...}` (tatsu-lab/alpaca, Primus's
 `sft_conversation_format: alpaca`) is rendered with Alpaca's own prompt, as the `text` field of tatsu-lab/alpaca
 holds it (the preamble, `### Instruction:`, `### Input:` when the input is not empty, `### Response:`), whatever
-the tokenizer's chat template; the mask is 1 on the output's tokens (and the end of document).
+the tokenizer's chat template; the mask is 1 on the output's tokens (and the end of document). A SQuAD record
+`{"context", "question", "answers": {"text": [...]}}` (rajpurkar/squad, Primus's `squad`) is the prompt
+`Context: C Question: Q Answer:` and the learned ` A` (the first answer), as Megatron-Bridge's SQuAD recipe writes it.
 
 With a tokenizer whose tokenizer_config.json holds a `chat_template`, the conversation is rendered by transformers'
 `apply_chat_template`; an assistant turn's tokens are those between the conversation rendered up to it with the
@@ -26,9 +28,11 @@ from typing import Any, Optional
 
 import numpy as np
 
-CHAT, INSTRUCTION, ALPACA = "chat", "instruction", "alpaca"
-SFT_FORMATS = (CHAT, INSTRUCTION, ALPACA)
-RECORD_KEYS = {CHAT: ["messages"], INSTRUCTION: ["prompt", "response"], ALPACA: ["instruction", "output"]}
+CHAT, INSTRUCTION, ALPACA, SQUAD = "chat", "instruction", "alpaca", "squad"
+SFT_FORMATS = (CHAT, INSTRUCTION, ALPACA, SQUAD)
+RAW_FORMATS = (ALPACA, SQUAD)  # a prompt of their own, whatever the tokenizer's chat template
+RECORD_KEYS = {CHAT: ["messages"], INSTRUCTION: ["prompt", "response"], ALPACA: ["instruction", "output"],
+               SQUAD: ["context", "question", "answers"]}
 TEXT_KEY, MASK_KEY = "text", "loss_mask"  # the datasets: <out>_text_document, <out>_loss_mask_document
 OUTPUT_KEYS = [TEXT_KEY, MASK_KEY]
 ASSISTANT = "assistant"
@@ -54,6 +58,8 @@ def conversation(record: Any, format: str) -> list[dict]:
     """The record as a list of {role, content} messages (ConversationError: why it is not one)."""
     if not isinstance(record, dict):
         raise ConversationError(f"a JSON {type(record).__name__}, not an object")
+    if format == SQUAD:
+        return _squad(record)
     if format in (INSTRUCTION, ALPACA):
         keys = RECORD_KEYS[format]
         for key in keys + (["input"] if format == ALPACA and "input" in record else []):
@@ -74,6 +80,21 @@ def conversation(record: Any, format: str) -> list[dict]:
                 and isinstance(message.get("content"), str)):
             raise ConversationError(f"messages[{number}] is not a {{\"role\": string, \"content\": string}} object")
     return [{"role": message["role"], "content": message["content"]} for message in messages]
+
+
+def _squad(record: dict) -> list[dict]:
+    for key in ("context", "question"):
+        if not isinstance(record.get(key), str):
+            raise ConversationError(f"key {key!r} is {'missing' if key not in record else 'not a string'} "
+                                    f"(task.format=squad reads 'context' and 'question' strings and 'answers')")
+    answers = record.get("answers")
+    texts = answers.get("text") if isinstance(answers, dict) else None
+    if not isinstance(texts, list) or not texts or not isinstance(texts[0], str):
+        raise ConversationError("no answer: task.format=squad reads 'answers' as {\"text\": [\"...\", ...]} (the first "
+                                "is learned)")
+    context, question, answer = (text.strip(" ") for text in (record["context"], record["question"], texts[0]))
+    return [{"role": "user", "content": f"Context: {context} Question: {question} Answer:"},
+            {"role": ASSISTANT, "content": f" {answer}"}]
 
 
 class PlainTemplate:
