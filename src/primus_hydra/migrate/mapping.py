@@ -27,6 +27,7 @@ from primus_hydra.migrate.models import (
     zoo_models,
 )
 from primus_hydra.migrate.primus_yaml import EnvString, EnvValue, TrainerModule, dotted_get, plain, read_yaml, shown
+from primus_hydra.migrate.sft_data import is_sft_with_dataset, map_sft_data
 
 FRAMEWORKS = {"megatron": "megatron", "torchtitan": "torchtitan", "maxtext": "maxtext",
               "megatron_bridge": "megatron_bridge"}
@@ -199,6 +200,9 @@ def fewest_nodes(canonical: dict, gpus_per_node: int) -> dict:
 
 def _megatron_data(params: dict, imported: Imported) -> None:
     imported.consumed.update({"mock_data", "train_data_path", "data_path"})
+    if is_sft_with_dataset(params):  # Primus's SFT trainer reads its dataset whatever mock_data says
+        map_sft_data(params, imported)
+        return
     if plain(params.get("mock_data")):
         imported.canonical["module.data.source"] = "mock"
         return
