@@ -164,3 +164,24 @@ def test_a_sweep_is_one_tracker_run_per_point_in_one_group_a_failed_point_marked
     assert [the_run(records)["config"]["update"]["platform.env.PRIMUS_FAULT"] for records in points] == faults.split(",")
     exits = [next(r["exit"].get("exit_code", 0) for r in records if r["type"] == "exit") for records in points]
     assert exits == [0, 1, 0]
+
+
+@pytest.mark.parametrize("backend", ["megatron", "torchtitan"])
+def test_megatron_and_torchtitan_feed_the_same_trackers_as_metrics_jsonl(backend, tmp_path):
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run_dir = tmp_path / "run"
+    short = [override for override in SMALL if not override.startswith(("module.train_iters=", "module.checkpoint.interval="))]
+    result = subprocess.run([sys.executable, "-m", "primus_hydra", f"backend={backend}", f"hydra.run.dir={run_dir}",
+                             *short, "module.train_iters=4", "module.checkpoint.interval=0", *TRACKERS,
+                             f"logger.mlflow.tracking_uri={store}", f"logger.mlflow.experiment_name={backend}"],
+                            cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    losses = [json.loads(line)["loss"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+              if "loss" in json.loads(line)]
+    (run,) = runs_of(store, backend)
+    assert run.info.status == "FINISHED"
+    history = client(store).get_metric_history(run.info.run_id, "loss")
+    assert [(metric.step, metric.value) for metric in history] == list(enumerate(losses, start=1))
+    assert run.data.params["backend._target_"].startswith(f"primus_hydra.backends.{backend}.")
+    (records,) = wandb_records(run_dir)
+    assert history_steps(records) == [1, 2, 3, 4]
