@@ -18,6 +18,7 @@ import pytest
 
 from helpers.cli import clean_env
 from helpers.compose import REPO, run_job
+from helpers.trackers import client, history_steps, runs_of, the_run, wandb_records
 from primus_hydra.backends.common.tracking import STATE_FILE
 
 pytest.importorskip("mlflow")
@@ -59,34 +60,6 @@ def mlflow_server(tmp_path_factory):
     finally:  # the server and its uvicorn worker (SIGTERM takes it ~20 s to stop; nothing is left to flush)
         os.killpg(server.pid, signal.SIGKILL)
         server.wait(30)
-
-
-def client(uri: str):
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient(tracking_uri=uri)
-
-
-def runs_of(uri: str, experiment: str) -> list:
-    found = client(uri).get_experiment_by_name(experiment)
-    return client(uri).search_runs([found.experiment_id]) if found else []
-
-
-def wandb_records(run_dir: Path) -> list[list[dict]]:
-    """Each offline W&B log under run_dir/wandb, as wandb's reader prints its records (none from a log whose writer
-    was SIGKILLed before it wrote a block)."""
-    logs = sorted((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
-    return [[json.loads(line) for line in subprocess.run(
-        [sys.executable, "-m", "wandb", "leet", "inspect", str(path), "--json"], capture_output=True, text=True,
-        timeout=60).stdout.splitlines() if line.strip()] for path in logs]
-
-
-def history_steps(records: list[dict]) -> list[int]:
-    return [record["history"]["step"]["num"] for record in records if record["type"] == "history"]
-
-
-def the_run(records: list[dict]) -> dict:
-    return next(record["run"] for record in records if record["type"] == "run")
 
 
 def no_secret_under(*folders: Path) -> list[str]:

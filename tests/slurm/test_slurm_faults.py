@@ -30,6 +30,7 @@ from helpers.slurm_runs import (
     scancel,
     submission,
 )
+from helpers.trackers import client, history_steps, runs_of, the_run, wandb_records
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -73,11 +74,15 @@ def test_a_run_dir_with_a_queued_job_refuses_a_second_submission_and_keeps_the_f
 def test_a_slurm_requeue_of_a_running_job_resumes_from_its_checkpoint_with_one_metrics_record_per_step(
         tmp_path, local_curve):
     """`scontrol requeue` reruns the job as Slurm's own requeue after a node failure does: submitit's attempt 0
-    again, SLURM_RESTART_COUNT=1. The waiting command shows the requeue and the job ends on the local curve."""
+    again, SLURM_RESTART_COUNT=1. The waiting command shows the requeue and the job ends on the local curve; its
+    trackers (MLflow, W&B offline) hold one run across both attempts, each step once."""
     iters = 24
     run_dir = tmp_path / "run"
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    trackers = ("logger=many", "logger.use=[mlflow,wandb]", "logger.wandb.mode=offline", "logger.timeout_s=30",
+                f"logger.mlflow.tracking_uri={store}", "logger.mlflow.experiment_name=requeue")
     waiting = WaitingCommand(tmp_path, f"hydra.run.dir={run_dir}", f"module.train_iters={iters}", *FAST, *SLURM,
-                             *LONGER_STEPS, "module.checkpoint.interval=2")
+                             *LONGER_STEPS, "module.checkpoint.interval=2", *trackers)
     try:
         waiting.wait_for_line("submitted slurm job")
         job_id = submission(run_dir)["job_id"]
@@ -99,6 +104,12 @@ def test_a_slurm_requeue_of_a_running_job_resumes_from_its_checkpoint_with_one_m
     steps = [record["step"] for record in map(json.loads, metrics.read_text().splitlines())]
     assert steps == list(range(1, iters + 1))  # the redone steps replaced their first records
     assert_same_curve(losses(run_dir), local_curve(iters, *LONGER_STEPS))
+    (run,) = runs_of(store, "requeue")  # the rerun continued the first attempt's tracker runs
+    assert run.info.status == "FINISHED"
+    assert [metric.step for metric in client(store).get_metric_history(run.info.run_id, "loss")] == steps
+    logs = [records for records in wandb_records(run_dir) if records]
+    assert len({the_run(records)["run_id"] for records in logs}) == 1
+    assert sorted(step for records in logs for step in history_steps(records)) == steps
 
 
 def test_a_node_failure_requeues_the_job_and_the_rerun_resumes_from_its_checkpoint(tmp_path, local_curve):
