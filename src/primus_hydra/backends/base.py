@@ -20,6 +20,9 @@ from primus_hydra.config.targets import load_target
 from primus_hydra.distributed_env import DistributedEnv
 from primus_hydra.errors import BackendUnavailableError
 
+# set in a Slurm job whose submission froze the backend.path tree (launch/slurm/user_code.py): the copy to read
+FROZEN_BACKEND_ENV = "PRIMUS_FROZEN_BACKEND_PATH"
+
 _CHECKOUT = Path(__file__).resolve().parents[3]  # <repo> when running from a source checkout
 REPO_THIRD_PARTY = _CHECKOUT / "third_party" if (_CHECKOUT / "pyproject.toml").is_file() else None
 
@@ -92,7 +95,9 @@ class BackendAdapter(ABC):
         candidates: list[tuple[str, Path]] = []
         if not self.third_party_dir:  # a backend that ships inside primus_hydra has no source tree to find
             return candidates
-        if self.cfg.backend.path:
+        if self.cfg.backend.path and os.environ.get(FROZEN_BACKEND_ENV):  # a Slurm job: the tree as submitted
+            candidates.append(("backend.path (frozen at submission)", Path(os.environ[FROZEN_BACKEND_ENV])))
+        elif self.cfg.backend.path:
             candidates.append(("backend.path", Path(self.cfg.backend.path).expanduser()))
         if os.environ.get("BACKEND_PATH"):
             candidates.append(("$BACKEND_PATH", Path(os.environ["BACKEND_PATH"]).expanduser()))

@@ -17,6 +17,7 @@ from typing import Any
 from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, record
 
 from primus_hydra.errors import PrimusError
+from primus_hydra.launch.frozen_user_path import put_frozen_user_code_first
 from primus_hydra.launch.job_config import load_job_config
 from primus_hydra.runtime.train_runtime import PrimusRuntime
 
@@ -42,6 +43,7 @@ def worker_main(job_config_path: str, run_dir: str) -> Any:
         signal.signal(signum, signal.SIG_DFL)
     configure_worker_logging(int(os.environ.get("RANK", "0")))
     _size_thread_pool_from_env()
+    put_frozen_user_code_first()  # a Slurm job's frozen user code before the working directory
 
     try:
         return PrimusRuntime(load_job_config(Path(job_config_path)), Path(run_dir)).run()  # the prepared job, trusted

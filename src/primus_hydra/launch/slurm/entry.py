@@ -24,6 +24,7 @@ from typing import Any, Mapping
 
 from primus_hydra.distributed_env import detect_distributed_env
 from primus_hydra.errors import PrimusError
+from primus_hydra.launch.frozen_user_path import put_frozen_user_code_first
 from primus_hydra.launch.job_config import load_job_config
 from primus_hydra.launch.provenance import record_provenance
 from primus_hydra.launch.run_dir_lock import RUN_DIR_LOCKS
@@ -121,6 +122,7 @@ class SlurmJobEntry:
         return submitit.helpers.DelayedSubmission(dataclasses.replace(self, attempt=self.attempt + 1))
 
     def __call__(self) -> Any:
+        put_frozen_user_code_first()
         notice = PreemptionNotice()
         task = read_slurm_task_env()
         job = load_job_config(Path(self.job_config))

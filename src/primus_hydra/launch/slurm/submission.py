@@ -104,7 +104,8 @@ def submit_jobs(staged: list[StagedJob], settings: Mapping[str, Any], base_dir: 
         for run_dir in sorted({job.run_dir.resolve() for job in staged}):  # one order: two sweeps never deadlock
             turns.enter_context(_submission_turn(run_dir))
         refuse_live_jobs([job.run_dir for job in staged], dir_key)
-        frozen = freeze_project_code(base_dir) if any(_freezes(job) for job in staged) else None
+        freezing = [job.prepared.cfg for job in staged if _freezes(job)]
+        frozen = freeze_project_code(base_dir, freezing) if freezing else None
         try:
             for shape, group in groupby(staged, key=lambda job: job.shape):
                 group = list(group)
@@ -132,7 +133,7 @@ def _submit_group(group: list[StagedJob], shape: SlurmJobShape, settings: Mappin
     parameters = executor_parameters(settings, shape, str(settings.get("name") or "primus"))
     frozen = frozen if _freezes(group[0]) else None
     if frozen is not None:  # the nodes import the submitted code, also when Slurm reruns the script
-        parameters["setup"] = [frozen.setup_line, *parameters["setup"]]
+        parameters["setup"] = [*frozen.setup_lines, *parameters["setup"]]
     executor.update_parameters(**parameters)
     undo: list[Callable[[], None]] = []
     try:
