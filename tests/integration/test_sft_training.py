@@ -100,9 +100,9 @@ def test_a_missing_mask_and_backend_torchtitan_are_one_line_before_the_run(sets)
         assert raised.value.failures[0].startswith(expected) and len(raised.value.failures) == 1
 
 
-def test_packing_fills_each_sequence_with_conversations_back_to_back_and_says_attention_crosses_them(sets):
+def test_packing_fills_each_sequence_with_conversations_back_to_back_and_says_where_attention_crosses_them(sets):
     from primus_hydra.backends.common.data import IGNORED, TokenBatches
-    from primus_hydra.backends.common.data_sources import PACKING_WARNING, data_source_failures, data_source_warnings
+    from primus_hydra.backends.common.data_sources import data_source_failures, data_source_warnings
 
     packed = TokenBatches("sft", str(sets["base"]), "uint16", 384, 200, seed=1, packing=True)
     single = TokenBatches("sft", str(sets["base"]), "uint16", 384, 200, seed=1)
@@ -113,8 +113,15 @@ def test_packing_fills_each_sequence_with_conversations_back_to_back_and_says_at
     ends = int((one_inputs[0] == 256).nonzero()[0])  # the first conversation is the same, with the same mask
     assert (inputs[0, :ends] == one_inputs[0, :ends]).all() and (targets[0, :ends] == one_targets[0, :ends]).all()
     assert (targets != IGNORED).sum() > (one_targets != IGNORED).sum()
-    cfg = compose_primus(*RUN, f"module.data.path={sets['base']}", "module.data.packing=true")
-    assert data_source_warnings(cfg) == [PACKING_WARNING] and "crosses conversation boundaries" in PACKING_WARNING
+    packing = (*RUN, f"module.data.path={sets['base']}", "module.data.packing=true")
+    assert data_source_warnings(compose_primus(*packing)) == []  # backend=torch: attention within each conversation
+    for override, why in [("module.parallel.pp=2", "(backend=torch with module.parallel.pp=2: the pipeline stages "
+                                                   "take no document mask; pp=1 masks it)"),
+                          ("backend=megatron", "(backend=megatron: megatron-core's packed-sequence attention needs "
+                                               "Transformer Engine or flash-attention kernels, absent on CPU)")]:
+        assert data_source_warnings(compose_primus(*packing, override)) == [
+            f"module.data.packing=true: attention crosses conversation boundaries {why}: a packed conversation "
+            f"attends to those before it in its sequence"]
     text = compose_primus(*RUN, "module.data.source=mock", "module.data.packing=true")
     assert data_source_failures(text, blends=False) == [
         "module.data.packing=true: packs the conversations of module.data.source=sft (source=mock already reads its "

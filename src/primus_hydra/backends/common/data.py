@@ -2,7 +2,8 @@
 module.data.tokenizer's Hugging Face tokenizer), tokens (a memmap),
 indexed (a Megatron .bin/.idx dataset, read as one token stream), sft (task=prepare_data's conversations and their
 loss mask: one conversation per sequence, cut at seq_length + 1 tokens or padded; a target the mask leaves out, or
-padding, is IGNORED, and `token_loss` averages over the others).
+padding, is IGNORED, and `token_loss` averages over the others; with module.data.packing, conversations back to
+back, each position's conversation given with the batch, so that the native model's attention stays within each).
 
 Batches are a pure function of (seed, step, micro-batch index): resuming at step s needs no loader state, and
 a resumed run sees exactly the batches an uninterrupted run would.
@@ -85,6 +86,19 @@ def token_loss(logits: torch.Tensor, targets: torch.Tensor, masked: bool = False
     return total / (labels != IGNORED).sum().clamp(min=1)
 
 
+class Batch(tuple):
+    """(inputs, targets), as every trainer unpacks it. `documents`: for packed conversations (source=sft with
+    module.data.packing) each input position's conversation in its sequence (0, 1, ...), what the native model
+    masks attention by; None for every other source, whose trainers may ignore it."""
+
+    documents: Optional[torch.Tensor]
+
+    def __new__(cls, inputs: torch.Tensor, targets: torch.Tensor, documents: Optional[torch.Tensor] = None) -> "Batch":
+        batch = super().__new__(cls, (inputs, targets))
+        batch.documents = documents
+        return batch
+
+
 class SftDocuments:
     """task=prepare_data's `<path>_text_document` and `<path>_loss_mask_document`, document by document."""
 
@@ -107,20 +121,23 @@ class SftDocuments:
         tokens[: end - start], mask[: end - start] = self.tokens[start:end], self.mask[start:end]
         return tokens, mask
 
-    def packed(self, document: int, length: int, low: int, high: int) -> tuple[np.ndarray, np.ndarray]:
+    def packed(self, document: int, length: int, low: int,
+               high: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """`length` tokens and mask of the documents from `document` on, back to back (after `high - 1` comes `low`),
-        the last one cut."""
-        tokens, mask, filled = np.zeros(length, dtype=np.int64), np.zeros(length, dtype=np.int64), 0
-        for _ in range(high - low):
+        the last one cut; and each position's ordinal among them (0 for the first; padding, where every document of
+        low .. high - 1 is in and room is left, one more than the last)."""
+        tokens, mask = np.zeros(length, dtype=np.int64), np.zeros(length, dtype=np.int64)
+        ordinals, filled = np.full(length, high - low, dtype=np.int64), 0
+        for ordinal in range(high - low):
             start, end = int(self.offsets[document]), int(self.offsets[document + 1])
             end = min(end, start + length - filled)
-            tokens[filled: filled + end - start], mask[filled: filled + end - start] = (self.tokens[start:end],
-                                                                                      self.mask[start:end])
+            placed = slice(filled, filled + end - start)
+            tokens[placed], mask[placed], ordinals[placed] = self.tokens[start:end], self.mask[start:end], ordinal
             filled += end - start
             if filled == length:
                 break
             document = document + 1 if document + 1 < high else low
-        return tokens, mask
+        return tokens, mask, ordinals
 
 
 HELD_OUT_STREAM = 2 ** 32 - 1  # the seed word that sets evaluation's draws apart from every training step's
@@ -180,13 +197,15 @@ class TokenBatches:
         """Whether targets may be IGNORED (source=sft): the loss is token_loss(..., masked=True)."""
         return self.documents is not None
 
-    def _sft_sequence(self, step: int, index: int, held_out: bool) -> tuple[np.ndarray, np.ndarray]:
+    def _sft_sequence(self, step: int, index: int, held_out: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """tokens, mask and each position's document in the sequence (one conversation alone: all 0)."""
         rng = np.random.default_rng([self.seed, HELD_OUT_STREAM, step, index] if held_out else [self.seed, step, index])
         low, high = (self.train_end, len(self.documents)) if held_out else (0, self.train_end)
         first = low + int(rng.integers(0, high - low))
         if self.packing:
             return self.documents.packed(first, self.seq_length + 1, low, high)
-        return self.documents.window(first, self.seq_length + 1)
+        tokens, mask = self.documents.window(first, self.seq_length + 1)
+        return tokens, mask, np.zeros_like(tokens)
 
     def sequence(self, step: int, index: int, held_out: bool = False) -> np.ndarray:
         """Sequence `index` of the global batch of `step`: the same tokens whatever the parallel layout."""
@@ -197,16 +216,19 @@ class TokenBatches:
         start = low + int(rng.integers(0, high - low - self.seq_length - 1))
         return np.asarray(self.tokens[start : start + self.seq_length + 1], dtype=np.int64)
 
-    def batch(self, step: int, first_index: int, batch_size: int,
-              held_out: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """Sequences first_index .. first_index + batch_size - 1 of the step's global batch, as (inputs, targets)."""
+    def batch(self, step: int, first_index: int, batch_size: int, held_out: bool = False) -> Batch:
+        """Sequences first_index .. first_index + batch_size - 1 of the step's global batch, as (inputs, targets);
+        packed conversations with their documents (Batch.documents)."""
         if self.documents is not None:
-            tokens, mask = (np.stack(parts) for parts in zip(*(self._sft_sequence(step, first_index + i, held_out)
-                                                                for i in range(batch_size))))
-            targets = np.where(mask[:, 1:] == 1, tokens[:, 1:], IGNORED)
-            return torch.from_numpy(tokens[:, :-1]), torch.from_numpy(targets)
+            tokens, mask, documents = (np.stack(parts) for parts in zip(*(
+                self._sft_sequence(step, first_index + i, held_out) for i in range(batch_size))))
+            # a target in the next conversation is never learned: alone, no conversation has its first token as one
+            learned = (mask[:, 1:] == 1) & (documents[:, 1:] == documents[:, :-1])
+            targets = np.where(learned, tokens[:, 1:], IGNORED)
+            inputs_documents = torch.from_numpy(documents[:, :-1]) if self.packing else None
+            return Batch(torch.from_numpy(tokens[:, :-1]), torch.from_numpy(targets), inputs_documents)
         window = torch.from_numpy(np.stack([self.sequence(step, first_index + i, held_out) for i in range(batch_size)]))
-        return window[:, :-1], window[:, 1:]
+        return Batch(window[:, :-1], window[:, 1:])
 
     def held_out_batches(self) -> "HeldOutBatches":
         return HeldOutBatches(self)
@@ -219,5 +241,5 @@ class HeldOutBatches:
         self.batches = batches
         self.masked = batches.masked
 
-    def batch(self, step: int, first_index: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def batch(self, step: int, first_index: int, batch_size: int) -> Batch:
         return self.batches.batch(step, first_index, batch_size, held_out=True)

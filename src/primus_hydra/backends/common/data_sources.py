@@ -11,8 +11,6 @@ import sysconfig
 from pathlib import Path
 from typing import Any, Optional
 
-PACKING_WARNING = ("module.data.packing=true: attention crosses conversation boundaries (backend=torch and megatron "
-                   "have no document mask yet): a packed conversation attends to those before it in its sequence")
 SFT_TEXT_SUFFIX, SFT_MASK_SUFFIX = "_text_document", "_loss_mask_document"  # task=prepare_data task.format=chat's
 _SKIPPED_FOLDERS = {"site-packages", "__pycache__"}
 TEXT_SUFFIXES = {".py", ".txt", ".md", ".rst", ".json", ".yaml", ".yml", ".c", ".h", ".cfg", ".toml"}
@@ -172,11 +170,28 @@ def tokenizer_failures(tokenizer: Any, source: str, vocab_size: int) -> list[str
     return tokenizer_key_failures(tokenizer, vocab_size)
 
 
+def packing_warning(cfg: Any) -> Optional[str]:
+    """One line where packed conversations (module.data.packing) attend across their boundaries: backend=megatron,
+    and backend=torch's pipeline stages; None where attention stays within each (backend=torch otherwise)."""
+    backend, pp = str(cfg.backend.name), int(cfg.module.parallel.pp)
+    if backend == "megatron":
+        why = ("backend=megatron: megatron-core's packed-sequence attention needs Transformer Engine or flash-attention "
+               "kernels, absent on CPU")
+    elif backend == "torch" and pp > 1:
+        why = f"backend=torch with module.parallel.pp={pp}: the pipeline stages take no document mask; pp=1 masks it"
+    else:
+        return None
+    return (f"module.data.packing=true: attention crosses conversation boundaries ({why}): a packed conversation "
+            f"attends to those before it in its sequence")
+
+
 def data_source_warnings(cfg: Any) -> list[str]:
-    """What the job's data source will train on that it likely should not: text files that are binary."""
+    """What the job's data source will train on that it likely should not: packed conversations that attend to each
+    other, text files that are binary."""
     data = cfg.module.data
     if str(data.source) == "sft" and data.get("packing"):
-        return [PACKING_WARNING]
+        warning = packing_warning(cfg)
+        return [warning] if warning else []
     if str(data.source) != "text" or not data.path or not Path(str(data.path)).expanduser().exists():
         return []
     warning = binary_text_warning(data.path)

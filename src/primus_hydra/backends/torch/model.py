@@ -3,7 +3,8 @@
 Plain modules in the spirit of nanoGPT. Built on the meta device first, so that any zoo preset can be
 instantiated for counting without memory; `init_weights` runs after `to_empty` on the real device. At inference a
 `KVCache` passed to `Transformer.forward` keeps each layer's keys and values, so that decoding feeds one new token
-per step (backends/torch/generation.py); training passes none.
+per step (backends/torch/generation.py); training passes none. Packed conversations (module.data.source=sft with
+module.data.packing) pass `documents`: each attends within its own conversation, at positions from 0, as if alone.
 """
 from __future__ import annotations
 
@@ -60,9 +61,11 @@ class RotaryEmbedding(nn.Module):
         self.dim, self.theta, self.scaling = dim, theta, scaling
         self._cache: dict = {}
 
-    def forward(self, seq_len: int, device: torch.device, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin of positions offset .. offset + seq_len - 1. The table is kept and grows by doubling while
-        decoding; each position's values do not depend on the table's length."""
+    def forward(self, seq_len: int, device: torch.device, offset: int = 0,
+                positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin of positions offset .. offset + seq_len - 1, (seq, dim); with `positions` (batch, seq), of
+        those positions, (batch, seq, dim). The table is kept and grows by doubling while decoding; each position's
+        values do not depend on the table's length."""
         needed = offset + seq_len
         cached = self._cache.get(str(device))
         if cached is None or cached[0].shape[0] < needed:
@@ -74,14 +77,16 @@ class RotaryEmbedding(nn.Module):
             cached = ((angles.cos() * scale).float().to(device), (angles.sin() * scale).float().to(device))
             self._cache = {str(device): cached}
         cos, sin = cached
+        if positions is not None:
+            return cos[positions], sin[positions]
         return cos[offset:needed], sin[offset:needed]
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: (batch, seq, heads, dim); rotate-half convention."""
+    """x: (batch, seq, heads, dim); cos and sin (seq, dim) or (batch, seq, dim); rotate-half convention."""
     half = x.shape[-1] // 2
     rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    cos, sin = cos[None, :, None, :], sin[None, :, None, :]
+    cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)  # the heads' axis
     return (x.float() * cos + rotated.float() * sin).type_as(x)
 
 
@@ -120,9 +125,28 @@ class KVCache:
         return next(iter(self.layers.values())).length if self.layers else 0
 
 
-def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs) -> torch.Tensor:
+class PackedDocuments:
+    """Which document each position of a packed sequence belongs to, as attention uses it: `mask` (batch, 1, seq,
+    seq) lets a query see the keys of its own document up to itself, and `positions` (batch, seq) restart at 0 where
+    each document starts; so each document's logits are those it has alone."""
+
+    def __init__(self, documents: torch.Tensor):
+        """documents: (batch, seq) integers, the same along each document and different from one to the next."""
+        index = torch.arange(documents.shape[1], device=documents.device)
+        causal = index[:, None] >= index[None, :]
+        self.mask = ((documents[:, :, None] == documents[:, None, :]) & causal)[:, None]
+        starts = torch.ones_like(documents, dtype=torch.bool)
+        starts[:, 1:] = documents[:, 1:] != documents[:, :-1]
+        self.positions = index - torch.where(starts, index, 0).cummax(dim=1).values
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed: PackedDocuments | None = None,
+                     **kwargs) -> torch.Tensor:
     """SDPA where query i sits at position (keys - queries + i): the last queries of a cached sequence see every
-    earlier key. One query needs no mask; as many queries as keys is plain causal attention."""
+    earlier key. One query needs no mask; as many queries as keys is plain causal attention, or with `packed`
+    causal attention within each document."""
+    if packed is not None:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=packed.mask, **kwargs)
     queries, keys = q.shape[2], k.shape[2]
     if queries == keys:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, **kwargs)
@@ -147,7 +171,8 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(hd, args.norm_eps) if args.qk_norm else None
         self.rope = RotaryEmbedding(hd, args.rope_theta, args.rope_scaling)
 
-    def forward(self, x: torch.Tensor, cache: LayerKV | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: LayerKV | None = None,
+                packed: PackedDocuments | None = None) -> torch.Tensor:
         batch, seq, _ = x.shape
         offset = cache.length if cache is not None else 0
         # -1 heads: under tensor parallelism each rank holds a slice of the heads
@@ -156,12 +181,12 @@ class Attention(nn.Module):
         v = self.wv(x).view(batch, seq, -1, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        cos, sin = self.rope(seq, x.device, offset)
+        cos, sin = self.rope(seq, x.device, offset, None if packed is None else packed.positions)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
         if cache is not None:
             k, v = cache.extend(k, v)
-        out = causal_attention(q, k, v, enable_gqa=q.shape[1] != k.shape[1])
+        out = causal_attention(q, k, v, packed, enable_gqa=q.shape[1] != k.shape[1])
         return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
 
 
@@ -189,7 +214,8 @@ class LatentAttention(nn.Module):
         mscale = _yarn_mscale(args.rope_scaling.factor, args.rope_scaling.mscale_all_dim) if str(args.rope_scaling.type) == "yarn" else 1.0
         self.softmax_scale = qk_dim**-0.5 * mscale * mscale
 
-    def forward(self, x: torch.Tensor, cache: LayerKV | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: LayerKV | None = None,
+                packed: PackedDocuments | None = None) -> torch.Tensor:
         batch, seq, _ = x.shape
         offset = cache.length if cache is not None else 0
         q = self.wq_b(self.q_norm(self.wq_a(x))) if hasattr(self, "wq_a") else self.wq(x)
@@ -198,14 +224,14 @@ class LatentAttention(nn.Module):
         kv_latent, k_rope = self.wkv_a(x).split([self.kv_lora_rank, self.rope_dim], dim=-1)
         kv = self.wkv_b(self.kv_norm(kv_latent)).view(batch, seq, -1, self.nope_dim + self.v_dim)
         k_nope, v = kv.split([self.nope_dim, self.v_dim], dim=-1)
-        cos, sin = self.rope(seq, x.device, offset)
+        cos, sin = self.rope(seq, x.device, offset, None if packed is None else packed.positions)
         q_rope = apply_rotary(q_rope, cos, sin)
         k_rope = apply_rotary(k_rope.unsqueeze(2), cos, sin).expand(-1, -1, q_nope.shape[2], -1)
         q = torch.cat([q_nope, q_rope], dim=-1).transpose(1, 2)
         k, v = torch.cat([k_nope, k_rope], dim=-1).transpose(1, 2), v.transpose(1, 2)
         if cache is not None:  # the per-head keys and values, as Hugging Face's DeepSeek caches them
             k, v = cache.extend(k, v)
-        out = causal_attention(q, k, v, scale=self.softmax_scale)
+        out = causal_attention(q, k, v, packed, scale=self.softmax_scale)
         return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
 
 
@@ -219,8 +245,9 @@ class Block(nn.Module):
         uses_moe = args.moe.num_experts > 0 and layer_index >= args.moe.first_dense_layers
         self.feed_forward = MoE(args) if uses_moe else FeedForward(args.hidden_size, args.ffn_hidden_size)
 
-    def forward(self, x: torch.Tensor, cache: LayerKV | None = None) -> torch.Tensor:
-        x = x + self.attention(self.attention_norm(x), cache)
+    def forward(self, x: torch.Tensor, cache: LayerKV | None = None,
+                packed: PackedDocuments | None = None) -> torch.Tensor:
+        x = x + self.attention(self.attention_norm(x), cache, packed)
         return x + self.feed_forward(self.ffn_norm(x))
 
 
@@ -256,12 +283,15 @@ class Transformer(nn.Module):
         losses = [layer.feed_forward.aux_loss for layer in self.layers.values() if hasattr(layer.feed_forward, "aux_loss")]
         return torch.stack(losses).sum() if losses else torch.zeros(())
 
-    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None,
+                documents: torch.Tensor | None = None) -> torch.Tensor:
         """Token ids -> logits. A middle or last pipeline stage receives hidden states instead of ids. With a
-        `cache`, `tokens` are the positions after those cached, and their keys and values join the cache."""
+        `cache`, `tokens` are the positions after those cached, and their keys and values join the cache. With
+        `documents` (batch, seq: each position's document, see PackedDocuments), no position attends across one."""
         x = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
+        packed = None if documents is None else PackedDocuments(documents)
         for name, layer in self.layers.items():
-            x = layer(x) if cache is None else layer(x, cache.layer(name))
+            x = layer(x, None if cache is None else cache.layer(name), packed)
         if self.norm is None:  # not the last pipeline stage
             return x
         x = self.norm(x)

@@ -165,11 +165,13 @@ class TorchTrainer(StepLoopTrainer):
         aux_sum = torch.zeros((), device=self.device)
         for micro in range(accum):
             first = (self.parallel.dp_rank * accum + micro) * micro_batch
-            inputs, targets = data.batch(step, first, micro_batch)
-            inputs, targets = inputs.to(self.device, non_blocking=True), targets.to(self.device, non_blocking=True)
+            batch = data.batch(step, first, micro_batch)
+            inputs, targets = (part.to(self.device, non_blocking=True) for part in batch)
+            # packed conversations: attention within each (the pipeline's stages pass none: a launch warning says so)
+            documents = None if batch.documents is None else batch.documents.to(self.device, non_blocking=True)
             sync = micro == accum - 1 or not backward  # DDP: all-reduce gradients once, after the last micro-batch
             with self._no_sync(sync), self._autocast():
-                logits = self.train_module(inputs)
+                logits = self.train_module(inputs, documents=documents)
             loss = token_loss(logits, targets, getattr(data, "masked", False))
             aux = self.model.moe_aux_loss().to(self.device)
             if backward:
