@@ -57,16 +57,34 @@ def test_cancel_of_a_queued_job_waits_for_slurm_and_status_says_cancelled_by_use
     assert unknown.returncode == 2 and unknown.stderr.startswith("error: task.run=987654321: no run under ")
 
 
+# the user's module: in a Slurm job, each import of it leaves a mark saying which text was imported
+USER_MODULE = """import os
+from pathlib import Path
+
+if os.environ.get("SLURM_JOB_ID"):
+    marks = Path.cwd() / "marks"
+    marks.mkdir(exist_ok=True)
+    (marks / f"{os.environ['SLURM_JOB_ID']}.{os.getpid()}").write_text("VERSION")
+"""
+
+
+def marks(folder: Path, job_id: str) -> set[str]:
+    return {path.read_text() for path in (folder / "marks").glob(f"{job_id}.*")}
+
+
 def test_an_edit_while_the_job_waits_does_not_change_what_it_runs(tmp_path):
     """A copy of the project (a git clone of HEAD) submits a job that waits in the queue; its loss is then doubled
     in the copy's source. The frozen job trains with the submitted code; a job submitted after the edit with
     launch.freeze_code=false runs the edit: its first loss is twice the frozen job's. A requeue of the frozen job
-    after the edit runs the frozen copy again."""
+    after the edit runs the frozen copy again. So does the user's own module beside the command (patches.modules):
+    each import of it in the job leaves a mark with its text's version."""
     project = tmp_path / "project"
     subprocess.run(["git", "clone", "-q", str(Path(__file__).resolve().parents[2]), str(project)], check=True, timeout=60)
     env = {"PYTHONPATH": str(project / "src")}
     frozen_dir, edited_dir = tmp_path / "frozen", tmp_path / "edited"
-    run = ["module.train_iters=1", *FAST, *SLURM, "launch.wait=false"]
+    user_module = tmp_path / "acme_mark.py"
+    user_module.write_text(USER_MODULE.replace("VERSION", "submitted"))
+    run = ["module.train_iters=1", *FAST, *SLURM, "launch.wait=false", "patches.modules=[acme_mark]"]
     result = primus(tmp_path, f"hydra.run.dir={frozen_dir}", *run, HELD_IN_QUEUE, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     record = submission(frozen_dir)
@@ -78,12 +96,14 @@ def test_an_edit_while_the_job_waits_does_not_change_what_it_runs(tmp_path):
     source = loss_source.read_text()
     assert source.count("return F.cross_entropy(flat, labels)") == 1
     loss_source.write_text(source.replace("return F.cross_entropy(", "return 2.0 * F.cross_entropy("))
+    user_module.write_text(USER_MODULE.replace("VERSION", "edited"))
     result = primus(tmp_path, f"hydra.run.dir={edited_dir}", *run, "launch.freeze_code=false", env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     frozen_id, edited_id = submission(frozen_dir)["job_id"], submission(edited_dir)["job_id"]
     subprocess.run(["scontrol", "update", f"JobId={frozen_id}", "StartTime=now"], check=True, timeout=30)
     wait_until(lambda: {sacct_state(frozen_id), sacct_state(edited_id)} == {"COMPLETED"}, timeout_s=JOB_TIMEOUT_S)
     assert losses(edited_dir)[1] == pytest.approx(2 * losses(frozen_dir)[1], rel=1e-5)
+    assert marks(tmp_path, frozen_id) == {"submitted"} and marks(tmp_path, edited_id) == {"edited"}
     first = losses(frozen_dir)[1]
     # Slurm reruns the same script after the edit: the same frozen copy, the same loss (no checkpoint: step 1 again)
     subprocess.run(["scontrol", "requeue", frozen_id], check=True, timeout=30)
@@ -93,6 +113,8 @@ def test_an_edit_while_the_job_waits_does_not_change_what_it_runs(tmp_path):
     rerun = json.loads(provenance.read_text())["starts"][-1]
     assert rerun["slurm"]["restart_count"] == 1 and rerun["code_path"] == str(store / "src" / "primus_hydra")
     assert losses(frozen_dir)[1] == pytest.approx(first, rel=1e-6)
+    assert marks(tmp_path, frozen_id) == {"submitted"} and len(list((tmp_path / "marks").glob(f"{frozen_id}.*"))) >= 2
+    assert json.loads(provenance.read_text())["frozen_code"]["user_packages"] == {"acme_mark": str(user_module)}
     edited = json.loads((edited_dir / ".primus" / "provenance.json").read_text())
     assert edited["frozen_code"] == {"frozen": False, "why": "launch.freeze_code=false"}
     assert edited["starts"][-1]["code_path"] == str(project / "src" / "primus_hydra")
