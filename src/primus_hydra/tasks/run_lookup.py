@@ -33,10 +33,12 @@ def runs_of(value: object, key: str = "task.run") -> list[Path]:
             raise PrimusError(f"{key}={text}: not a run dir (no .hydra/config.yaml, .primus/slurm_job.json or "
                               ".primus/provenance.json) and no run dir under it; give a run dir, a sweep dir or a "
                               "Slurm job id")
-        expected = submitted_sweep_points(path, found)
-        if expected is not None and len(found) < expected:
-            raise PrimusError(f"{key}={text}: the sweep submitted {expected} points but {len(found)} of their run "
-                              "dirs are there; give one point's run dir, or the Slurm job id of the array")
+        expected = sweep_points(path)
+        submitted = any((run_dir / SUBMISSION_RECORD).is_file() for run_dir in found)
+        if expected is not None and len(found) < expected and (submitted or not any(map(_live, found))):
+            raise PrimusError(f"{key}={text}: the sweep {'submitted' if submitted else 'has'} {expected} points but "
+                              f"{len(found)} of their run dirs are there; give one point's run dir"
+                              + (", or the Slurm job id of the array" if submitted else ""))
         return found
     if JOB_ID.fullmatch(text):
         return runs_of_job(text, key)
@@ -66,16 +68,26 @@ def runs_of_job(job_id: str, key: str = "task.run") -> list[Path]:
     return matches
 
 
-def submitted_sweep_points(sweep_dir: Path, found: list[Path]) -> Optional[int]:
-    """How many points a sweep submitted to Slurm has (every point's run dir is made at submission), from the
-    discrete sweeps of its multirun.yaml; None when it was not submitted to Slurm, or its points cannot be
-    counted (a sweeper's search space, a glob)."""
+def _live(run_dir: Path) -> bool:
+    """A process holds the run dir's lock (a local sweep still running makes its points' dirs as it goes)."""
+    from primus_hydra.launch.run_dir_lock import RUN_DIR_LOCKS, RunDirBusyError
+
+    try:
+        RUN_DIR_LOCKS.check_free(run_dir)
+    except RunDirBusyError:
+        return True
+    return False
+
+
+def sweep_points(sweep_dir: Path) -> Optional[int]:
+    """How many points a sweep has, from the discrete sweeps of its multirun.yaml; None when it is no sweep dir,
+    or its points cannot be counted (a sweeper's search space, a glob)."""
     from omegaconf import OmegaConf
 
     from primus_hydra.launch.sweep.basic import SWEEP_RECORD
 
     record = sweep_dir / SWEEP_RECORD
-    if not record.is_file() or not any((run_dir / SUBMISSION_RECORD).is_file() for run_dir in found):
+    if not record.is_file():
         return None
     try:
         config = OmegaConf.load(record)
