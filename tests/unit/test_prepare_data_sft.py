@@ -167,3 +167,19 @@ def test_options_that_do_not_fit_a_chat_set_are_one_line_each(folders):
             f"task.out={out}", "task.format=instruction"), None)
     assert raised.value.failures[0].startswith("task.json_keys=['prompt', 'response']: ")
     assert "has no key 'prompt'" in raised.value.failures[0]
+
+
+def test_conversations_longer_than_a_sequence_are_one_warning_naming_those_that_teach_nothing(folders):
+    from primus_hydra.backends.common.data_sources import sft_truncation_warning
+
+    source = write_jsonl(folders["root"] / "long.jsonl", [
+        {"prompt": "p" * 10, "response": "r" * 10}, {"prompt": "p" * 200, "response": "r"},
+        {"prompt": "p", "response": "r"}])
+    out = folders["root"] / "long" / "c"
+    prepare(f"task.input={source}", "task.tokenizer=byte", f"task.out={out}", "task.format=instruction")
+    longest = len(b"<|user|>\n" + b"p" * 200 + b"\n<|assistant|>\nr\n") + 1  # the end of document
+    assert sft_truncation_warning(str(out), 40) == (
+        f"module.data.path={out}: 2 of 3 conversations are longer than a sequence (module.seq_length=40; the longest "
+        f"has {longest} tokens) and are cut there, 1 of them before any learned token (they teach nothing); raise "
+        "module.seq_length to keep them whole")
+    assert sft_truncation_warning(str(out), longest - 1) is None

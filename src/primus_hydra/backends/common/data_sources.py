@@ -170,6 +170,32 @@ def tokenizer_failures(tokenizer: Any, source: str, vocab_size: int) -> list[str
     return tokenizer_key_failures(tokenizer, vocab_size)
 
 
+def sft_truncation_warning(path: str, seq_length: int) -> Optional[str]:
+    """One line when conversations are longer than a training sequence (seq_length + 1 tokens with the shifted target):
+    their tails are cut, and those whose learned tokens all lie past the cut teach nothing. From the index's lengths
+    and the masks of the long ones only: milliseconds on a large set."""
+    import numpy as np
+
+    from primus_hydra.backends.common.indexed_file import IndexedFileError, document_token_offsets, read_index
+
+    try:
+        text, mask = read_index(f"{path}{SFT_TEXT_SUFFIX}"), read_index(f"{path}{SFT_MASK_SUFFIX}")
+    except (IndexedFileError, OSError):
+        return None  # the failures say what is wrong with the files
+    offsets = document_token_offsets(text)
+    lengths = offsets[1:] - offsets[:-1]
+    window = seq_length + 1
+    long = np.flatnonzero(lengths > window)
+    if not len(long):
+        return None
+    masks = mask.tokens()
+    lost = sum(1 for document in long if not masks[offsets[document]: offsets[document] + window].any())
+    return (f"module.data.path={path}: {len(long):,} of {len(lengths):,} conversations are longer than a sequence "
+            f"(module.seq_length={seq_length}; the longest has {int(lengths.max()):,} tokens) and are cut there"
+            + (f", {lost:,} of them before any learned token (they teach nothing)" if lost else "")
+            + "; raise module.seq_length to keep them whole")
+
+
 def packing_warning(cfg: Any) -> Optional[str]:
     """One line where packed conversations (module.data.packing) attend across their boundaries: backend=megatron,
     and backend=torch's pipeline stages; None where attention stays within each (backend=torch otherwise)."""
@@ -186,12 +212,13 @@ def packing_warning(cfg: Any) -> Optional[str]:
 
 
 def data_source_warnings(cfg: Any) -> list[str]:
-    """What the job's data source will train on that it likely should not: packed conversations that attend to each
-    other, text files that are binary."""
+    """What the job's data source will train on that it likely should not: conversations cut at the sequence length,
+    packed conversations that attend to each other, text files that are binary."""
     data = cfg.module.data
-    if str(data.source) == "sft" and data.get("packing"):
-        warning = packing_warning(cfg)
-        return [warning] if warning else []
+    if str(data.source) == "sft":
+        warnings = [sft_truncation_warning(str(data.path), int(cfg.module.seq_length)),
+                    packing_warning(cfg) if data.get("packing") else None]
+        return [warning for warning in warnings if warning]
     if str(data.source) != "text" or not data.path or not Path(str(data.path)).expanduser().exists():
         return []
     warning = binary_text_warning(data.path)
