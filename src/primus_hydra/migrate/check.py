@@ -13,11 +13,12 @@ from primus_hydra.backends.torchtitan.keys import TORCHTITAN_KEYS
 from primus_hydra.migrate.emit import same_value
 from primus_hydra.migrate.mapping import GPUS_PER_NODE
 from primus_hydra.migrate.models import MEGATRON_ARCHITECTURE, TRAINING_CHOICES, megatron_architecture, normalized
+from primus_hydra.migrate.pipeline_split import ACCOUNT, FIRST, LAST, LAYOUT, megatron_stages
 from primus_hydra.migrate.primus_yaml import dotted_get as _get
 from primus_hydra.migrate.primus_yaml import plain
 
 # the keys of the backend's table marked checked, and those the backend derives from several canonical keys
-MEGATRON_CHECKED = MEGATRON_KEYS.checked() + ("lr_decay_style", "bf16", "fp16", "mock_data")
+MEGATRON_CHECKED = MEGATRON_KEYS.checked() + ("lr_decay_style", "bf16", "fp16", "mock_data", FIRST, LAST)
 TORCHTITAN_CHECKED = TORCHTITAN_KEYS.checked() + (
     "training.global_batch_size", "training.mixed_precision_param", "lr_scheduler.decay_type",
     "lr_scheduler.min_lr_factor", "lr_scheduler.decay_ratio", "parallelism.data_parallel_shard_degree",
@@ -75,6 +76,9 @@ def _megatron(primus: dict, exported: dict, gpus_per_node: int):
             yield "eval_interval", primus["eval_interval"], exported.get("eval_interval")
             if primus.get("split"):
                 yield "split", primus["split"], exported.get("split")
+    if any(primus.get(key) for key in (LAYOUT, *ACCOUNT)) and primus.get("num_layers"):
+        # the split itself: the import holds a layout or Megatron's accounting as other keys
+        yield "layers per pipeline stage", megatron_stages(primus), megatron_stages(exported)
     want, got = megatron_architecture(primus), megatron_architecture(exported)
     for key in MEGATRON_ARCHITECTURE + TRAINING_CHOICES:
         if want[key] is not None:

@@ -26,6 +26,7 @@ from primus_hydra.migrate.models import (
     stem,
     zoo_models,
 )
+from primus_hydra.migrate.pipeline_split import SPLIT_KEYS, VIRTUAL_STAGES, canonical_split
 from primus_hydra.migrate.primus_yaml import EnvString, EnvValue, TrainerModule, dotted_get, plain, read_yaml, shown
 from primus_hydra.migrate.sft_data import is_sft_with_dataset, map_sft_data
 
@@ -169,14 +170,21 @@ def map_megatron(module: TrainerModule, imported: Imported) -> None:
         imported.consumed.update({"gradient_accumulation_fusion", "use_distributed_optimizer"})
         imported.canonical.pop("backend.use_distributed_optimizer", None)
     imported.canonical.update(fewest_nodes(imported.canonical, imported.gpus_per_node))
-    pp, layers = number(params, "pipeline_model_parallel_size", 1) or 1, number(params, "num_layers", None)
-    uneven = {key: plain(params[key]) for key in ("decoder_first_pipeline_num_layers",
-                                                  "decoder_last_pipeline_num_layers", "pipeline_model_parallel_layout")
-              if plain(params.get(key)) is not None}
-    if layers and layers % pp and pp > 1:
-        raise PrimusError(f"pipeline_model_parallel_size={pp} with num_layers={layers}: Primus splits the stages "
-                          f"unevenly ({', '.join(f'{k}={v}' for k, v in uneven.items()) or 'by Megatron'}); this "
-                          f"project's pipeline stages hold equal layers")
+    _megatron_pipeline_split(params, imported)
+
+
+def _megatron_pipeline_split(params: dict, imported: Imported) -> None:
+    """Megatron's split of the layers over the pipeline stages (migrate/pipeline_split.py): fixed first/last stages,
+    a layout, or the even rule, as backend.decoder_first/last_pipeline_num_layers (or virtual stages)."""
+    resolved = {key: plain(params[key]) for key in SPLIT_KEYS if key in params}
+    resolved.update(pipeline_model_parallel_size=number(params, "pipeline_model_parallel_size", 1),
+                    num_layers=number(params, "num_layers", None))
+    split = canonical_split(resolved)
+    imported.consumed.update(key for key in SPLIT_KEYS if key in params)
+    if any(key.startswith("backend.decoder_") for key in split) \
+            and imported.canonical.get(VIRTUAL_STAGES) == 1:  # one virtual stage per rank is no interleaving
+        del imported.canonical[VIRTUAL_STAGES]
+    imported.canonical.update(split)
 
 
 def fewest_nodes(canonical: dict, gpus_per_node: int) -> dict:
