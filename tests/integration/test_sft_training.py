@@ -3,7 +3,8 @@ leaves out are IGNORED and the loss averages over the others. The proof, in-proc
 backend=torch: a set that differs only in prompt tokens (a user turn after the last response, which a causal model
 cannot see from any response token) gives the identical loss and gradient (its norm, and the next step's loss that
 the update decides); a set that differs in one response token does not. backend=megatron (native batches, the mask as
-its loss_mask) gives torch's curve; torchtitan and a missing mask are refused with one line before anything runs."""
+its loss_mask) and backend=torchtitan (its loss ignores the unlearned targets) give torch's curve; a missing mask is
+refused with one line before anything runs."""
 from __future__ import annotations
 
 import json
@@ -84,7 +85,17 @@ def test_megatron_trains_with_the_mask_on_the_curve_of_torch(sets):
     assert_same_curve(losses(sets["root"] / "run_megatron"), losses(torch_run))
 
 
-def test_a_missing_mask_and_backend_torchtitan_are_one_line_before_the_run(sets):
+def test_torchtitan_trains_with_the_mask_on_the_curve_of_torch(sets):
+    """torchtitan's own loss ignores the unlearned targets and averages over the global batch's learned ones: with
+    one micro-batch per step, torch's per-micro-batch average."""
+    torch_run = sets["root"] / "run_base"
+    if not torch_run.exists():
+        train(sets["base"], torch_run)
+    train(sets["base"], sets["root"] / "run_torchtitan", "backend=torchtitan")
+    assert_same_curve(losses(sets["root"] / "run_torchtitan"), losses(torch_run))
+
+
+def test_a_missing_mask_is_one_line_before_the_run(sets):
     from primus_hydra.errors import ConfigValidationError
 
     (sets["root"] / "nomask_text_document.bin").write_bytes((sets["root"] / "base_text_document.bin").read_bytes())
@@ -92,8 +103,6 @@ def test_a_missing_mask_and_backend_torchtitan_are_one_line_before_the_run(sets)
     for overrides, expected in [
         ([f"module.data.path={sets['root'] / 'nomask'}"],
          f"module.data.path={sets['root'] / 'nomask'}: no {sets['root'] / 'nomask'}_loss_mask_document.bin "),
-        ([f"module.data.path={sets['base']}", "backend=torchtitan"],
-         "module.data.source=sft: backend=torchtitan does not train with a loss mask yet"),
     ]:
         with pytest.raises(ConfigValidationError) as raised:
             run_job(compose_primus(*RUN, *overrides), sets["root"] / "refused")
@@ -118,7 +127,9 @@ def test_packing_fills_each_sequence_with_conversations_back_to_back_and_says_wh
     for override, why in [("module.parallel.pp=2", "(backend=torch with module.parallel.pp=2: the pipeline stages "
                                                    "take no document mask; pp=1 masks it)"),
                           ("backend=megatron", "(backend=megatron: megatron-core's packed-sequence attention needs "
-                                               "Transformer Engine or flash-attention kernels, absent on CPU)")]:
+                                               "Transformer Engine or flash-attention kernels, absent on CPU)"),
+                          ("backend=torchtitan", "(backend=torchtitan: its batches carry no document boundaries to its "
+                                                 "attention)")]:
         assert data_source_warnings(compose_primus(*packing, override)) == [
             f"module.data.packing=true: attention crosses conversation boundaries {why}: a packed conversation "
             f"attends to those before it in its sequence"]

@@ -203,6 +203,8 @@ def packing_warning(cfg: Any) -> Optional[str]:
     if backend == "megatron":
         why = ("backend=megatron: megatron-core's packed-sequence attention needs Transformer Engine or flash-attention "
                "kernels, absent on CPU")
+    elif backend == "torchtitan":
+        why = "backend=torchtitan: its batches carry no document boundaries to its attention"
     elif backend == "torch" and pp > 1:
         why = f"backend=torch with module.parallel.pp={pp}: the pipeline stages take no document mask; pp=1 masks it"
     else:

@@ -164,9 +164,6 @@ class TorchTitanAdapter(ExternalBackendAdapter):
             if p.tp > 1 and self.cfg.model.family == "qwen3":  # its q/k norms hand attention DTensors (llama3: local)
                 return [f"module.parallel.tp={p.tp}: torchtitan's qwen3 runs attention on tensor-parallel DTensors, and "
                         f"torch's CPU SDPA has no sharding strategy; on the CPU use tp=1 (FSDP and DDP work)"]
-        if str(self.cfg.module.data.source) == "sft":
-            return ["module.data.source=sft: backend=torchtitan does not train with a loss mask yet; use backend=torch "
-                    "or backend=megatron"]
         return data_source_failures(self.cfg, blends=False)
 
     def _declared_type(self, key: str) -> Optional[tuple[str, str]]:

@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from primus_hydra.backends.common.checkpoint_paths import TRAINER_STATE, read_meta
+from primus_hydra.backends.common.data import IGNORED
 from primus_hydra.backends.common.distributed import destroy_parallel_state, reshard_after_forward_only
 from primus_hydra.backends.common.foreign_checkpoints import weights_in_native_format
 from primus_hydra.backends.common.hf_folder import is_hf_folder
@@ -135,7 +136,7 @@ class TorchTitanTrainer(StepLoopTrainer):
 
     def _held_out_loss_sum(self, inputs, labels, extra_inputs, extra_kwargs) -> tuple[torch.Tensor, torch.Tensor]:
         titan = self.titan
-        tokens = torch.tensor(float(labels.numel()), device=self.device, dtype=torch.float64)
+        tokens = (labels != IGNORED).sum().to(self.device, torch.float64)  # source=sft: the learned targets only
         with titan.train_context():
             if titan.parallel_dims.pp_enabled:
                 losses = [] if titan.pp_has_last_stage else None
