@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -198,3 +199,34 @@ def test_a_bad_export_is_one_line_and_writes_nothing(hf_folders, tmp_path, overr
     lines = getattr(raised.value, "failures", None) or [str(raised.value)]
     assert len(lines) == 1 and "\n" not in lines[0] and expected.format(**given) in lines[0], lines
     assert list(tmp_path.iterdir()) == []
+
+
+def test_whole_weights_are_mapped_copy_on_write_and_training_never_writes_the_file(hf_folders, tmp_path):
+    import hashlib
+
+    import torch
+
+    from primus_hydra.backends.common.hf_checkpoint import load_hf_into_native, read_hf_as_native
+    from primus_hydra.backends.torch.model import build_model_on_meta
+
+    folder = tmp_path / "llama"
+    shutil.copytree(hf_folders["llama"], folder)
+    digests = {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in folder.glob("*.safetensors")}
+    source = _source(folder)
+    model = build_model_on_meta(source.model).to_empty(device="cpu")
+    load_hf_into_native(folder, model)
+    expected = read_hf_as_native(folder, source.model)
+    assert all(torch.equal(param, expected[name]) for name, param in model.named_parameters())
+    mapped = [(int(low, 16), int(high, 16)) for low, high, path in
+              (line.split()[0].split("-") + [line.split()[-1]] for line in Path("/proc/self/maps").read_text().splitlines())
+              if path.endswith(".safetensors") and Path(path).parent == folder]
+    inside = [any(low <= param.data_ptr() < high for low, high in mapped) for param in model.parameters()]
+    assert mapped and all(inside)  # every weight of this fp32 folder is a view of the file's pages
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    model(torch.randint(0, 256, (2, 16))).float().pow(2).mean().backward()
+    optimizer.step()  # every weight written: each a private copy of its pages
+    assert not all(torch.equal(param, expected[name]) for name, param in model.named_parameters())
+    assert {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in folder.glob("*.safetensors")} == digests
+    reloaded = build_model_on_meta(source.model).to_empty(device="cpu")
+    load_hf_into_native(folder, reloaded)
+    assert all(torch.equal(param, expected[name]) for name, param in reloaded.named_parameters())

@@ -2,7 +2,10 @@
 
 In: `load_hf_into_native` fills a built (possibly sharded) native model in place. Each rank reads only the
 slices it holds, straight from the memory-mapped safetensors files (`safe_open(...).get_slice`): a DTensor's
-local block (FSDP2, TP) by its offset in the full tensor, a pipeline stage only its own layers.
+local block (FSDP2, TP) by its offset in the full tensor, a pipeline stage only its own layers. A whole parameter
+stored as it is in the file (unsharded, the same dtype and shape, no row mapping) becomes a private copy-on-write
+mapping of the file's bytes (as transformers' own load leaves weights mapped): nothing is read until a weight is
+used, processes on a node share the file's pages until they write theirs, and the file is never written.
 Out: `write_hf_folder` writes a native state dict as an HF folder transformers loads: safetensors shards of a
 bounded size, their index, config.json and generation_config.json (and a tokenizer's files), in a temporary
 sibling folder renamed into place at the end.
@@ -12,6 +15,7 @@ hf_names.py's table; the folder's files and headers are hf_folder.py's.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import re
 import shutil
@@ -61,12 +65,28 @@ class HfReader:
         files = sorted({info.file for info in self.tensors.values()})
         self._handles = {file: safe_open(str(self.path / file), framework="pt", device="cpu") for file in files}
         self._files = {file: os.open(self.path / file, os.O_RDONLY) for file in files}
+        self._maps: dict[str, mmap.mmap] = {}
 
     def close(self) -> None:
         for descriptor in self._files.values():
             os.close(descriptor)
         self._files.clear()
         self._handles.clear()
+        self._maps.clear()  # a mapped tensor keeps its own mapping alive
+
+    def mapped(self, name: str, like: torch.Tensor) -> Optional[torch.Tensor]:
+        """Tensor `name` as a private, writable mapping of its file's bytes, when it can stand for `like` as it is
+        (the same shape and dtype, a CPU tensor); None otherwise."""
+        info = self.tensors[name]
+        dtype = SAFETENSORS_DTYPES.get(info.dtype)
+        if dtype != like.dtype or tuple(info.shape) != tuple(like.shape) or like.device.type != "cpu" or not like.numel():
+            return None
+        if info.start % like.element_size():
+            return None  # torch.frombuffer needs the dtype's alignment
+        if info.file not in self._maps:
+            self._maps[info.file] = mmap.mmap(self._files[info.file], 0, flags=mmap.MAP_PRIVATE,
+                                              prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        return torch.frombuffer(self._maps[info.file], dtype=dtype, count=like.numel(), offset=info.start).view(like.shape)
 
     def __enter__(self) -> "HfReader":
         return self
@@ -134,18 +154,26 @@ def load_hf_into_native(folder: Path, model_module: torch.nn.Module) -> None:
     tensor for (check_hf_folder, run before launch, normally finds that first)."""
     table = hf_entries_by_native_name(Path(folder), model_module.args)
     blocks = []
-    for name, param in model_module.named_parameters():
-        if name not in table:
-            raise CheckpointError(f"module.checkpoint.load={folder}: no HF tensor fills the native parameter {name}")
-        local, _, offset = shard_bounds(param)
-        blocks += [(table[name], offset, local)] if local.numel() else []
+    with HfReader(Path(folder)) as reader:
+        for name, param in model_module.named_parameters():
+            if name not in table:
+                raise CheckpointError(f"module.checkpoint.load={folder}: no HF tensor fills the native parameter {name}")
+            entries = table[name]
+            whole = type(param.data) is torch.Tensor and len(entries) == 1 and entries[0].rope_rows is None \
+                and entries[0].expert is None
+            mapped = reader.mapped(entries[0].hf_name, param.data) if whole else None
+            if mapped is not None:
+                param.data = mapped
+                continue
+            local, _, offset = shard_bounds(param)
+            blocks += [(entries, offset, local)] if local.numel() else []
 
-    @torch.no_grad()  # grad mode is per thread
-    def fill(block) -> None:
-        fill_native_block(reader, *block)
+        @torch.no_grad()  # grad mode is per thread
+        def fill(block) -> None:
+            fill_native_block(reader, *block)
 
-    with HfReader(Path(folder)) as reader, ThreadPoolExecutor(READ_THREADS) as pool:
-        list(pool.map(fill, blocks))  # the reads release the GIL: page faults and copies overlap
+        with ThreadPoolExecutor(READ_THREADS) as pool:
+            list(pool.map(fill, blocks))  # the reads release the GIL: page faults and copies overlap
 
 
 @torch.no_grad()
