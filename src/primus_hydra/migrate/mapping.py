@@ -29,6 +29,7 @@ from primus_hydra.migrate.models import (
 from primus_hydra.migrate.pipeline_split import SPLIT_KEYS, VIRTUAL_STAGES, canonical_split
 from primus_hydra.migrate.primus_yaml import EnvString, EnvValue, TrainerModule, dotted_get, plain, read_yaml, shown
 from primus_hydra.migrate.sft_data import is_sft_with_dataset, map_sft_data
+from primus_hydra.migrate.torchtitan_flavors import torchtitan_flavor_model
 
 FRAMEWORKS = {"megatron": "megatron", "torchtitan": "torchtitan", "maxtext": "maxtext",
               "megatron_bridge": "megatron_bridge"}
@@ -306,13 +307,15 @@ def _torchtitan_layout(params: dict, imported: Imported) -> None:
 
 
 def torchtitan_model(module: TrainerModule, imported: Imported) -> ModelChoice:
+    """The zoo preset that is torchtitan's model.name/model.flavor; else a model generated from the installed
+    torchtitan's own numbers of that flavor, which the experiment names (backend.flavor)."""
     name = plain(_get(module.params, "model.name"))
     flavor = plain(_get(module.params, "model.flavor"))
     imported.consumed.update({"model.name", "model.flavor"})
     candidates = [zoo for zoo in zoo_models() if _torchtitan_names(zoo) == (name, flavor)]
     if not candidates:
-        raise PrimusError(f"model.name={name} model.flavor={flavor}: no zoo preset is torchtitan's {name} {flavor} "
-                          f"(this project's zoo: conf/model/)")
+        imported.canonical["backend.flavor"] = flavor
+        return torchtitan_flavor_model(str(name), str(flavor), str(plain(module.model)))
     best = sorted(candidates, key=lambda zoo: (-_common_prefix(stem(zoo), stem(module.model)), zoo))[0]
     return ModelChoice(best)
 

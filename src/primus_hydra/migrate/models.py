@@ -213,14 +213,14 @@ def _fields_reproducing(zoo: str, fields: dict, target: dict, keys: tuple) -> tu
     found = dict(fields)
     bad: list[str] = []
     for _ in range(4):
-        ours = _megatron_translation(_with_fields(zoo, found))
+        ours = _megatron_translation(with_fields(zoo, found))
         differ = [key for key in keys if target[key] is not None and target[key] != ours[key]
                   or key in MEGATRON_ARCHITECTURE and target[key] is None and ours[key] is not None]
         new, bad = _model_fields(target, [key for key in differ])
         new = {key: value for key, value in new.items() if found.get(key, _NONE) != value}
         for key, value in list(new.items()):  # a value the model schema does not allow (a choice it lacks)
             try:
-                _with_fields(zoo, {key: value})
+                with_fields(zoo, {key: value})
             except ValidationError:
                 bad.append(f"{next(k for k in differ if MODEL_FIELDS.get(k, ('',))[0] == key)}={value}")
                 new.pop(key)
@@ -230,7 +230,8 @@ def _fields_reproducing(zoo: str, fields: dict, target: dict, keys: tuple) -> tu
     return {key: value for key, value in found.items() if key not in fields or fields[key] != value}, bad
 
 
-def _with_fields(zoo: str, fields: dict) -> DictConfig:
+def with_fields(zoo: str, fields: dict) -> DictConfig:
+    """Zoo preset `zoo` with these dotted model fields set (a value its schema refuses: ValidationError)."""
     model = zoo_models()[zoo].copy()
     for dotted, value in fields.items():
         OmegaConf.update(model, dotted, value, merge=False)
