@@ -4,15 +4,19 @@ parallel, precision and data key (in the backend's native names). Values Primus 
 are compared with what the backend derives from them."""
 from __future__ import annotations
 
-from typing import Any
-
 from primus_hydra.backends.maxtext.keys import MAXTEXT_KEYS
 from primus_hydra.backends.megatron.keys import MEGATRON_KEYS
 from primus_hydra.backends.megatron_bridge.keys import MEGATRON_BRIDGE_KEYS
 from primus_hydra.backends.torchtitan.keys import TORCHTITAN_KEYS
 from primus_hydra.migrate.emit import same_value
 from primus_hydra.migrate.mapping import GPUS_PER_NODE
-from primus_hydra.migrate.models import MEGATRON_ARCHITECTURE, TRAINING_CHOICES, megatron_architecture, normalized
+from primus_hydra.migrate.models import (
+    MEGATRON_ARCHITECTURE,
+    TRAINING_CHOICES,
+    megatron_architecture,
+    normalized,
+    same_normalized,
+)
 from primus_hydra.migrate.pipeline_split import ACCOUNT, FIRST, LAST, LAYOUT, megatron_stages
 from primus_hydra.migrate.primus_yaml import dotted_get as _get
 from primus_hydra.migrate.primus_yaml import plain
@@ -30,14 +34,6 @@ BRIDGE_CHECKED = {MEGATRON_KEYS.native(key.canonical): key.native for key in MEG
 
 
 
-def _same(a: Any, b: Any) -> bool:
-    a, b = normalized(a), normalized(b)
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) \
-            and not isinstance(b, bool):
-        return abs(a - b) <= 1e-12 * max(1.0, abs(a), abs(b))
-    return a == b
-
-
 def mismatches(framework: str, primus: dict, exported: dict, gpus_per_node: int = GPUS_PER_NODE,
                passed: tuple = ()) -> list[str]:
     """`key: primus=<value> exported=<value>` for every checked key that differs, and for every key passed through
@@ -46,7 +42,7 @@ def mismatches(framework: str, primus: dict, exported: dict, gpus_per_node: int 
     checker = {"megatron": _megatron, "torchtitan": _torchtitan, "maxtext": _maxtext,
                "megatron_bridge": _bridge}[framework]
     found = [f"{key}: primus={want!r} exported={got!r}" for key, want, got in checker(primus, exported, gpus_per_node)
-             if not _same(want, got)]
+             if not same_normalized(want, got)]
     for key in passed:
         want, got = _get(primus, key), _get(exported, key, _MISSING)
         if not same_value(want, got):

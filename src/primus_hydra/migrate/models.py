@@ -122,6 +122,15 @@ def normalized(value: Any) -> Any:
     return getattr(value, "value", value)
 
 
+def same_normalized(a: Any, b: Any) -> bool:
+    """Equal once normalized (1 and 1.0 and "1" alike), numbers within a relative 1e-12."""
+    a, b = normalized(a), normalized(b)
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) \
+            and not isinstance(b, bool):
+        return abs(a - b) <= 1e-12 * max(1.0, abs(a), abs(b))
+    return a == b
+
+
 def megatron_architecture(args: dict) -> dict:
     """The architecture arguments, with what Megatron derives from null or switched-off ones filled in."""
     arch = {key: normalized(args.get(key)) for key in MEGATRON_ARCHITECTURE + TRAINING_CHOICES}

@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 
 from primus_hydra.backends.extra_args_owners import flatten
 from primus_hydra.errors import PrimusError
-from primus_hydra.migrate.models import ModelChoice, stem, with_fields, zoo_models
+from primus_hydra.migrate.models import ModelChoice, same_normalized, stem, with_fields, zoo_models
 
 FLAVOR_TABLE_RELEASES = ("0.2.",)
 # model args a run decides (the backend writes its own sequence length and attention kernel), not the architecture
@@ -169,13 +169,12 @@ def flavor_differences(name: str, model: Any, args: Any) -> list[str]:
     """`key: torchtitan=<flavor's> translated=<ours>` for every model arg the backend's translation of `model` writes
     differently from the flavor (what a run trains is the flavor's args with the translated ones over them)."""
     from primus_hydra.backends.torchtitan.args import model_args_section
-    from primus_hydra.migrate.check import _same  # the import check's own (check.py imports mapping.py, then this)
 
     translated = flatten(_normalized(name, model_args_section(model, args.max_seq_len)))
     flavor = flatten(_normalized(name, dataclasses.asdict(args)))
     return [f"{key}: torchtitan={flavor.get(key, '(no such arg)')!r} translated={value!r}"
             for key, value in translated.items()
-            if key.split(".")[-1] not in RUN_CHOICES and not _same(flavor.get(key, _ABSENT), value)]
+            if key.split(".")[-1] not in RUN_CHOICES and not same_normalized(flavor.get(key, _ABSENT), value)]
 
 
 _ABSENT = object()
