@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
@@ -66,7 +65,7 @@ def test_the_printed_commands_make_the_data_the_imported_sft_experiment_trains_o
     assert body["module"]["data"] == {"source": "sft", "path": "data/sft/alpaca.tok", "packing": True}
     assert not {"sft_dataset_name", "enable_packed_sequences"} & set(body["backend"].get("extra_args", {}))
 
-    run = ("--config-dir", str(tmp_path / "conf"), "experiment=sft", *TINY, f"model.vocab_size=320")
+    run = ("--config-dir", str(tmp_path / "conf"), "experiment=sft", *TINY, "model.vocab_size=320")
     missing = primus(*run, cwd=work, timeout=120)
     assert missing.returncode == 2 and "no data/sft/alpaca.tok_text_document.bin" in missing.stderr
     assert not run_dirs(work / "outputs")

@@ -77,22 +77,15 @@ def test_changing_only_prompt_tokens_leaves_loss_and_gradient_identical(sets):
     assert [r["loss"] for r in response] != [r["loss"] for r in base]  # a response token does count
 
 
-def test_megatron_trains_with_the_mask_on_the_curve_of_torch(sets):
+@pytest.mark.parametrize("backend", ["megatron", "torchtitan"])
+def test_megatron_and_torchtitan_train_with_the_mask_on_the_curve_of_torch(sets, backend):
+    """megatron: the mask as its loss_mask; torchtitan: its own loss ignores the unlearned targets and averages over
+    the global batch's learned ones (with one micro-batch per step, torch's per-micro-batch average)."""
     torch_run = sets["root"] / "run_base"
     if not torch_run.exists():
         train(sets["base"], torch_run)
-    train(sets["base"], sets["root"] / "run_megatron", "backend=megatron")
-    assert_same_curve(losses(sets["root"] / "run_megatron"), losses(torch_run))
-
-
-def test_torchtitan_trains_with_the_mask_on_the_curve_of_torch(sets):
-    """torchtitan's own loss ignores the unlearned targets and averages over the global batch's learned ones: with
-    one micro-batch per step, torch's per-micro-batch average."""
-    torch_run = sets["root"] / "run_base"
-    if not torch_run.exists():
-        train(sets["base"], torch_run)
-    train(sets["base"], sets["root"] / "run_torchtitan", "backend=torchtitan")
-    assert_same_curve(losses(sets["root"] / "run_torchtitan"), losses(torch_run))
+    train(sets["base"], sets["root"] / f"run_{backend}", f"backend={backend}")
+    assert_same_curve(losses(sets["root"] / f"run_{backend}"), losses(torch_run))
 
 
 def test_a_missing_mask_is_one_line_before_the_run(sets):
