@@ -157,6 +157,12 @@ class PrepareDataTaskConfig(TaskConfig):
     token_dtype: TokenDtype = TokenDtype.auto  # the token ids' type in the .bin
     overwrite: bool = False  # replace existing outputs
     skip_bad_records: bool = False  # skip (and count) malformed JSONL lines instead of stopping at the first
+    # each text cut into sentences by nltk's Punkt, a sequence each (<out>_<key>_sentence.bin/.idx), as Megatron-LM's
+    # --split-sentences; lang: Punkt's data (tokenizers/punkt_tab/<lang>); keep_newlines: a sentence keeps the
+    # whitespace after it
+    split_sentences: bool = False
+    lang: str = "english"
+    keep_newlines: bool = False
 
 
 TASK_SCHEMAS = {

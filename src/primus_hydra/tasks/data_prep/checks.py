@@ -24,6 +24,7 @@ from primus_hydra.tasks.data_prep.inputs import (
     input_files,
 )
 from primus_hydra.tasks.data_prep.outputs import OutputNames, existing_outputs, fingerprint, is_up_to_date
+from primus_hydra.tasks.data_prep.sentences import SENTENCE_LEVEL, SentenceSplit, splitter_failure
 from primus_hydra.tasks.data_prep.sft import OUTPUT_KEYS, RAW_FORMATS, RECORD_KEYS, SFT_FORMATS, chat_template_of
 from primus_hydra.tasks.data_prep.tokenizer import TokenizerError, TokenizerSpec, tokenizer_spec
 
@@ -46,6 +47,7 @@ class PrepareDataJob:
     warnings: tuple = ()
     plan: None = None
     sft: Optional[str] = None  # chat or instruction: keys are the text and loss-mask datasets
+    sentences: Optional[SentenceSplit] = None  # task.split_sentences: how texts are cut into sentences
 
 
 def chosen_dtype(typed: str, vocab_size: int) -> str:
@@ -124,6 +126,14 @@ def prepare_data_job(task: Any) -> PrepareDataJob:
         keys = RECORD_KEYS[sft]
     if not keys or any(not key for key in keys):
         failures.append(f"task.json_keys={keys}: give one or more non-empty keys, e.g. task.json_keys=[text]")
+    sentences = SentenceSplit(str(task.lang), bool(task.keep_newlines)) if task.split_sentences else None
+    if sentences and sft:
+        failures.append(f"task.split_sentences=true: task.format={sft} reads whole conversations; leave "
+                        f"task.split_sentences unset")
+    elif sentences:
+        failure = splitter_failure(sentences)
+        failures += [failure] if failure else []
+        names = OutputNames(names.out, SENTENCE_LEVEL) if names else None
     if task.workers is not None and int(task.workers) < 1:
         failures.append(f"task.workers={task.workers}: at least 1 (null: one per CPU core)")
     files: list[InputFile] = []
@@ -157,6 +167,7 @@ def prepare_data_job(task: Any) -> PrepareDataJob:
             raise ConfigValidationError(failures)
         keys = list(OUTPUT_KEYS)
     options = {"format": str(task.format), "json_keys": keys, "append_eod": bool(task.append_eod), "dtype": dtype,
+               **({"sentences": [sentences.lang, sentences.keep_newlines]} if sentences else {}),
                **({"chat_template": chat_template_of(spec.path)} if sft and sft not in RAW_FORMATS else {})}
     digest = fingerprint(files, spec, options)
     up_to_date = is_up_to_date(names, keys, digest)
@@ -166,7 +177,7 @@ def prepare_data_job(task: Any) -> PrepareDataJob:
                                      f"options); set task.overwrite=true to replace it, or choose another task.out"])
     workers = int(task.workers) if task.workers is not None else usable_cpus()
     return PrepareDataJob(files, spec, names, keys, dtype, bool(task.append_eod), workers,
-                          bool(task.skip_bad_records), digest, up_to_date, sft=sft)
+                          bool(task.skip_bad_records), digest, up_to_date, sft=sft, sentences=sentences)
 
 
 def _transformers_findable() -> bool:

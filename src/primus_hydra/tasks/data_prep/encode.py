@@ -16,6 +16,7 @@ from typing import Any, Optional
 import numpy as np
 
 from primus_hydra.tasks.data_prep.inputs import JSONL, TEXT, Chunk
+from primus_hydra.tasks.data_prep.sentences import SentenceSplit, make_splitter
 from primus_hydra.tasks.data_prep.sft import (
     MASK_KEY,
     RAW_FORMATS,
@@ -55,7 +56,8 @@ class BadRecord(ValueError):
 _worker: dict = {}  # this process's loaded tokenizer and options (set by start_worker)
 
 
-def start_worker(spec: TokenizerSpec, keys: list, append_eod: bool, sft: Optional[str] = None) -> None:
+def start_worker(spec: TokenizerSpec, keys: list, append_eod: bool, sft: Optional[str] = None,
+                 sentences: Optional[SentenceSplit] = None) -> None:
     """Load the tokenizer once per worker; each worker tokenizes on one core (the workers are the parallelism).
     sft (chat or instruction): records are conversations, rendered by the chat template or the plain one;
     alpaca and squad: by their own prompts."""
@@ -68,13 +70,15 @@ def start_worker(spec: TokenizerSpec, keys: list, append_eod: bool, sft: Optiona
         else:
             template = ChatTemplate(spec.path) if chat_template_of(spec.path) else PlainTemplate(encode)
     _worker.update(encode=encode, keys=list(keys), eod=spec.eod_id if append_eod else None,
-                   takes_bytes=spec.kind == BYTE, sft=sft, template=template)
+                   takes_bytes=spec.kind == BYTE, sft=sft, template=template,
+                   split=make_splitter(sentences) if sentences else None)
 
 
-def start_pool_worker(spec: TokenizerSpec, keys: list, append_eod: bool, sft: Optional[str] = None) -> None:
+def start_pool_worker(spec: TokenizerSpec, keys: list, append_eod: bool, sft: Optional[str] = None,
+                      sentences: Optional[SentenceSplit] = None) -> None:
     """start_worker in a pool's process, which leaves Ctrl-C to the writer (it stops the pool and cleans up)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    start_worker(spec, keys, append_eod, sft)
+    start_worker(spec, keys, append_eod, sft, sentences)
 
 
 def _texts_of(record: Any, keys: list) -> list:
@@ -164,6 +168,11 @@ def _encoded_conversations(chunk: Chunk) -> EncodedChunk:
     return EncodedChunk(chunk.file, chunk.payload_bytes, {TEXT_KEY: key_of(ids), MASK_KEY: key_of(masks)}, bad)
 
 
+def _as_encoded(sentences: list) -> list:
+    """Split sentences as the tokenizer takes them (the byte tokenizer: UTF-8 bytes)."""
+    return [sentence.encode("utf-8") for sentence in sentences] if _worker["takes_bytes"] else sentences
+
+
 def encode_chunk(chunk: Chunk) -> EncodedChunk:
     """The chunk's documents as ids, in this worker (start_worker has run here)."""
     if _worker.get("sft"):
@@ -173,8 +182,12 @@ def encode_chunk(chunk: Chunk) -> EncodedChunk:
     encoded = {}
     for position, key in enumerate(keys[:1] if chunk.format == TEXT else keys):
         texts = [per_key[position] for per_key in documents]
+        split = _worker.get("split")
         if chunk.format == TEXT:
-            texts = [[text if _worker["takes_bytes"] else text.decode("utf-8", errors="replace") for text in sentences]
+            texts = [[text if _worker["takes_bytes"] and not split else text.decode("utf-8", errors="replace")
+                      for text in sentences] for sentences in texts]
+        if split:
+            texts = [_as_encoded([sentence for text in sentences for sentence in split(text)])
                      for sentences in texts]
         encoded[key] = _encoded_key(texts, encode, eod)
     return EncodedChunk(chunk.file, chunk.payload_bytes, encoded, bad)

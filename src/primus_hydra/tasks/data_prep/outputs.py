@@ -22,9 +22,10 @@ PARTIAL_MARK = ".partial-"  # in a temporary file's name, before the writer's pr
 @dataclass(frozen=True)
 class OutputNames:
     out: Path  # task.out, absolute
+    level: str = "document"  # "sentence" with task.split_sentences (Megatron-LM's tool's names)
 
     def prefix(self, key: str) -> Path:
-        return self.out.parent / f"{self.out.name}_{key}_document"
+        return self.out.parent / f"{self.out.name}_{key}_{self.level}"
 
     @property
     def stats(self) -> Path:

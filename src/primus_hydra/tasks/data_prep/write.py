@@ -69,11 +69,12 @@ def _encoded_in_order(job: PrepareDataJob, chunks: Iterator[Chunk]) -> Iterator[
     """The chunks tokenized, in their order: in this process with one worker, else by a pool of job.workers
     processes with a bounded number of chunks in flight."""
     if job.workers == 1:
-        start_worker(job.tokenizer, job.keys, job.append_eod, job.sft)
+        start_worker(job.tokenizer, job.keys, job.append_eod, job.sft, job.sentences)
         yield (encode_chunk(chunk) for chunk in chunks)
         return
     context = _worker_context()
-    with context.Pool(job.workers, initializer=start_pool_worker, initargs=(job.tokenizer, job.keys, job.append_eod, job.sft)) as pool:
+    settings = (job.tokenizer, job.keys, job.append_eod, job.sft, job.sentences)
+    with context.Pool(job.workers, initializer=start_pool_worker, initargs=settings) as pool:
         def ordered() -> Iterator[EncodedChunk]:
             pending: collections.deque = collections.deque()
             for chunk in chunks:
