@@ -64,3 +64,17 @@ def test_the_job_puts_the_frozen_packages_before_its_working_directory(tmp_path,
     monkeypatch.setenv(FROZEN_USER_ENV, str(tmp_path / "user"))
     put_frozen_user_code_first()
     assert sys.path == [str(tmp_path / "user"), "", str(tmp_path / "elsewhere")]
+
+
+def test_a_local_run_records_the_user_code_it_runs_in_place(tmp_path, monkeypatch):
+    import json
+
+    from primus_hydra.launch.provenance import PROVENANCE_FILE, record_provenance
+
+    cfg = user_tree(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path / "code"))
+    cfg.module = {"data": {"source": "mock", "path": None}}
+    record_provenance(tmp_path / "run", cfg, launcher="this_process")
+    user = json.loads((tmp_path / "run" / PROVENANCE_FILE).read_text())["user_code"]
+    assert set(user["user_packages"]) == {"acme_patches", "acme_trainer"}
+    assert user["backend_path"] == str(tmp_path / "Megatron-LM") and user["digest"].startswith("sha256:")

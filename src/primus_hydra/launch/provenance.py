@@ -26,6 +26,7 @@ from omegaconf import DictConfig
 
 from primus_hydra.config.secrets import redact_text, secret_values
 from primus_hydra.launch.data_fingerprint import data_fingerprints
+from primus_hydra.launch.slurm.user_code import user_code_record
 from primus_hydra.util.private_files import write_private_text
 from primus_hydra.util.yaml_text import load_yaml
 
@@ -77,6 +78,7 @@ def record_provenance(run_dir: Path, cfg: Optional[DictConfig], launcher: str,
         "gpus": start["gpus"],
         "slurm": start["slurm"],
         "data": data_fingerprints(cfg) if cfg is not None else [],
+        "user_code": user_code_record(cfg) if cfg is not None else {},
         "starts": [start],
     }
     _write_json(path, record, secrets)

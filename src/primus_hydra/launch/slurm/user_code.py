@@ -9,6 +9,7 @@ package never runs it: `importlib.util.find_spec` of a top-level name only looks
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import subprocess
 import sys
@@ -18,9 +19,8 @@ from typing import Any, Iterable, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from primus_hydra.launch.provenance import PACKAGE_DIR
-
 USER_DIR, BACKEND_DIR = "user", "backend"
+PACKAGE_DIR = Path(__file__).resolve().parents[2]  # primus_hydra: the project's own code, frozen as src/
 SKIPPED_PARTS = {"__pycache__", ".git"}
 
 
@@ -102,6 +102,21 @@ def files_under(root: Path) -> dict[str, Path]:
                 if (root / name).is_file() and not SKIPPED_PARTS & set(Path(name).parts)}
     return {str(path.relative_to(root)): path for path in root.rglob("*")
             if path.is_file() and not SKIPPED_PARTS & set(path.relative_to(root).parts) and path.suffix != ".pyc"}
+
+
+def user_code_record(cfg: DictConfig) -> dict:
+    """What a run's record says of the user's code it imports by path: where each part is, and a digest of the
+    packages' files (a backend.path tree, often a whole Megatron-LM checkout, is named, not read at every start; a
+    Slurm job's frozen copy of both is recorded beside it)."""
+    files, record = user_code_files([cfg])
+    files = {rel: path for rel, path in files.items() if rel.startswith(f"{USER_DIR}/")}
+    if files:
+        digest = hashlib.sha256()
+        for rel in sorted(files):
+            digest.update(f"{rel}\0".encode())
+            digest.update(files[rel].read_bytes())
+        record["digest"] = f"sha256:{digest.hexdigest()}"
+    return record
 
 
 def user_code_files(cfgs: list[DictConfig]) -> tuple[dict[str, Path], dict]:
