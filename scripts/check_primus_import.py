@@ -30,8 +30,10 @@ def main() -> None:
     for result in results:
         framework = result.source.relative_to(folder).parts[0]
         if result.failure:
-            counts[f"{framework}: not imported"] += 1
-            print(f"not imported  {result.source.relative_to(folder)}: {result.failure}")
+            kind = "set apart (no LLM experiment)" if result.set_apart else "not imported"
+            counts[f"{framework}: {kind}"] += 1
+            print(f"{'set apart' if result.set_apart else 'not imported':12s}  {result.source.relative_to(folder)}: "
+                  f"{result.failure}")
             continue
         experiment = load_experiment(result.source, root, dict(os.environ))
         module = experiment.modules[0]

@@ -156,7 +156,10 @@ def test_a_folder_imports_the_rest_and_exits_2_with_a_table(tree, tmp_path):
         if name.startswith("examples/megatron/"):
             (folder / Path(name).name).parent.mkdir(parents=True, exist_ok=True)
             (folder / Path(name).name).write_text((tree / name).read_text())
-    (folder / "notes.yaml").write_text("a: 1\n")
+    (folder / "notes.yaml").write_text("a: 1\n")  # no experiment: set apart, not a failure
+    (folder / "hardware.yaml").write_text("hardware_config: {node_bw: 448.0}\n")
+    (folder / "video.yaml").write_text(META + "modules:\n  pre_trainer:\n    framework: maxdiffusion\n")
+    (folder / "other.yaml").write_text(META + "modules:\n  pre_trainer:\n    framework: nonesuch\n")
     result = primus("task=import", f"task.source={folder}", f"task.primus_root={tree}", f"task.out={tmp_path / 'out'}",
                     cwd=tmp_path)
     assert result.returncode == 2
@@ -164,9 +167,20 @@ def test_a_folder_imports_the_rest_and_exits_2_with_a_table(tree, tmp_path):
     assert table[0].split() == ["file", "backend", "model", "passed", "through", "status"]
     rows = {line.split()[0]: line for line in table[2:]}
     assert rows["llama3_8B-pretrain.yaml"].endswith("ok, 2 warning(s)")
-    assert "skipped: not a Primus experiment" in rows["notes.yaml"]
-    assert result.stderr.strip() == "error: 1 of 3 file(s) not imported"
+    assert "set apart: not a Primus experiment" in rows["notes.yaml"]
+    assert "set apart: a hardware description for Primus's performance projection, not an experiment" in \
+        rows["hardware.yaml"]
+    assert "set apart: framework=maxdiffusion: a MaxDiffusion experiment (diffusion models: Flux, Wan), not an LLM" in \
+        rows["video.yaml"]
+    assert "skipped: framework=nonesuch: not importable" in rows["other.yaml"]
+    assert result.stderr.strip() == ("error: 1 of 6 file(s) not imported; 3 set apart (no LLM experiment: what each "
+                                     "is, above)")
     assert (tmp_path / "out" / "experiment" / "odd_llama-pretrain.yaml").is_file()
+    (folder / "other.yaml").unlink()  # what is left imports: the files set apart do not make it fail
+    result = primus("task=import", f"task.source={folder}", f"task.primus_root={tree}", f"task.out={tmp_path / 'out2'}",
+                    cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "imported 2 experiment(s) into" in result.stdout and "; 3 set apart (no LLM experiment" in result.stdout
 
 
 def test_a_file_of_the_users_is_never_overwritten(tree, tmp_path):

@@ -35,6 +35,24 @@ from primus_hydra.migrate.source_files import load_source
 ENV_REFERENCE = re.compile(r"\$\{([^:{}]+)(?::([^}]*))?\}")
 FLOAT = re.compile(r"^-?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)$")
 META_KEYS = ("work_group", "user_name", "exp_name", "workspace")
+# files of Primus's examples/ that are no LLM experiment this project could run: what each is, by its framework ...
+NOT_LLM_FRAMEWORKS = {
+    "diffusion": "a diffusion model's experiment (Primus's diffusion trainer: Flux, Wan), not an LLM",
+    "maxdiffusion": "a MaxDiffusion experiment (diffusion models: Flux, Wan), not an LLM",
+    "hummingbirdxt": "a HummingbirdXT experiment (video diffusion: Wan), not an LLM",
+    "nemo_automodel": "a NeMo AutoModel experiment (a framework this project does not run)",
+}
+# ... or by the top-level key of a file that is no experiment at all
+NOT_EXPERIMENT_KEYS = {
+    "hardware_config": "a hardware description for Primus's performance projection",
+    "target_cluster": "a tuning agent's cluster description",
+    "matchers": "a Transformer Engine precision recipe (configs and matchers)",
+}
+
+
+class SetApart(PrimusError):
+    """A file that is no LLM experiment (another kind of experiment, a hardware file, a template): one line saying
+    what it is; a folder's import counts it apart from the experiments that failed."""
 EXPERIMENT_KEYS = set(META_KEYS) | {"modules", "platform", "env"}
 RESERVED_MODULE_KEYS = ("name", "framework", "config", "model", "overrides", "params")  # not copied from the module
 RUNTIME_RESERVED_KEYS = ("name", "framework", "config", "model", "params", "trainer_class")  # not in params
@@ -283,10 +301,12 @@ def load_experiment(path: Path, primus_root: Path, environ: dict, cache: Optiona
     reading = _Reading(environ, primus_root, cache)
     tree = reading.read(Path(path))
     if "modules" not in tree:
-        raise PrimusError(f"{path}: not a Primus experiment (it has no `modules:`)")
+        what = next((what for key, what in NOT_EXPERIMENT_KEYS.items() if key in tree), None)
+        raise SetApart(f"{path}: {what}, not an experiment" if what else
+                       f"{path}: not a Primus experiment (it has no `modules:`)")
     placeholder = re.search(r"<YOUR_[A-Z_]+>", repr(plain(tree["modules"])))
     if placeholder:
-        raise PrimusError(f"{path}: a template, not an experiment (it still has the placeholder {placeholder.group(0)})")
+        raise SetApart(f"{path}: a template, not an experiment (it still has the placeholder {placeholder.group(0)})")
     missing = [key for key in META_KEYS if key not in tree]
     if missing:
         raise PrimusError(f"{path}: not a Primus experiment (Primus requires {', '.join(missing)} at the top level)")
@@ -306,8 +326,11 @@ def load_experiment(path: Path, primus_root: Path, environ: dict, cache: Optiona
             raise PrimusError(f"{path}: modules.{name} is not a trainer module (Primus runs only *trainer* modules)")
         if not isinstance(module, dict) or "framework" not in module:
             raise PrimusError(f"{path}: modules.{name} has no framework")
-        if frameworks is not None and plain(module["framework"]) not in frameworks:
-            raise PrimusError(f"{path}: framework={plain(module['framework'])}: not importable (this project's "
+        framework = plain(module["framework"])
+        if frameworks is not None and framework in NOT_LLM_FRAMEWORKS:
+            raise SetApart(f"{path}: framework={framework}: {NOT_LLM_FRAMEWORKS[framework]}")
+        if frameworks is not None and framework not in frameworks:
+            raise PrimusError(f"{path}: framework={framework}: not importable (this project's "
                               f"backends: {', '.join(frameworks)})")
         modules.append(_trainer_module(path, name, module, primus_root, reading))
     return PrimusExperiment(path, {key: tree[key] for key in META_KEYS}, modules, dict(env),

@@ -34,7 +34,7 @@ from primus_hydra.errors import PrimusError
 from primus_hydra.migrate.emit import comment
 from primus_hydra.migrate.ledger import Ledger, _atomic_write, digest
 from primus_hydra.migrate.mapping import FRAMEWORKS, GPUS_PER_NODE, import_module
-from primus_hydra.migrate.primus_yaml import from_environment, load_experiment, plain
+from primus_hydra.migrate.primus_yaml import SetApart, from_environment, load_experiment, plain
 from primus_hydra.migrate.writer import (
     RESOLVED_DIR,
     experiment_text,
@@ -64,6 +64,7 @@ class ImportResult:
     warnings: tuple = ()
     failure: str = ""
     passed_keys: tuple = ()  # the keys passed through to the backend (backend.extra_args), for the check
+    set_apart: bool = False  # the failure says what the file is: no LLM experiment (migrate/primus_yaml.SetApart)
 
 
 class ImportTask:
@@ -96,17 +97,20 @@ class ImportTask:
                                     f"experiment(s) written into {out}, each whole; nothing else was changed") from None
         finally:
             session.close()
-        failed = [result for result in results if result.failure]
+        # a folder's files that are no LLM experiment are counted apart; a file named alone must be one
+        failed = [result for result in results if result.failure and not (folder_mode and result.set_apart)]
+        apart = [result for result in results if result.failure and result.set_apart and folder_mode]
         if folder_mode:
             print(summary_table(results, source))
         else:
             report_one(results[0], out)
+        set_apart = f"; {len(apart)} set apart (no LLM experiment: what each is, above)" if apart else ""
         if failed:
-            raise ImportFailedError(f"{len(failed)} of {len(results)} file(s) not imported"
+            raise ImportFailedError(f"{len(failed)} of {len(results)} file(s) not imported{set_apart}"
                                     + ("" if folder_mode else f": {failed[0].source}: {failed[0].failure}"))
         if folder_mode:
-            print(f"imported {len(results)} experiment(s) into {out}; run one: python -m primus_hydra --config-dir "
-                  f"{shlex.quote(str(out))} experiment=<name>")
+            print(f"imported {len(results) - len(apart)} experiment(s) into {out}{set_apart}; run one: python -m "
+                  f"primus_hydra --config-dir {shlex.quote(str(out))} experiment=<name>")
         return results
 
 
@@ -188,6 +192,7 @@ class ImportSession:
             self._import(path, base, result)
         except PrimusError as error:
             result.failure = str(error).replace(f"{path}: ", "", 1)
+            result.set_apart = isinstance(error, SetApart)
         except RecursionError:
             result.failure = "nested too deeply to read"
         except Exception as error:  # noqa: BLE001 - one file's bug must not abort a folder's other files
@@ -357,7 +362,7 @@ def report_one(result: ImportResult, out: Path) -> None:
 def summary_table(results: list[ImportResult], base: Path) -> str:
     rows = []
     for result in results:
-        status = f"skipped: {result.failure}" if result.failure else \
+        status = f"{'set apart' if result.set_apart else 'skipped'}: {result.failure}" if result.failure else \
             ("ok" + (f", {len(result.warnings)} warning(s)" if result.warnings else ""))
         rows.append((comment(result.source.relative_to(base).as_posix())[2:], result.backend, result.model,
                      str(result.passed_through) if not result.failure else "-", comment(status)[2:]))
