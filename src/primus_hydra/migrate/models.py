@@ -53,7 +53,7 @@ MODEL_FIELDS: dict[str, tuple[str, Callable[[Any, dict], Any]]] = {
     "ffn_hidden_size": ("ffn_hidden_size", lambda v, a: v),
     "num_attention_heads": ("num_attention_heads", lambda v, a: v),
     "num_query_groups": ("num_kv_heads", lambda v, a: v),
-    "kv_channels": ("head_dim", lambda v, a: None if a.get("multi_latent_attention") else v),
+    "kv_channels": ("head_dim", lambda v, a: v),
     "rotary_base": ("rope_theta", lambda v, a: float(v)),
     "norm_epsilon": ("norm_eps", lambda v, a: float(v)),
     "add_qkv_bias": ("qkv_bias", lambda v, a: bool(v)),
