@@ -52,3 +52,15 @@ def test_a_formatter_primus_lacks_is_one_line_and_pretraining_is_untouched():
     with pytest.raises(PrimusError, match=r"^sft_conversation_format=sharegpt: not a formatter Primus has; known: "):
         mapped(sft_conversation_format="sharegpt")
     assert mapped(stage="pretrain", mock_data=True).canonical == {"module.data.source": "mock"}
+
+
+@pytest.mark.parametrize("changes, line", [
+    ({"sft_dataset_name": "x', split='train'); import os; os.system('id'); ('"},
+     "sft_dataset_name=\"x', split='train'); import os; os.system('id'); ('\": not a dataset id of the hub"),
+    ({"sft_dataset_split": "train'); import os; ('"}, "sft_dataset_split=\"train'); import os; ('\": not a split name"),
+])
+def test_text_that_would_reach_the_printed_command_as_code_is_one_line(changes, line):
+    with pytest.raises(PrimusError) as raised:
+        mapped(**changes)
+    assert str(raised.value).startswith(line) and "\n" not in str(raised.value)
+    assert mapped(sft_dataset_split="train[:10%]").canonical["module.data.source"] == "sft"

@@ -23,6 +23,8 @@ PRIMUS_FORMATS = {"alpaca": "alpaca", "squad": "squad", "bridge_squad": "squad",
 SFT_KEYS = ("sft_dataset_name", "sft_conversation_format", "sft_dataset_split", "enable_packed_sequences",
             "use_packed_attention")
 DATA_DIR = "data/sft"  # module.data.path's folder, relative to where the run starts
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
+SPLIT = re.compile(r"[A-Za-z0-9_.+-]+(\[[0-9:%+-]*\])?")
 
 
 def is_sft_with_dataset(params: dict) -> bool:
@@ -38,6 +40,13 @@ def map_sft_data(params: dict, imported: "Imported") -> None:
     imported.consumed.update(key for key in SFT_KEYS if key in params)
     split = str(plain(params.get("sft_dataset_split")) or "train")
     local = name.startswith(("/", "./", "../", "~")) or name.endswith((".jsonl", ".json"))
+    # the hub id and split go into a printed python -c command: only what a hub id and a split spelling hold
+    if not local and not HUB_ID.fullmatch(name):
+        raise PrimusError(f"sft_dataset_name={name!r}: not a dataset id of the hub (owner/name: letters, digits, "
+                          f"'.', '_', '-') nor a local .jsonl/.json file")
+    if not local and not SPLIT.fullmatch(split):
+        raise PrimusError(f"sft_dataset_split={split!r}: not a split name (letters, digits, '_', '-', '.', and "
+                          f"slices such as train[:10%])")
     tokenizer = plain(params.get("tokenizer_model"))
     # one prefix per dataset, split and tokenizer: two experiments that tokenize alike share the files
     stem = PurePath(name).stem if local else f"{name}_{split}"
