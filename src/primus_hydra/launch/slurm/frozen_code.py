@@ -12,10 +12,8 @@ record says so.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
-import subprocess
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,13 +23,12 @@ from primus_hydra.backends.base import FROZEN_BACKEND_ENV
 from primus_hydra.errors import PrimusError
 from primus_hydra.launch.frozen_user_path import FROZEN_USER_ENV
 from primus_hydra.launch.provenance import PACKAGE_DIR, PROJECT_ROOT
-from primus_hydra.launch.slurm.user_code import BACKEND_DIR, USER_DIR, user_code_files
+from primus_hydra.launch.slurm.user_code import BACKEND_DIR, USER_DIR, files_digest, git_listed, kept, user_code_files
 
 STORE_DIR = ".primus_code"
 FILE_LIMIT_BYTES = 8 * 1024 * 1024  # a bigger file in src/ or conf/ is refused, named
 TOTAL_LIMIT_BYTES = 64 * 1024 * 1024
 COMPLETE_MARK = ".complete"  # written last: a copy without it was cut short and is made again
-SKIPPED_PARTS = {"__pycache__", ".git"}
 
 
 @dataclass(frozen=True)
@@ -64,12 +61,12 @@ def code_files() -> dict[str, Path]:
     listed = _git_listed(PROJECT_ROOT)
     if listed is not None:
         return {rel: PROJECT_ROOT / rel for rel in listed
-                if (PROJECT_ROOT / rel).is_file() and ".egg-info" not in rel and not SKIPPED_PARTS & set(Path(rel).parts)}
+                if (PROJECT_ROOT / rel).is_file() and ".egg-info" not in rel and kept(rel)}
     roots = [PACKAGE_DIR] + sorted((PACKAGE_DIR.parent / "hydra_plugins").glob("primus_*"))
     files = {}
     for root in roots:
         for path in root.rglob("*"):
-            if path.is_file() and not SKIPPED_PARTS & set(path.parts) and path.suffix != ".pyc":
+            if path.is_file() and kept(str(path.relative_to(root))):
                 files[str(Path("src") / path.relative_to(PACKAGE_DIR.parent))] = path
     return files
 
@@ -77,14 +74,7 @@ def code_files() -> dict[str, Path]:
 def _git_listed(root: Path) -> Optional[list[str]]:
     if not (root / "src" / "primus_hydra").is_dir():
         return None
-    try:
-        done = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "-co", "--exclude-standard", "--", "src", "conf"],
-                              capture_output=True, timeout=10, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if done.returncode != 0:
-        return None
-    return sorted({name for name in done.stdout.decode(errors="replace").split("\0") if name})
+    return git_listed(root, "src", "conf", timeout_s=10)
 
 
 def freeze_project_code(base_dir: Path, cfgs: Iterable = ()) -> FrozenCode:
@@ -106,11 +96,7 @@ def freeze_project_code(base_dir: Path, cfgs: Iterable = ()) -> FrozenCode:
         raise PrimusError(f"launch.freeze_code=true: {where} hold {total / 2**20:.1f} MiB, over the "
                           f"{TOTAL_LIMIT_BYTES // 2**20} MiB a frozen copy may have; remove what the job does not "
                           "need, or set launch.freeze_code=false")
-    digest = hashlib.sha256()
-    for rel in sorted(files):
-        digest.update(f"{rel}\0".encode())
-        digest.update(files[rel].read_bytes())
-    name = digest.hexdigest()
+    name = files_digest(files).removeprefix("sha256:")
     target = Path(base_dir).resolve() / STORE_DIR / name[:16]
     if (target / COMPLETE_MARK).is_file():
         return FrozenCode(target, f"sha256:{name}", len(files), total, made=False, user=user or None)

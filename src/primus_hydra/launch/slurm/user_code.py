@@ -87,21 +87,42 @@ def backend_tree(cfgs: Iterable[DictConfig]) -> Optional[Path]:
     return Path(sorted(named)[0]) if len(named) == 1 else None
 
 
+def git_listed(root: Path, *paths: str, timeout_s: float = 30) -> Optional[list[str]]:
+    """The files under `root` (or its `paths`) as git sees the working tree: tracked, and untracked but not ignored;
+    None outside a git work tree."""
+    try:
+        done = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "-co", "--exclude-standard", "--", *paths],
+                              capture_output=True, timeout=timeout_s, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode != 0:
+        return None
+    return sorted({name for name in done.stdout.decode(errors="replace").split("\0") if name})
+
+
+def kept(relative: str) -> bool:
+    """Not a cache or a repository's own files."""
+    return not SKIPPED_PARTS & set(Path(relative).parts) and not relative.endswith(".pyc")
+
+
+def files_digest(files: dict[str, Path]) -> str:
+    """sha256 over each file's relative path and bytes, in path order."""
+    digest = hashlib.sha256()
+    for rel in sorted(files):
+        digest.update(f"{rel}\0".encode())
+        digest.update(files[rel].read_bytes())
+    return f"sha256:{digest.hexdigest()}"
+
+
 def files_under(root: Path) -> dict[str, Path]:
     """relative path -> file of a folder (as git sees its working tree when it is in one) or of one module file."""
     if root.is_file():
         return {root.name: root}
-    try:
-        done = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "-co", "--exclude-standard"],
-                              capture_output=True, timeout=30, check=False)
-    except (OSError, subprocess.SubprocessError):
-        done = None
-    if done is not None and done.returncode == 0:
-        names = [name for name in done.stdout.decode(errors="replace").split("\0") if name]
-        return {name: root / name for name in names
-                if (root / name).is_file() and not SKIPPED_PARTS & set(Path(name).parts)}
+    listed = git_listed(root)
+    if listed is not None:
+        return {name: root / name for name in listed if (root / name).is_file() and kept(name)}
     return {str(path.relative_to(root)): path for path in root.rglob("*")
-            if path.is_file() and not SKIPPED_PARTS & set(path.relative_to(root).parts) and path.suffix != ".pyc"}
+            if path.is_file() and kept(str(path.relative_to(root)))}
 
 
 def user_code_record(cfg: DictConfig) -> dict:
@@ -111,11 +132,7 @@ def user_code_record(cfg: DictConfig) -> dict:
     files, record = user_code_files([cfg])
     files = {rel: path for rel, path in files.items() if rel.startswith(f"{USER_DIR}/")}
     if files:
-        digest = hashlib.sha256()
-        for rel in sorted(files):
-            digest.update(f"{rel}\0".encode())
-            digest.update(files[rel].read_bytes())
-        record["digest"] = f"sha256:{digest.hexdigest()}"
+        record["digest"] = files_digest(files)
     return record
 
 

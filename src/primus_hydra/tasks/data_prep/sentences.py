@@ -39,23 +39,17 @@ def splitter_failure(split: SentenceSplit) -> Optional[str]:
 
 def make_splitter(split: SentenceSplit) -> Callable[[str], list[str]]:
     """text -> its sentences (a text without any: no sentence)."""
-    from nltk.tokenize.punkt import PunktLanguageVars, PunktSentenceTokenizer, PunktTokenizer
+    from nltk.tokenize.punkt import PunktTokenizer
 
     trained = PunktTokenizer(split.lang)
     if not split.keep_newlines:
         return trained.tokenize
 
-    class TrailingSpaceKept(PunktLanguageVars):
-        """A sentence end's context allows the whitespace after it, so that whitespace stays in the sentence."""
+    def with_trailing_space(text: str) -> list[str]:
+        starts = [start for start, _ in trained.span_tokenize(text)]
+        if not starts:
+            return []
+        bounds = [0, *starts[1:], len(text)]  # each sentence runs to where the next one starts
+        return [text[low:high] for low, high in zip(bounds, bounds[1:])]
 
-        _period_context_fmt = r"""
-            \S*                       # the word the end marker closes
-            %(SentEndChars)s          # a possible sentence end
-            \s*                       # whitespace, newlines included, kept with the sentence
-            (?=(?P<after_tok>
-                %(NonWord)s           # punctuation next
-                |
-                (?P<next_tok>\S+)     # or the next word
-            ))"""
-
-    return PunktSentenceTokenizer(train_text=trained._params, lang_vars=TrailingSpaceKept()).tokenize
+    return with_trailing_space

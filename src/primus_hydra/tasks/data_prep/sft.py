@@ -97,6 +97,16 @@ def _squad(record: dict) -> list[dict]:
             {"role": ASSISTANT, "content": f" {answer}"}]
 
 
+def pieces_ids_and_mask(encode: Any, pieces: list[str], learned: list[bool]) -> tuple[list, list]:
+    """The pieces' ids back to back, and a mask of 1 over those of the learned pieces."""
+    ids, mask = [], []
+    for piece_ids, on in zip(encode(pieces), learned):
+        piece_ids = list(np.frombuffer(piece_ids, dtype=np.uint8)) if isinstance(piece_ids, bytes) else piece_ids
+        ids += list(piece_ids)
+        mask += [int(on)] * len(piece_ids)
+    return ids, mask
+
+
 class PlainTemplate:
     """The documented plain template, over any tokenizer's encode function."""
 
@@ -108,12 +118,7 @@ class PlainTemplate:
         for message in messages:
             pieces += [f"<|{message['role']}|>\n", f"{message['content']}\n"]
             learned += [False, message["role"] == ASSISTANT]
-        ids, mask = [], []
-        for piece_ids, on in zip(self.encode(pieces), learned):
-            piece_ids = list(np.frombuffer(piece_ids, dtype=np.uint8)) if isinstance(piece_ids, bytes) else piece_ids
-            ids += list(piece_ids)
-            mask += [int(on)] * len(piece_ids)
-        return ids, mask
+        return pieces_ids_and_mask(self.encode, pieces, learned)
 
 
 _ALPACA_PREAMBLE = {
@@ -137,12 +142,8 @@ class RawTemplate:
         self.encode = encode
 
     def ids_and_mask(self, messages: list[dict]) -> tuple[list, list]:
-        ids, mask = [], []
-        for piece_ids, message in zip(self.encode([message["content"] for message in messages]), messages):
-            piece_ids = list(np.frombuffer(piece_ids, dtype=np.uint8)) if isinstance(piece_ids, bytes) else piece_ids
-            ids += list(piece_ids)
-            mask += [int(message["role"] == ASSISTANT)] * len(piece_ids)
-        return ids, mask
+        return pieces_ids_and_mask(self.encode, [message["content"] for message in messages],
+                                   [message["role"] == ASSISTANT for message in messages])
 
 
 class ChatTemplate:
