@@ -4,13 +4,16 @@ with megatron-core, packed as Primus packs; without them the run is one line nam
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
 
-from helpers.cli import primus, run_dirs
+from helpers.cli import clean_env, primus, run_dirs
 from helpers.primus_tree import META, write_primus_tree
 from helpers.tiny_tokenizer import tokenizers_findable, write_tiny_tokenizer
 
@@ -71,7 +74,10 @@ def test_the_printed_commands_make_the_data_the_imported_sft_experiment_trains_o
     assert not run_dirs(work / "outputs")
 
     commands = re.search(r"SFT data: .*?: run (.*) \(in the folder the run starts from\)", result.stderr).group(1)
-    made = subprocess.run(["bash", "-c", commands], cwd=work, capture_output=True, text=True, timeout=120)
+    # as in the user's shell, with this interpreter's environment active: `python` is the one running the tests
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    made = subprocess.run(["bash", "-c", commands], cwd=work, capture_output=True, text=True, timeout=120,
+                          env=clean_env({"PATH": path}))
     assert made.returncode == 0, made.stderr
     trained = primus(*run, cwd=work, timeout=240)
     assert trained.returncode == 0, trained.stderr[-3000:]
