@@ -37,11 +37,15 @@ class RopeScalingConfig:
 class RouterScoreFunction(Choice):
     softmax = "softmax"
     sigmoid = "sigmoid"
+    sqrtsoftplus = "sqrtsoftplus"  # sqrt(softplus(logit)) per expert (DeepSeek-V4, Primus's V4 router)
 
 
 class LoadBalancingType(Choice):
     aux_loss = "aux_loss"          # Switch/GShard auxiliary loss over the batch
     seq_aux_loss = "seq_aux_loss"  # DeepSeek-V3's per-sequence auxiliary loss
+    # the auxiliary loss with each expert's load counted over the global batch: every data-parallel rank and every
+    # micro-batch of the step so far (megatron-core's global_aux_loss; Qwen3-Next, Qwen3.5)
+    global_aux_loss = "global_aux_loss"
     none = "none"                  # no balancing term (aux-loss-free uses router_bias_update_rate)
 
 

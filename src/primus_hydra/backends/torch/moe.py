@@ -1,16 +1,35 @@
-"""Mixture of experts with top-k routing (Mixtral: softmax; DeepSeek-V3: sigmoid, group-limited, bias-balanced).
+"""Mixture of experts with top-k routing (Mixtral: softmax; DeepSeek-V3: sigmoid, group-limited, bias-balanced;
+DeepSeek-V4: sqrtsoftplus).
 
 Experts are stored as stacked weights (experts, ...) so that even DeepSeek-V3 builds quickly on the meta device.
 Dispatch is a plain loop over experts: clear and exact, which is what a CPU reference needs.
+
+The balancing loss follows megatron-core's router (switch_load_balancing_loss_func): aux_loss over the micro-batch,
+seq_aux_loss per sequence, global_aux_loss with the experts' loads counted over the global batch, i.e. summed over
+the data-parallel group (`balance_over_data_parallel`) and averaged over the step's micro-batches so far.
 """
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
 from primus_hydra.backends.torch.layers import FeedForward
 from primus_hydra.config.model_math import shared_expert_ffn_hidden_size
+from primus_hydra.errors import PrimusError
+
+_NO_GROUP_GIVEN = object()  # balance_over_data_parallel was not called (None is the default process group)
+
+
+def router_scores(logits: torch.Tensor, score_function: str) -> torch.Tensor:
+    """Each expert's affinity for each token: softmax over the experts, or per expert sigmoid or sqrt(softplus)
+    (DeepSeek-V4: positive like softplus, growing like a square root)."""
+    if score_function == "sigmoid":
+        return logits.sigmoid()
+    if score_function == "sqrtsoftplus":
+        return F.softplus(logits).sqrt()
+    return logits.softmax(dim=-1)
 
 
 class MoE(nn.Module):
@@ -33,9 +52,18 @@ class MoE(nn.Module):
         self.w2 = nn.Parameter(torch.empty(self.num_experts, h, f))
         self.shared = FeedForward(h, shared_expert_ffn_hidden_size(args)) if moe.shared_experts else None
         self.aux_loss = torch.zeros(())
+        self.data_parallel_group = _NO_GROUP_GIVEN
+        self.step_expert_load: torch.Tensor | None = None  # global_aux_loss: loads summed over the step's micro-batches
+        self.step_micro_batches = 0
+
+    def train(self, mode: bool = True) -> "MoE":
+        # the trainer switches the model to training at the start of every step: the global batch starts over here,
+        # as megatron-core resets its count after each step's gradients (reset_model_temporary_tensors)
+        self.step_expert_load, self.step_micro_batches = None, 0
+        return super().train(mode)
 
     def _route(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        scores = logits.sigmoid() if self.score_function == "sigmoid" else logits.softmax(dim=-1)
+        scores = router_scores(logits, self.score_function)
         selection = scores + self.expert_bias if self.expert_bias is not None else scores
         if self.num_groups > 1:  # keep only the best groups of experts per token (device-limited routing)
             grouped = selection.view(-1, self.num_groups, self.num_experts // self.num_groups)
@@ -52,17 +80,40 @@ class MoE(nn.Module):
 
     def _balancing_loss(self, scores: torch.Tensor, indices: torch.Tensor, logits: torch.Tensor, batch: int) -> torch.Tensor:
         """aux_loss: E * sum_e(fraction routed to e * mean probability of e) over the batch (Switch/GShard);
-        seq_aux_loss: the same per sequence, then averaged (DeepSeek-V3)."""
+        seq_aux_loss: the same per sequence, then averaged (DeepSeek-V3); global_aux_loss: the fractions of the
+        global batch (every data-parallel rank's tokens), times this rank's share of the mean probabilities."""
         loss = logits.new_zeros(())
         if self.balancing != "none" and self.aux_loss_coeff > 0:
-            groups = batch if self.balancing == "seq_aux_loss" else 1
-            routed = F.one_hot(indices, self.num_experts).float().sum(1).view(groups, -1, self.num_experts)
-            probs = (scores / scores.sum(-1, keepdim=True)).view(groups, -1, self.num_experts)
-            balance = (routed.mean(1) / self.top_k * probs.mean(1)).sum(-1).mean()
+            routed = F.one_hot(indices, self.num_experts).float().sum(1)
+            probs = scores / scores.sum(-1, keepdim=True)
+            if self.balancing == "global_aux_loss":
+                load, tokens = self._global_expert_load(routed.sum(0)), routed.shape[0] * self._data_parallel_size()
+                balance = (load / (self.top_k * tokens) * probs.sum(0) / tokens).sum()
+            else:
+                groups = batch if self.balancing == "seq_aux_loss" else 1
+                routed, probs = routed.view(groups, -1, self.num_experts), probs.view(groups, -1, self.num_experts)
+                balance = (routed.mean(1) / self.top_k * probs.mean(1)).sum(-1).mean()
             loss = loss + self.aux_loss_coeff * self.num_experts * balance
         if self.z_loss_coeff > 0:
             loss = loss + self.z_loss_coeff * torch.logsumexp(logits, dim=-1).pow(2).mean()
         return loss
+
+    def _data_parallel_size(self) -> int:
+        if not dist.is_initialized() or dist.get_world_size() == 1:
+            return 1
+        if self.data_parallel_group is _NO_GROUP_GIVEN:
+            raise PrimusError("model.moe.load_balancing_type=global_aux_loss: this MoE layer was not told its "
+                              "data-parallel group (moe.balance_over_data_parallel); use aux_loss or seq_aux_loss")
+        return dist.get_world_size(self.data_parallel_group)
+
+    def _global_expert_load(self, local_load: torch.Tensor) -> torch.Tensor:
+        """Tokens routed to each expert in the global micro-batch, averaged over the step's micro-batches so far."""
+        load = local_load.detach().clone()
+        if self._data_parallel_size() > 1:
+            dist.all_reduce(load, group=self.data_parallel_group)
+        self.step_expert_load = load if self.step_expert_load is None else self.step_expert_load + load
+        self.step_micro_batches += 1
+        return self.step_expert_load / self.step_micro_batches
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
@@ -86,3 +137,11 @@ class MoE(nn.Module):
         if self.shared is not None:
             out = out + self.shared(tokens)
         return out.view(shape)
+
+
+def balance_over_data_parallel(model: nn.Module, group) -> None:
+    """global_aux_loss counts the experts' loads over `group`: the ranks that see other tokens of the global batch
+    (the data-parallel group; None: the default group)."""
+    for module in model.modules():
+        if isinstance(module, MoE):
+            module.data_parallel_group = group
