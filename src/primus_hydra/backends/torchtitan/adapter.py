@@ -99,6 +99,9 @@ class TorchTitanAdapter(ExternalBackendAdapter):
             return failures
         if model.family == "llama":
             failures.append(f"model.moe.num_experts={moe.num_experts}: torchtitan's llama3 is dense (model={model.name})")
+        if str(moe.router_score_function) not in ("softmax", "sigmoid"):  # torchtitan's MoEArgs.score_func
+            failures.append(f"model.moe.router_score_function={moe.router_score_function}: torchtitan's MoE scores "
+                            f"with softmax or sigmoid only; train this model with backend=torch")
         if model.family == "qwen3" and moe.first_dense_layers:
             failures.append(f"model.moe.first_dense_layers={moe.first_dense_layers}: torchtitan's qwen3 makes every "
                             f"layer MoE (model={model.name}); set it to 0")

@@ -1,0 +1,57 @@
+"""A Megatron MoE preset with megatron-core's global-batch balancing loss (Primus's qwen3_5_35B_A3B) or DeepSeek-V4's
+sqrtsoftplus score function (Primus's deepseek_v4_flash) imports with both held by the canonical model
+(model.moe.load_balancing_type, model.moe.router_score_function), and the dry run exports exactly Primus's values."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from helpers.primus_tree import META, write_primus_tree
+from primus_hydra.migrate.primus_yaml import load_experiment
+from primus_hydra.tasks.import_primus import dry_run_mismatches, gpus_per_node, import_files
+
+MOE = """\
+    extends:
+      - language_model.yaml
+    num_layers: 4
+    hidden_size: 256
+    ffn_hidden_size: 512
+    num_attention_heads: 8
+    num_experts: 8
+    moe_router_topk: 2
+    moe_ffn_hidden_size: 128
+    moe_layer_freq: 1
+    moe_aux_loss_coeff: 0.001
+    rotary_base: 10000
+    max_position_embeddings: 4096
+    """
+EXPERIMENT = META + """\
+    modules:
+      pre_trainer:
+        framework: megatron
+        config: pre_trainer.yaml
+        model: routed.yaml
+        overrides: {train_iters: 5}
+    """
+
+
+@pytest.mark.parametrize("keys, expected", [
+    ({"moe_router_load_balancing_type": "global_aux_loss"}, {"load_balancing_type": "global_aux_loss"}),
+    ({"moe_router_score_function": "sqrtsoftplus", "moe_router_enable_expert_bias": True,
+      "moe_router_bias_update_rate": 0.001, "moe_router_load_balancing_type": "seq_aux_loss"},
+     {"router_score_function": "sqrtsoftplus", "router_enable_expert_bias": True}),
+], ids=["global_aux_loss", "sqrtsoftplus"])
+def test_a_routing_variant_imports_onto_the_canonical_model_and_exports_exactly(tmp_path, keys, expected):
+    preset = MOE.rstrip(" ") + "".join(f"    {key}: {str(value).lower()}\n" for key, value in keys.items())
+    tree = write_primus_tree(tmp_path / "primus", {"primus/configs/models/megatron/routed.yaml": preset,
+                                                   "examples/megatron/routed-pretrain.yaml": EXPERIMENT})
+    out = tmp_path / "conf"
+    (result,) = import_files([tree / "examples/megatron/routed-pretrain.yaml"], tree / "examples", tree, out, {})
+    assert result.failure == "", result.failure
+    model = yaml.safe_load((out / "model" / "routed_primus.yaml").read_text())
+    experiment = yaml.safe_load((out / "experiment" / f"{result.name}.yaml").read_text())
+    moe = {**model["moe"], **experiment.get("model", {}).get("moe", {})}
+    assert {key: moe[key] for key in expected} == expected
+    loaded = load_experiment(result.source, tree, {})
+    assert dry_run_mismatches(result.name, out, "megatron", loaded.modules[0].params, tmp_path / "run",
+                              gpus_per_node(loaded)) == []
