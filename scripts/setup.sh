@@ -24,5 +24,13 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 # torch >= 2.14 to train); its two libraries that 0.2.2 lacks come with it, no dependency is resolved again.
 rm -rf "$venv/torchtitan-0.3"
 "$venv/bin/pip" install -q --no-deps --target "$venv/torchtitan-0.3" torchtitan==0.3.0 spmd_types==0.2.3 torch_checkpointing==0.1.1 2> >(grep -v "is neither a file nor a directory" >&2)
+# backend=megatron_bridge: megatron-bridge 0.3.1 is the newest release for Python 3.11. Without its dependencies:
+# its transformers<5 pin would replace the project's transformers 5, and transformer-engine, mamba-ssm,
+# causal-conv1d and flash-linear-attention build only for GPUs. What its training path imports comes next, by name:
+# nvidia-resiliency-ext (in-process restart, imported by pretrain), nvidia-modelopt (distillation, imported by the
+# GPT step) and their light dependencies. megatron_bridge.cpu.* (backends/megatron_bridge/cpu_patches.py) does
+# the rest on the CPU.
+"$venv/bin/pip" install -q --no-deps -c "$root/constraints.txt" megatron-bridge nvidia-resiliency-ext nvidia-modelopt \
+  psutil defusedxml nvidia-ml-py pulp ninja 2> >(grep -v "is neither a file nor a directory" >&2)
 echo "$want" > "$stamp"
 echo "[setup] done" >&2

@@ -217,7 +217,7 @@ def test_a_library_in_a_source_checkout_is_found_without_importing_it(compose_co
     assert "MaxText" not in sys.modules
 
 
-@pytest.mark.parametrize("backend", ["maxtext", "megatron_bridge"])
+@pytest.mark.parametrize("backend", ["maxtext"])
 def test_a_real_run_of_a_backend_not_integrated_yet_stops_before_it_starts(compose_config, tmp_path, backend):
     cfg = compose_config(f"backend={backend}", "module.data.source=mock")
     with pytest.raises(ConfigValidationError) as error:

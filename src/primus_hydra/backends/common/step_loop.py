@@ -60,6 +60,27 @@ def progress_bar(wanted: bool, total: int, start: int):
     return _BarContext(stack, bar)
 
 
+def open_metrics(cfg: Any, module: Any, run_dir: Path, is_main: bool, resuming: bool) -> MetricsLogger:
+    """The job's metrics: metrics.jsonl (continued when `resuming`), TensorBoard and the trackers of `logger=`,
+    written by the main rank only."""
+    logger = cfg.get("logger")
+    sinks = [str(sink) for sink in logger.use] if logger is not None else ["tensorboard"]
+    trackers = ExperimentTrackers.for_job(cfg, run_dir, resuming) if is_main else None
+    return MetricsLogger(run_dir, enabled=is_main, tensorboard=module.log.tensorboard and "tensorboard" in sinks,
+                         log_interval=module.log.interval, resuming=resuming, trackers=trackers)
+
+
+def close_metrics(metrics: Optional[MetricsLogger], cfg: Any, module: Any, run_dir: Path, on_error: bool) -> None:
+    """Flush the metrics, draw the loss curve (not after a failure), end the trackers' runs (failed after one)."""
+    if metrics is None:
+        return
+    png = metrics.close(plot=module.log.plot and not on_error)
+    if png:
+        log.info("loss curve: %s", png)
+    if metrics.trackers is not None:
+        finish_trackers(metrics.trackers, cfg, run_dir, failed=on_error)
+
+
 class _BarContext:
     def __init__(self, stack: contextlib.ExitStack, bar):
         self.stack, self.bar = stack, bar
@@ -137,12 +158,7 @@ class StepLoopTrainer(BaseTrainer):
         # a resumed run or a restarted attempt appends to the job's metrics (readers keep a step's last record),
         # also when no checkpoint was written before the crash and training starts over
         resuming = resume is not None or self.restarted
-        logger = self.cfg.get("logger")
-        sinks = [str(sink) for sink in logger.use] if logger is not None else ["tensorboard"]
-        trackers = ExperimentTrackers.for_job(self.cfg, self.run_dir, resuming) if self.dist.is_main else None
-        self.metrics = MetricsLogger(self.run_dir, enabled=self.dist.is_main,
-                                     tensorboard=module.log.tensorboard and "tensorboard" in sinks,
-                                     log_interval=module.log.interval, resuming=resuming, trackers=trackers)
+        self.metrics = open_metrics(self.cfg, module, self.run_dir, self.dist.is_main, resuming)
 
     # -- set-up helpers -------------------------------------------------------------------------------
     def catch_stop_signals(self) -> None:
@@ -242,14 +258,8 @@ class StepLoopTrainer(BaseTrainer):
         """Unfreeze the GC, flush the metrics, draw the loss curve (not after a failure) and end the trackers' runs
         (failed after a failure)."""
         gc.unfreeze()
-        metrics = getattr(self, "metrics", None)
-        if metrics is not None:
-            png = metrics.close(plot=self.loop_module.log.plot and not on_error)
-            if png:
-                log.info("loss curve: %s", png)
-            self.metrics = None
-            if metrics.trackers is not None:
-                finish_trackers(metrics.trackers, self.cfg, self.run_dir, failed=on_error)
+        metrics, self.metrics = getattr(self, "metrics", None), None
+        close_metrics(metrics, self.cfg, self.loop_module, self.run_dir, on_error)
 
     # -- signals ----------------------------------------------------------------------------------------
     def _remember_signal(self, signum, frame) -> None:

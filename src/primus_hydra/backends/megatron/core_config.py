@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+import typing
 from typing import Any
 
 from primus_hydra.config.model_math import padded_vocab
@@ -61,10 +62,19 @@ def layer_pattern(value: Any, num_layers: int, key: str = "moe_layer_freq") -> A
 def transformer_config(args: dict, fused: bool, use_cpu_initialization: bool, params_dtype: Any = None) -> Any:
     """The TransformerConfig for these arguments: every argument that names a config field, plus what Megatron-LM
     derives (SwiGLU, query groups, the MLA config class)."""
+    config_class, kwargs = transformer_config_fields(args, fused, use_cpu_initialization, params_dtype)
+    return config_class(**kwargs)
+
+
+def transformer_config_fields(args: dict, fused: bool, use_cpu_initialization: bool,
+                              params_dtype: Any = None) -> tuple[type, dict]:
+    """The config class (TransformerConfig or MLATransformerConfig) and its keyword arguments for these arguments
+    (Megatron-Bridge's model providers take the same fields)."""
     import torch
     import torch.nn.functional as F
     from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
 
+    refuse_unknown_score_function(args, TransformerConfig)
     config_class = MLATransformerConfig if args.get("multi_latent_attention") else TransformerConfig
     fields = {field.name for field in dataclasses.fields(config_class)}
     kwargs = {}
@@ -91,7 +101,18 @@ def transformer_config(args: dict, fused: bool, use_cpu_initialization: bool, pa
     stages = args.get("num_virtual_stages_per_pipeline_rank") or 1
     if stages > 1:  # layer offsets of each virtual stage come from the config
         kwargs["virtual_pipeline_model_parallel_size"] = stages
-    return config_class(**kwargs)
+    return config_class, kwargs
+
+
+def refuse_unknown_score_function(args: dict, config_class: type) -> None:
+    """megatron-core routes with the score functions its TransformerConfig names (0.16: softmax, sigmoid); another
+    one (DeepSeek-V4's sqrtsoftplus) passes its config checks and fails only at the first routing."""
+    score_function = args.get("moe_router_score_function")
+    field = next(f for f in dataclasses.fields(config_class) if f.name == "moe_router_score_function")
+    known = typing.get_args(field.type)
+    if args.get("num_experts") and score_function is not None and known and score_function not in known:
+        raise ValueError(f"moe_router_score_function={score_function} (model.moe.router_score_function): this "
+                         f"megatron-core routes with {' or '.join(known)} only; train this model with backend=torch")
 
 
 def gpt_model_kwargs(args: dict) -> dict:

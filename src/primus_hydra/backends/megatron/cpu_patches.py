@@ -97,7 +97,7 @@ def _cuda_on_cpu() -> types.ModuleType:
     })
 
 
-def _torch_on_cpu() -> types.ModuleType:
+def torch_on_cpu() -> types.ModuleType:
     import torch
 
     from primus_hydra.patches.source_rewrite import scoped_module_proxy
@@ -129,7 +129,7 @@ def torch_cuda_on_cpu(ctx: PatchContext) -> None:
 
     for name in _STEP_MODULES:
         importlib.import_module(name)
-    replace_module_global(MEGATRON_CORE, "torch", torch, _torch_on_cpu())
+    replace_module_global(MEGATRON_CORE, "torch", torch, torch_on_cpu())
 
 
 @register_patch("megatron.cpu.rng_tracker", backend="megatron", phase="setup", priority=11,

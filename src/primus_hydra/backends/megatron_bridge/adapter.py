@@ -4,6 +4,13 @@ from __future__ import annotations
 from primus_hydra.backends.external import ExternalBackendAdapter
 from primus_hydra.backends.megatron.traits import MEGATRON_CORE_TRAITS
 from primus_hydra.backends.megatron_bridge.args import build_megatron_bridge_config
+from primus_hydra.backends.megatron_bridge.cpu_patches import (
+    CPU_PATCH_VERSIONS,
+    allow_import_without_transformer_engine,
+    cpu_support_failure,
+    quiet_bridge_imports,
+)
+from primus_hydra.patches.versions import any_version_matches
 
 
 class MegatronBridgeAdapter(ExternalBackendAdapter):
@@ -19,6 +26,27 @@ class MegatronBridgeAdapter(ExternalBackendAdapter):
     stages = ("pretrain", "sft")
     library = "Megatron-Bridge"
     traits = MEGATRON_CORE_TRAITS
+    # sft is pretrain() on the SFT batches (their loss mask), from the weights of module.checkpoint.load
+    trainer_classes = {stage: "primus_hydra.backends.megatron_bridge.trainer.MegatronBridgeTrainer"
+                       for stage in ("pretrain", "sft")}
+    reads_native_data = True  # the trainer reads the project's batches (megatron/datasets.py), text included
+    reads_indexed_data = True
 
     def convert_config(self) -> dict:
         return build_megatron_bridge_config(self.cfg, self.run_dir)
+
+    def validate(self) -> list[str]:
+        failures = super().validate()
+        if self.on_cpu and self.stage in self.trainer_classes and not self.cfg.task.get("dry_run", False):
+            failure = cpu_support_failure(self.detect_backend_version())
+            if failure and self.detect_backend_version() is not None:
+                failures.append(failure)
+        return failures
+
+    def prepare_backend(self) -> None:
+        """Bridge 0.3 imports transformer_engine unguarded in its LoRA modules: where TE is absent, they are loaded
+        with a stand-in first (cpu_patches.py), so that `import megatron.bridge` works on any machine."""
+        if any_version_matches(self.detect_backend_version(), CPU_PATCH_VERSIONS):
+            allow_import_without_transformer_engine()
+        quiet_bridge_imports()
+        super().prepare_backend()

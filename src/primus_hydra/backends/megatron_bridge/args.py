@@ -3,7 +3,7 @@
 Megatron-Bridge builds the model from a recipe (megatron.bridge.recipes.<family>.<model>) or a Hugging Face
 checkpoint, so the `recipe` section names one and the other sections override the recipe's training settings
 with the canonical values: train (TrainingConfig), optimizer (Megatron Core OptimizerConfig), scheduler,
-checkpoint, logger, rng, tokenizer, dataset, and the parallel layout on the model provider. Field names follow
+checkpoint, logger, rng, tokenizer, dataset, and the model provider's architecture and parallel layout. Field names follow
 megatron/training/config/training_config.py and megatron/bridge/training/config.py; `backend.extra_args` is
 merged last, section by section (the user wins).
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from primus_hydra.backends.external import merge_extra_args, wants_checkpoints
-from primus_hydra.backends.megatron.args import optimizer_args, scheduler_args
+from primus_hydra.backends.megatron.args import mla_args, model_args, moe_args, optimizer_args, scheduler_args
 from primus_hydra.backends.megatron_bridge.keys import MEGATRON_BRIDGE_KEYS
 from primus_hydra.config.paths import checkpoint_dir_of
 
@@ -35,13 +35,22 @@ def build_megatron_bridge_config(cfg: DictConfig, run_dir: Path) -> dict:
             "stage": str(m.stage),
         },
         "model": {
+            # the architecture in Megatron's argument names: the model provider's TransformerConfig fields are made
+            # from them as megatron-core's trainer makes its own (megatron/core_config.py)
+            **model_args(cfg.model), **moe_args(cfg.model), **mla_args(cfg.model),
             **MEGATRON_BRIDGE_KEYS.translate(p, "parallel"),
             "sequence_parallel": p.sequence_parallel and p.tp > 1,  # sequence parallelism splits along TP
             **MEGATRON_BRIDGE_KEYS.translate(m, "sequence"),
         },
-        "train": MEGATRON_BRIDGE_KEYS.translate(m, "train"),
+        "train": {
+            **MEGATRON_BRIDGE_KEYS.translate(m, "train"),
+            # Bridge evaluates every eval_interval steps; eval_iters=0 turns it off
+            "eval_interval": m.eval_interval or m.train_iters,
+            "eval_iters": m.eval_iters if m.eval_interval else 0,
+        },
         "optimizer": {**optimizer_args(m), "use_distributed_optimizer": not p.fsdp},
-        "scheduler": scheduler_args(m),
+        # Bridge's scheduler also schedules the weight decay: constant at module.weight_decay
+        "scheduler": {**scheduler_args(m), "start_weight_decay": m.weight_decay, "end_weight_decay": m.weight_decay},
         "checkpoint": {
             "save": save_dir if wants_checkpoints(cfg) else None,
             "save_interval": ckpt.interval or m.train_iters,
