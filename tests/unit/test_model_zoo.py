@@ -37,6 +37,8 @@ PUBLISHED_TOTALS = {
     "qwen2.5_7b": (7_615_616_512, "Qwen/Qwen2.5-7B, safetensors metadata (model card: 7.61B)"),
     "qwen2.5_72b": (72_706_203_648, "Qwen/Qwen2.5-72B, safetensors metadata (model card: 72.7B)"),
     "qwen3_8b": (8_190_735_360, "Qwen/Qwen3-8B, safetensors metadata (model card: 8.2B)"),
+    "qwen3_14b": (14_768_307_200, "Qwen/Qwen3-14B, safetensors metadata (model card: 14.8B)"),
+    "qwen3_30b_a3b": (30_532_122_624, "Qwen/Qwen3-30B-A3B, safetensors metadata (model card: 30.5B)"),
     "deepseek_v2_lite": (15_706_484_224, "deepseek-ai/DeepSeek-V2-Lite, safetensors metadata (model card: 15.7B)"),
     # README_WEIGHTS.md gives 671B for the main model (the 685B checkpoint adds the 14B MTP module); the exact figure
     # is the per-tensor sum of the HF checkpoint's main-model tensors, including the 58 x 256 e_score_correction_bias
@@ -50,6 +52,7 @@ PUBLISHED_ACTIVE = {
     "mixtral_8x7b": (12.9e9, 0.01, True, "Mistral AI, 'Mixtral of experts' blog/paper: 12.9B active"),
     "mixtral_8x22b": (39e9, 0.01, True, "Mistral AI, Mixtral 8x22B announcement: 39B active of 141B"),
     "deepseek_v2_lite": (2.4e9, 0.03, False, "deepseek-ai/DeepSeek-V2-Lite model card: 2.4B activated"),
+    "qwen3_30b_a3b": (3.3e9, 0.02, True, "Qwen/Qwen3-30B-A3B model card: 3.3B activated"),
     "deepseek_v3": (36.6e9, 0.005, False, "DeepSeek-V3 README_WEIGHTS.md: 36.6B activated incl. 0.9B output head"),
 }
 
@@ -73,7 +76,7 @@ def test_zoo_holds_every_preset():
     expected = {
         "llama_tiny", "moe_tiny", "llama2_7b", "llama2_13b", "llama2_70b", "llama3_8b", "llama3_70b", "llama3.1_8b",
         "llama3.1_70b", "llama3.1_405b", "llama3.2_1b", "llama3.2_3b", "mixtral_8x7b", "mixtral_8x22b",
-        "qwen2.5_7b", "qwen2.5_72b", "qwen3_8b", "deepseek_v2_lite", "deepseek_v3",
+        "qwen2.5_7b", "qwen2.5_72b", "qwen3_8b", "qwen3_14b", "qwen3_30b_a3b", "deepseek_v2_lite", "deepseek_v3",
     }
     assert expected <= set(PRESETS)
     assert set(PUBLISHED_TOTALS) == set(PRESETS) - {"llama_tiny", "moe_tiny"}

@@ -18,6 +18,7 @@ from primus_hydra.backends.maxtext.keys import MAXTEXT_KEYS
 from primus_hydra.backends.megatron.keys import MEGATRON_KEYS
 from primus_hydra.backends.torchtitan.keys import TORCHTITAN_KEYS
 from primus_hydra.errors import PrimusError
+from primus_hydra.migrate.maxtext_models import maxtext_model
 from primus_hydra.migrate.models import (
     MEGATRON_ARCHITECTURE,
     TRAINING_CHOICES,
@@ -336,15 +337,7 @@ def _torchtitan_names(zoo: str) -> tuple[str, str]:
             KNOWN_FLAVORS.get(zoo) or size_tag(zoo) or zoo)
 
 
-# -- maxtext (flat MaxText names: backends/maxtext/keys.py) -----------------------------------------------------
-MAXTEXT_MODELS = {"llama2-7b": "llama2_7b", "llama2-13b": "llama2_13b", "llama2-70b": "llama2_70b",
-                  "llama3-8b": "llama3_8b", "llama3-70b": "llama3_70b", "llama3.1-8b": "llama3.1_8b",
-                  "llama3.1-70b": "llama3.1_70b", "llama3.1-405b": "llama3.1_405b", "mixtral-8x7b": "mixtral_8x7b",
-                  "mixtral-8x22b": "mixtral_8x22b", "deepseek2-16b": "deepseek_v2_lite", "deepseek3-671b": "deepseek_v3",
-                  "llama3.3-70b": "llama3.1_70b",  # Llama 3.3 70B has Llama 3.1 70B's architecture
-                  "qwen3-8b": "qwen3_8b"}
-
-
+# -- maxtext (flat MaxText names: backends/maxtext/keys.py; its models: maxtext_models.py) --------------------
 def map_maxtext(module: TrainerModule, imported: Imported) -> None:
     params = module.params
     imported.take_keys(params, MAXTEXT_KEYS)
@@ -377,14 +370,6 @@ def map_maxtext(module: TrainerModule, imported: Imported) -> None:
     if scan is not None and bool(scan) != (pp == 1):  # the translation scans layers without pipelining only
         imported.warnings.append(f"scan_layers={scan} with ici_pipeline_parallelism={pp}: this project's MaxText "
                                  f"translation sets scan_layers={pp == 1} (it scans pipeline iterations instead)")
-
-
-def maxtext_model(module: TrainerModule, imported: Imported) -> ModelChoice:
-    name = plain(module.params.get("model_name"))
-    if name not in MAXTEXT_MODELS:
-        raise PrimusError(f"model_name={name}: no zoo preset is MaxText's {name} (known: "
-                          f"{', '.join(sorted(MAXTEXT_MODELS))})")
-    return ModelChoice(MAXTEXT_MODELS[name])
 
 
 # -- megatron_bridge (flat Megatron names, a recipe for the model) ---------------------------------------------

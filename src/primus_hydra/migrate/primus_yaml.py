@@ -42,6 +42,10 @@ NOT_LLM_FRAMEWORKS = {
     "hummingbirdxt": "a HummingbirdXT experiment (video diffusion: Wan), not an LLM",
     "nemo_automodel": "a NeMo AutoModel experiment (a framework this project does not run)",
 }
+# ... or by the folder of its model preset (Primus's Megatron trainer runs Flux from models/megatron/diffusion/) ...
+NOT_LLM_MODEL_FOLDERS = {
+    "diffusion": "a diffusion (Flux) experiment (Primus's Megatron diffusion trainer), not an LLM",
+}
 # ... or by the top-level key of a file that is no experiment at all
 NOT_EXPERIMENT_KEYS = {
     "hardware_config": "a hardware description for Primus's performance projection",
@@ -332,6 +336,9 @@ def load_experiment(path: Path, primus_root: Path, environ: dict, cache: Optiona
         if frameworks is not None and framework not in frameworks:
             raise PrimusError(f"{path}: framework={framework}: not importable (this project's "
                               f"backends: {', '.join(frameworks)})")
+        folder = Path(str(plain(module.get("model", "")))).parent.as_posix()
+        if frameworks is not None and folder in NOT_LLM_MODEL_FOLDERS:
+            raise SetApart(f"{path}: model {plain(module['model'])}: {NOT_LLM_MODEL_FOLDERS[folder]}")
         modules.append(_trainer_module(path, name, module, primus_root, reading))
     return PrimusExperiment(path, {key: tree[key] for key in META_KEYS}, modules, dict(env),
                             reading.warnings + warnings)
