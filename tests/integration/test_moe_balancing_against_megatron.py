@@ -14,8 +14,11 @@ import pytest
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from helpers.cli import error_lines, primus
 from helpers.compose import REPO
+from helpers.curves import assert_same_curve, losses
 from helpers.libraries import needs_megatron_core
+from helpers.overrides import SHORT_RUN
 from primus_hydra.backends.torch.moe import MoE
 from primus_hydra.config.schema_model import ModelConfig
 
@@ -139,3 +142,25 @@ def test_sqrtsoftplus_balancing_loss_is_megatron_cores_switch_loss_on_normalised
                             text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert native.aux_loss.item() == pytest.approx(float(result.stdout.split()[-1]), rel=1e-6)
+
+
+def test_backend_megatron_refuses_sqrtsoftplus_before_it_trains(tmp_path):
+    result = primus(f"hydra.run.dir={tmp_path / 'run'}", "backend=megatron", "model=moe_tiny",
+                    "model.moe.router_score_function=sqrtsoftplus", cwd=tmp_path)
+    assert result.returncode != 0
+    assert any("moe_router_score_function=sqrtsoftplus (model.moe.router_score_function): this megatron-core routes "
+               "with softmax or sigmoid only; train this model with backend=torch" in line
+               for line in error_lines(result.stderr)), result.stderr[-2000:]
+
+
+def test_backend_torch_and_megatron_train_the_same_curve_with_global_aux_loss(tmp_path):
+    """Two micro-batches a step (the running average of the loads matters), a coefficient large enough that the
+    balancing loss moves the weights (the curve with aux_loss is another one)."""
+    common = [*SHORT_RUN, "model=moe_tiny", "model.moe.load_balancing_type=global_aux_loss", "model.moe.aux_loss_coeff=0.5"]
+    curves = {}
+    for backend, extra in (("torch", []), ("megatron", ["backend.dataset=native"])):
+        run = tmp_path / backend / "run"
+        result = primus(f"hydra.run.dir={run}", f"backend={backend}", *common, *extra, cwd=tmp_path, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+        curves[backend] = losses(run)
+    assert_same_curve(curves["megatron"], curves["torch"])
