@@ -10,3 +10,6 @@ needs_megatron_core = pytest.mark.skipif(not module_findable("megatron.core", []
                                          reason="megatron-core is not installed (pip install 'primus-hydra[megatron]')")
 needs_torchtitan = pytest.mark.skipif(not (module_findable("torchtitan", []) and module_findable("triton", [])),
                                       reason="torchtitan or triton is not installed (pip install 'primus-hydra[torchtitan]')")
+needs_megatron_bridge = pytest.mark.skipif(
+    not (module_findable("megatron.bridge", []) and module_findable("megatron.core", [])),
+    reason="megatron-bridge is not installed (bash scripts/setup.sh installs megatron-bridge==0.3.1 --no-deps)")

@@ -70,7 +70,7 @@ native = MoE(moe_model(router_score_function=case["score"], load_balancing_type=
 for param in (native.w1, native.w2, native.w3):
     torch.nn.init.normal_(param, std=0.1)
 native.router.weight.data.copy_(case["weight"])
-balance_over_data_parallel(native, None)
+balance_over_data_parallel(native, None, torch.distributed.get_world_size())
 native.train()
 native_losses = []
 for x in micro_batches:

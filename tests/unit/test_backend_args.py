@@ -157,6 +157,21 @@ def test_maxtext_deepseek_gets_moe_and_mla_keys(compose_config, tmp_path):
     assert (config["ici_expert_parallelism"], config["ici_data_parallelism"]) == (8, -1)  # the rest: 8 / ep 8
 
 
+@pytest.mark.parametrize("model, block", [("qwen3_8b", "qwen3"), ("qwen3_30b_a3b", "qwen3_moe")])
+def test_maxtext_qwen3_with_experts_is_its_moe_block(compose_config, tmp_path, model, block):
+    """MaxText's qwen3 decoder block is the dense layer: a Qwen3 MoE needs its qwen3_moe block."""
+    config = dry_run(compose_config, tmp_path, "backend=maxtext", f"model={model}", *EIGHT_GPUS)
+    assert config["decoder_block"] == block
+
+
+@pytest.mark.parametrize("backend", ["torch", "megatron", "torchtitan"])
+def test_module_peft_on_a_backend_without_adapters_is_one_line(compose_config, backend):
+    cfg = compose_config(f"backend={backend}", "module.peft.method=lora")
+    assert load_adapter(cfg, parallel_layout(cfg, 1)).peft_failures() == [
+        f"module.peft.method=lora: backend={backend} trains no adapters; use backend=megatron_bridge (Megatron-Bridge's "
+        "LoRA), or module.peft.method=null to train every weight"]
+
+
 # -- megatron_bridge, hummingbirdxt ---------------------------------------------------------------------------
 def test_megatron_bridge_sections_carry_the_canonical_values(compose_config, tmp_path):
     config = dry_run(compose_config, tmp_path, "backend=megatron_bridge", "model=llama3.1_8b", *EIGHT_GPUS, "module.parallel.tp=2")

@@ -138,6 +138,14 @@ class BackendAdapter(ABC):
         job is prepared only once every other check has passed, so that a refused job never imports them."""
         return []
 
+    def peft_failures(self) -> list[str]:
+        """module.peft on a backend that trains no adapters: one line."""
+        method = self.cfg.module.get("peft", {}).get("method")
+        if method and not self.traits.lora:
+            return [f"module.peft.method={method}: backend={self.name} trains no adapters; use backend=megatron_bridge "
+                    f"(Megatron-Bridge's LoRA), or module.peft.method=null to train every weight"]
+        return []
+
     def requirement_failures(self) -> list[str]:
         """The modules a real run imports, looked up without importing them (in the source tree too): one line
         naming what is missing and how to get it. The runtime imports them for real (prepare_backend)."""

@@ -94,7 +94,7 @@ class ExternalBackendAdapter(BackendAdapter):
         if data.source == "indexed" and not self.reads_indexed_data:
             failures.append(f"module.data.source=indexed: backend={self.name} does not read Megatron's indexed "
                             f"datasets (backend=torch, megatron and torchtitan do)")
-        return failures + owned_extra_args_failures(self)
+        return failures + self.peft_failures() + owned_extra_args_failures(self)
 
     def training_failures(self) -> list[str]:
         if not self.trainer_classes and not self.cfg.backend.trainer:  # backend.trainer: the user brings one

@@ -59,6 +59,7 @@ class BackendTraits:
     # native weights folder (module.checkpoint.load with another backend); None: its steps are native already, or
     # no other backend loads them
     weight_converter: Optional[str] = None
+    lora: bool = False  # module.peft.method=lora: low-rank adapters trained, the base weights frozen
 
     def state_bytes(self, precision: str) -> tuple[int, int, int]:
         """Bytes per parameter a rank holds: weights, gradients, optimizer state."""

@@ -84,6 +84,23 @@ class DataConfig:
     packing: bool = False
 
 
+class PeftMethod(Choice):
+    lora = "lora"
+
+
+@dataclass
+class PeftConfig:
+    """Parameter-efficient fine-tuning: the base weights stay frozen, only the adapters train."""
+    method: Optional[PeftMethod] = None  # null: every weight trains | lora: low-rank adapters beside the targets
+    # LoRA's r (Megatron-Bridge's `dim`); 32 and alpha 32 are Bridge's defaults, which Primus's LoRA experiments use
+    rank: int = 32
+    alpha: float = 32.0  # the adapter's output is scaled by alpha / rank
+    dropout: float = 0.0  # on the adapter's input
+    # the linear layers that get an adapter, by megatron-core's names (Megatron-Bridge's and Primus's):
+    # linear_qkv (attention q/k/v), linear_proj (attention output), linear_fc1 (MLP gate/up), linear_fc2 (MLP down)
+    target_modules: list[str] = field(default_factory=lambda: ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"])
+
+
 @dataclass
 class LogConfig:
     interval: int = 10  # steps between log lines (metrics.jsonl gets every step)
@@ -120,3 +137,4 @@ class ModuleConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     data: DataConfig = field(default_factory=DataConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    peft: PeftConfig = field(default_factory=PeftConfig)

@@ -396,7 +396,7 @@ def map_megatron_bridge(module: TrainerModule, imported: Imported) -> None:
     if recipe and flavor:
         imported.canonical["backend.recipe"] = f"{recipe}.{flavor}"
     imported.take(params, "hf_path", "backend.hf_model_id")
-    imported.take(params, "peft", "backend.peft", lambda v: _SKIP if v in (None, "none") else v)
+    imported.take(params, "peft", "module.peft.method", lambda v: _SKIP if v in (None, "none") else v)
     if str(plain(params.get("stage", "pretrain"))) == "sft":
         imported.canonical["module.stage"] = "sft"
 

@@ -292,3 +292,24 @@ class CheckpointFolder:
             target = step_path.with_name(f"{step_path.name}{CORRUPT_SUFFIX}.{count}")
         step_path.rename(target)
         return target
+
+
+MEGATRON_LATEST = "latest_checkpointed_iteration.txt"
+
+
+def megatron_iteration_folder(path: Path) -> Optional[Path]:
+    """A checkpoint in Megatron's own layout, as Megatron-LM's and Megatron-Bridge's `save` write it (torch_dist
+    shards, no meta.json): an iter_XXXXXXX folder itself, or the save folder, whose latest_checkpointed_iteration.txt
+    names its newest one. None for anything else."""
+    path = Path(path).expanduser()
+    if not path.is_dir() or (path / "meta.json").exists():
+        return None
+    if (path / ".metadata").is_file() and (path / "common.pt").is_file():
+        return path
+    latest = path / MEGATRON_LATEST
+    if latest.is_file():
+        text = latest.read_text(encoding="utf-8", errors="replace").strip()
+        if text.isdigit():
+            folder = path / f"iter_{int(text):07d}"
+            return folder if (folder / ".metadata").is_file() else None
+    return None

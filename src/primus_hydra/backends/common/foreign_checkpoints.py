@@ -24,9 +24,11 @@ from primus_hydra.errors import CheckpointError
 
 
 @contextlib.contextmanager
-def weights_in_native_format(step_dir: Path, run_dir: Path, model_cfg: Any) -> Iterator[Path]:
-    """Collective: `step_dir` itself when it is a native checkpoint, else its converted copy while the block runs."""
-    converter = weight_converter(read_meta(step_dir)[0].get("backend"))
+def weights_in_native_format(step_dir: Path, run_dir: Path, model_cfg: Any, backend: Optional[str] = None) -> Iterator[Path]:
+    """Collective: `step_dir` itself when it is a native checkpoint, else its converted copy while the block runs.
+    `backend`: the backend whose converter reads it, for a folder without the project's meta.json (a Megatron-format
+    iteration folder: megatron)."""
+    converter = weight_converter(backend or read_meta(step_dir)[0].get("backend"))
     if converter is None:
         yield step_dir
         return

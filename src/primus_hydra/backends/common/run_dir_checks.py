@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from primus_hydra.backends.common.checkpoint_paths import CheckpointFolder, read_meta
+from primus_hydra.backends.common.checkpoint_paths import CheckpointFolder, megatron_iteration_folder, read_meta
 from primus_hydra.backends.common.hf_folder import check_hf_folder, is_hf_folder
 from primus_hydra.config.model_math import count_parameters
 from primus_hydra.errors import CheckpointError
@@ -63,8 +63,10 @@ def named_steps(ckpt: Any, folder: Optional[CheckpointFolder]) -> list[NamedStep
             newest = folder.newest_with_meta()
             found += [NamedStep(key, spec, *newest)] if newest else []
             continue
-        if not Path(str(spec)).expanduser().exists() or (key == LOAD and is_hf_folder(Path(str(spec)))):
-            continue  # a missing path is the orchestrator's line, an HF folder hf_load_failures' lines
+        foreign = key == LOAD and (is_hf_folder(Path(str(spec))) or megatron_iteration_folder(Path(str(spec))))
+        if not Path(str(spec)).expanduser().exists() or foreign:
+            continue  # a missing path is the orchestrator's line, an HF folder hf_load_failures' lines, a
+            # Megatron-format folder (Megatron-LM's or Bridge's save) is read when converted
         try:
             path = CheckpointFolder(Path(str(spec))).resolve(str(spec), key)
             found.append(NamedStep(key, str(spec), path, read_meta(path)[0]))

@@ -41,7 +41,8 @@ def build_maxtext_config(cfg: DictConfig, run_dir: Path, layout: ParallelLayout)
 
 def model_config(model: DictConfig) -> dict:
     config = {
-        "decoder_block": DECODER_BLOCKS.get(model.family, "llama2"),
+        # MaxText's qwen3 block is the dense layer: a Qwen3 MoE is its qwen3_moe block
+        "decoder_block": "qwen3_moe" if model.family == "qwen3" and model.moe.num_experts else DECODER_BLOCKS.get(model.family, "llama2"),
         "base_emb_dim": model.hidden_size,
         "base_num_query_heads": model.num_attention_heads,
         "base_num_kv_heads": model.num_kv_heads,

@@ -1,6 +1,10 @@
 """backend=megatron_bridge: the canonical config as Megatron-Bridge ConfigContainer sections (args.py)."""
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
+from primus_hydra.backends.common.checkpoint_paths import megatron_iteration_folder
 from primus_hydra.backends.external import ExternalBackendAdapter
 from primus_hydra.backends.megatron.traits import MEGATRON_CORE_TRAITS
 from primus_hydra.backends.megatron_bridge.args import build_megatron_bridge_config
@@ -25,7 +29,7 @@ class MegatronBridgeAdapter(ExternalBackendAdapter):
     )
     stages = ("pretrain", "sft")
     library = "Megatron-Bridge"
-    traits = MEGATRON_CORE_TRAITS
+    traits = dataclasses.replace(MEGATRON_CORE_TRAITS, lora=True)  # Megatron-Bridge's PEFT
     # sft is pretrain() on the SFT batches (their loss mask), from the weights of module.checkpoint.load
     trainer_classes = {stage: "primus_hydra.backends.megatron_bridge.trainer.MegatronBridgeTrainer"
                        for stage in ("pretrain", "sft")}
@@ -37,6 +41,11 @@ class MegatronBridgeAdapter(ExternalBackendAdapter):
 
     def validate(self) -> list[str]:
         failures = super().validate()
+        load = self.cfg.module.checkpoint.load
+        if self.cfg.module.peft.method and not (load and megatron_iteration_folder(Path(str(load)))):
+            failures.append(f"module.peft.method={self.cfg.module.peft.method}: Megatron-Bridge's PEFT starts from a "
+                            f"pretrained checkpoint in Megatron's layout (module.checkpoint.load={load}); point it at a "
+                            f"backend=megatron_bridge or Megatron-LM save folder (its iter_XXXXXXX or the folder above)")
         if self.on_cpu and self.stage in self.trainer_classes and not self.cfg.task.get("dry_run", False):
             failure = cpu_support_failure(self.detect_backend_version())
             if failure and self.detect_backend_version() is not None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from primus_hydra.backends.common.hf_folder import is_hf_folder
 from primus_hydra.backends.external import merge_extra_args, wants_checkpoints
 from primus_hydra.backends.megatron.args import mla_args, model_args, moe_args, optimizer_args, scheduler_args
 from primus_hydra.backends.megatron_bridge.keys import MEGATRON_BRIDGE_KEYS
@@ -56,7 +57,8 @@ def build_megatron_bridge_config(cfg: DictConfig, run_dir: Path) -> dict:
             "save_interval": ckpt.interval or m.train_iters,
             # resume: the full state (optimizer, step); auto resumes from the run's own folder when it has one
             "load": save_dir if ckpt.resume == "auto" else (str(ckpt.resume) if ckpt.resume else None),
-            "pretrained_checkpoint": str(ckpt.load) if ckpt.load else None,  # weights to fine-tune from
+            # weights to fine-tune from, in Megatron's layout (an HF folder is read by AutoBridge, see trainer.py)
+            "pretrained_checkpoint": str(ckpt.load) if ckpt.load and not is_hf_folder(Path(str(ckpt.load))) else None,
         },
         "logger": {
             **MEGATRON_BRIDGE_KEYS.translate(m.log, "logger"),
@@ -72,6 +74,8 @@ def build_megatron_bridge_config(cfg: DictConfig, run_dir: Path) -> dict:
             "seq_length": m.seq_length,
             "data_path": None if mock else (str(m.data.path) if m.data.path else None),
         },
-        "peft": backend.peft,
+        # Megatron-Bridge's LoRA (megatron.bridge.peft.lora.LoRA) fields; null: every weight trains
+        "peft": {"method": "lora", "target_modules": list(m.peft.target_modules), "dim": m.peft.rank,
+                 "alpha": m.peft.alpha, "dropout": m.peft.dropout} if m.peft.method else None,
     }
     return merge_extra_args(config, backend.extra_args)

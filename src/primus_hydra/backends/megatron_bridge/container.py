@@ -22,9 +22,10 @@ from primus_hydra.errors import PrimusError
 _PROVIDER_NAMES = {"max_sequence_length": "seq_length"}
 
 
-def model_provider(model_args: dict, device_type: str, init_weights: Callable[[Any], None]) -> GPTModelProvider:
+def model_provider(model_args: dict, device_type: str, init_weights: Callable[[list], list]) -> GPTModelProvider:
     """The provider of the translated architecture; megatron-core's local layer spec unless Transformer Engine is
-    used (GPUs with TE), and `init_weights` run on each model chunk before Bridge wraps it."""
+    used (GPUs with TE), and `init_weights` (this rank's model chunks -> the same chunks) run before Bridge wraps
+    them."""
     from primus_hydra.backends.megatron.core_model import uses_transformer_engine
 
     use_te = uses_transformer_engine(model_args, device_type)
@@ -39,7 +40,7 @@ def model_provider(model_args: dict, device_type: str, init_weights: Callable[[A
     if not use_te:
         fields["transformer_layer_spec"] = _local_layer_spec
     provider = GPTModelProvider(**fields)
-    provider.register_pre_wrap_hook(lambda chunks: [_initialised(chunk, init_weights) for chunk in chunks])
+    provider.register_pre_wrap_hook(init_weights)
     return provider
 
 
@@ -64,11 +65,6 @@ def _core_defaults_where_bridge_differs(config_class: type) -> dict:
 
 def _local_layer_spec(config: Any, vp_stage: Optional[int] = None) -> Any:
     return layer_spec(config, use_te=False, vp_stage=vp_stage)
-
-
-def _initialised(chunk: Any, init_weights: Callable[[Any], None]) -> Any:
-    init_weights(chunk)
-    return chunk
 
 
 class StepSequences(torch.utils.data.Dataset):
@@ -110,7 +106,7 @@ class ProjectBatches(bridge.DatasetProvider):
 
 
 def config_container(cfg: Any, args: dict, run_dir: Path, device_type: str, rank: int,
-                     init_weights: Callable[[Any], None]) -> bridge.ConfigContainer:
+                     init_weights: Callable[[list], list]) -> bridge.ConfigContainer:
     module = cfg.module
     return bridge.ConfigContainer(
         model=model_provider(args["model"], device_type, init_weights),
@@ -126,4 +122,14 @@ def config_container(cfg: Any, args: dict, run_dir: Path, device_type: str, rank
         checkpoint=bridge.CheckpointConfig(**{key: value for key, value in args["checkpoint"].items() if value is not None}),
         dist=bridge.DistributedInitConfig(distributed_backend="nccl" if device_type == "cuda" else "gloo"),
         rng=bridge.RNGConfig(**args["rng"]),
+        peft=lora(args["peft"]) if args.get("peft") else None,
     )
+
+
+def lora(section: dict) -> Any:
+    """Megatron-Bridge's LoRA for the translated `peft` section: adapters beside the target linear layers, the base
+    weights frozen (Bridge then saves and trains the adapters only)."""
+    from megatron.bridge.peft.lora import LoRA
+
+    fields = {key: value for key, value in section.items() if key != "method"}
+    return LoRA(**fields)

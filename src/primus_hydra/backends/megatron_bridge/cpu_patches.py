@@ -105,6 +105,20 @@ def allow_import_without_transformer_engine() -> None:
     sys.meta_path.insert(0, _PeftWithoutTransformerEngine())
 
 
+def _without_transformer_engine(ctx: PatchContext) -> bool:
+    return importlib.util.find_spec("transformer_engine") is None
+
+
+@register_patch("megatron_bridge.peft.without_transformer_engine", backend="megatron_bridge", phase="setup",
+                priority=9, backend_versions=CPU_PATCH_VERSIONS, condition=_without_transformer_engine)
+def peft_without_transformer_engine(ctx: Optional[PatchContext]) -> None:
+    """Without Transformer Engine, megatron-core still defines its TE layer names (as stand-ins that are no classes),
+    so Bridge's PEFT believes TE is there and its isinstance checks fail: told it is not."""
+    from megatron.bridge.peft import utils
+
+    utils.HAVE_TE = False
+
+
 @register_patch("megatron_bridge.cpu.torch_cuda", backend="megatron_bridge", phase="setup", priority=10,
                 backend_versions=CPU_PATCH_VERSIONS, condition=runs_on_cpu, tags=("cpu",))
 def torch_cuda_on_cpu(ctx: Optional[PatchContext]) -> None:
@@ -183,6 +197,7 @@ def tensor_moves_on_cpu(ctx: Optional[PatchContext]) -> None:
 
 
 def install_cpu_support() -> None:
-    """All megatron_bridge.cpu.* patches at once, outside a run (tests)."""
-    for patch in (torch_cuda_on_cpu, initialize_on_cpu, tensor_moves_on_cpu):
+    """All megatron_bridge.cpu.* patches at once, outside a run (tests), Bridge made importable first."""
+    allow_import_without_transformer_engine()
+    for patch in (peft_without_transformer_engine, torch_cuda_on_cpu, initialize_on_cpu, tensor_moves_on_cpu):
         patch(None)

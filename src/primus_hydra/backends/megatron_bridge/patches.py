@@ -20,3 +20,24 @@ def warmup_from_first_step(ctx: PatchContext) -> None:
     module = ctx.cfg.module
     optim.OptimizerParamScheduler = warming_up_from_first_step(OptimizerParamScheduler, int(module.warmup_iters),
                                                                int(module.global_batch_size))
+
+
+@register_patch("megatron_bridge.checkpoint.in_process_save", backend="megatron_bridge", phase="setup",
+                backend_versions=CPU_PATCH_VERSIONS)
+def in_process_save(ctx: PatchContext) -> None:
+    """megatron-core's torch_dist save hands the write to forked writers reporting through a multiprocessing Manager
+    it starts with spawn and never stops: the Manager outlives the run (holding its stdout) and a writer that dies
+    leaves the trainer waiting forever. Bridge's synchronous saves write the same torch_dist files in this process
+    instead (megatron/checkpoint_strategy.py, what backend=megatron uses)."""
+    from megatron.bridge.training import checkpointing
+
+    from primus_hydra.backends.megatron.checkpoint_strategy import in_process_save_strategy
+
+    library_default = checkpointing.get_default_save_sharded_strategy
+
+    def save_strategy(backend: str = "torch_dist", *args, **kwargs):
+        if backend == "torch_dist" and not ctx.backend_args["checkpoint"].get("async_save"):
+            return in_process_save_strategy()
+        return library_default(backend, *args, **kwargs)
+
+    checkpointing.get_default_save_sharded_strategy = save_strategy

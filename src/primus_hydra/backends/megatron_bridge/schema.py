@@ -6,20 +6,13 @@ from dataclasses import dataclass
 from typing import Optional
 
 from primus_hydra.backends.megatron.schema import MegatronDataset
-from primus_hydra.config.choices import Choice
 from primus_hydra.config.schema_run import BackendConfig
-
-
-class PeftMethod(Choice):
-    lora = "lora"
-    dora = "dora"
 
 
 @dataclass
 class MegatronBridgeBackendConfig(BackendConfig):
     recipe: Optional[str] = None  # Megatron-Bridge recipe name; null: derived from the model preset
     hf_model_id: Optional[str] = None
-    peft: Optional[PeftMethod] = None
     # the trainer's batches, as backend=megatron's core trainer reads them: auto (megatron.core.datasets for text
     # and indexed data, the project's own for mock and tokens) | megatron | native (backend=torch's, for parity)
     dataset: MegatronDataset = MegatronDataset.auto

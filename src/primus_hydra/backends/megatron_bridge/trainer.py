@@ -9,6 +9,7 @@ import importlib.metadata
 import logging
 import math
 import time
+from pathlib import Path
 from typing import Any, Optional
 
 from megatron.bridge.training.callbacks import Callback
@@ -17,6 +18,7 @@ from megatron.bridge.training.pretrain import pretrain
 
 from primus_hydra.backends.base import BaseTrainer
 from primus_hydra.backends.common.distributed import destroy_parallel_state, set_up_rank
+from primus_hydra.backends.common.hf_folder import is_hf_folder
 from primus_hydra.backends.common.metrics import MetricsLogger
 from primus_hydra.backends.common.step_loop import close_metrics, open_metrics
 from primus_hydra.backends.megatron.core_config import quiet_library_logs
@@ -39,6 +41,13 @@ class StepRecords(Callback):
         self.flops_per_token, self.world_size = flops_per_token, world_size
         self.last_loss: Optional[float] = None
         self._lr, self._started = 0.0, 0.0
+
+    def on_train_start(self, context: Any) -> None:
+        parameters = [param for chunk in context.model for param in chunk.parameters()]
+        trained = sum(param.numel() for param in parameters if param.requires_grad)
+        total = sum(param.numel() for param in parameters)
+        if trained < total:  # module.peft: the adapters train, the base weights stay as loaded
+            log.info("parameters this rank trains: %s of %s (the rest frozen)", f"{trained:,}", f"{total:,}")
 
     def on_train_step_start(self, context: Any) -> None:
         self._lr = float(context.optimizer.param_groups[0]["lr"])
@@ -75,10 +84,18 @@ class MegatronBridgeTrainer(BaseTrainer):
 
     def init(self) -> None:
         model, module = self.cfg.model, self.cfg.module
+        load = module.checkpoint.load
+        hf_folder = Path(str(load)).expanduser() if load and is_hf_folder(Path(str(load))) else None
 
-        def init_weights(chunk: Any) -> None:  # any layout: the weights backend=torch draws for the seed
-            if not model.mla.enabled:
+        def init_weights(chunks: list) -> list:
+            for chunk in chunks:  # any layout: the weights backend=torch draws for the seed
                 init_like_native(chunk, model, module.seed)
+            if hf_folder is not None:  # Bridge's own converter, for the HF architecture the folder names
+                from megatron.bridge import AutoBridge
+
+                AutoBridge.from_hf_pretrained(str(hf_folder)).load_hf_weights(chunks)
+                log.info("initial weights loaded from the Hugging Face folder %s (Megatron-Bridge's AutoBridge)", hf_folder)
+            return chunks
 
         self.container = config_container(self.cfg, self.backend_args, self.run_dir, self.device.type, self.dist.rank,
                                           init_weights)

@@ -29,7 +29,7 @@ class TorchAdapter(BackendAdapter):
     )
 
     def validate(self) -> list[str]:
-        failures = self._layout_failures()
+        failures = self._layout_failures() + self.peft_failures()
         if self.cfg.backend.extra_args:
             failures.append(f"backend.extra_args={OmegaConf.to_container(self.cfg.backend.extra_args)}: backend=torch "
                             "has no native arguments to pass them to; its knobs are module.*, model.* and backend.*")

@@ -20,6 +20,7 @@ from primus_hydra.config.model_math import shared_expert_ffn_hidden_size
 from primus_hydra.errors import PrimusError
 
 _NO_GROUP_GIVEN = object()  # balance_over_data_parallel was not called (None is the default process group)
+_ALONE = object()  # balance_over_data_parallel with one data-parallel rank: nothing to sum
 
 
 def router_scores(logits: torch.Tensor, score_function: str) -> torch.Tensor:
@@ -99,7 +100,7 @@ class MoE(nn.Module):
         return loss
 
     def _data_parallel_size(self) -> int:
-        if not dist.is_initialized() or dist.get_world_size() == 1:
+        if not dist.is_initialized() or dist.get_world_size() == 1 or self.data_parallel_group is _ALONE:
             return 1
         if self.data_parallel_group is _NO_GROUP_GIVEN:
             raise PrimusError("model.moe.load_balancing_type=global_aux_loss: this MoE layer was not told its "
@@ -139,9 +140,10 @@ class MoE(nn.Module):
         return out.view(shape)
 
 
-def balance_over_data_parallel(model: nn.Module, group) -> None:
+def balance_over_data_parallel(model: nn.Module, group, data_parallel_size: int) -> None:
     """global_aux_loss counts the experts' loads over `group`: the ranks that see other tokens of the global batch
-    (the data-parallel group; None: the default group)."""
+    (the data-parallel group; None: the default group). With data_parallel_size 1 nothing is summed (the other
+    ranks, of tp or pp, see the same tokens or none)."""
     for module in model.modules():
         if isinstance(module, MoE):
-            module.data_parallel_group = group
+            module.data_parallel_group = group if data_parallel_size > 1 else _ALONE

@@ -13,7 +13,7 @@ from typing import Any, Optional
 import torch
 
 from primus_hydra.backends.common.checkpoint import CheckpointManager
-from primus_hydra.backends.common.checkpoint_paths import step_of
+from primus_hydra.backends.common.checkpoint_paths import megatron_iteration_folder, step_of
 from primus_hydra.backends.common.data import TokenBatches, token_loss
 from primus_hydra.backends.common.distributed import (
     clip_grad_norm,
@@ -29,6 +29,7 @@ from primus_hydra.backends.common.peak_memory import PeakMemory
 from primus_hydra.backends.common.step_loop import StepLoopTrainer
 from primus_hydra.backends.torch.args import TorchTrainingArgs
 from primus_hydra.backends.torch.model import build_model_on_meta, materialize
+from primus_hydra.backends.torch.moe import balance_over_data_parallel
 from primus_hydra.backends.torch.optim import build_optimizer, learning_rate
 from primus_hydra.backends.torch.parallelize import shard, wrap_data_parallel
 from primus_hydra.config.model_math import count_parameters, training_flops_per_token
@@ -86,6 +87,7 @@ class TorchTrainer(StepLoopTrainer):
         # built on the meta device and split by the layout; then each rank makes storage and weights for its own
         # shards only (the same values whatever the layout: weights.py), and DDP wraps where ranks hold replicas
         self.model = shard(build_model_on_meta(args.model), self.parallel)
+        balance_over_data_parallel(self.model, self.parallel.dp_group, self.layout.dp)  # global_aux_loss: over dp
         if self.starts_from_hf:  # restore() reads every weight from the folder: drawing them first is wasted time
             self.model.to_empty(device=self.device)
         else:
@@ -233,6 +235,11 @@ class TorchTrainer(StepLoopTrainer):
 
             load_hf_into_native(Path(ckpt.load).expanduser(), self.model)
             log.info("initial weights loaded from the Hugging Face folder %s", ckpt.load)
+        elif ckpt.load and megatron_iteration_folder(Path(ckpt.load)) is not None:  # Megatron-LM's or Bridge's save
+            source = megatron_iteration_folder(Path(ckpt.load))
+            with weights_in_native_format(source, self.run_dir, self.backend_args.model, backend="megatron") as weights:
+                CheckpointManager.load(weights, "module.checkpoint.load", self.model, None, model_name)
+            log.info("initial weights loaded from the Megatron-format checkpoint %s", source)
         elif ckpt.load:
             source, _ = self.checkpoints.find(ckpt.load, "module.checkpoint.load")
             with weights_in_native_format(source, self.run_dir, self.backend_args.model) as weights:
