@@ -164,12 +164,25 @@ def test_maxtext_qwen3_with_experts_is_its_moe_block(compose_config, tmp_path, m
     assert config["decoder_block"] == block
 
 
-@pytest.mark.parametrize("backend", ["torch", "megatron", "torchtitan"])
+@pytest.mark.parametrize("backend", ["megatron", "torchtitan", "maxtext"])
 def test_module_peft_on_a_backend_without_adapters_is_one_line(compose_config, backend):
     cfg = compose_config(f"backend={backend}", "module.peft.method=lora")
     assert load_adapter(cfg, parallel_layout(cfg, 1)).peft_failures() == [
-        f"module.peft.method=lora: backend={backend} trains no adapters; use backend=megatron_bridge (Megatron-Bridge's "
-        "LoRA), or module.peft.method=null to train every weight"]
+        f"module.peft.method=lora: backend={backend} trains no adapters; use backend=torch or megatron_bridge "
+        "(Megatron-Bridge's LoRA), or module.peft.method=null to train every weight"]
+
+
+@pytest.mark.parametrize("overrides, line", [
+    (["module.peft.target_modules=[linear_qkv,router]"],
+     "module.peft.target_modules: 'router' is no LoRA target; allowed: linear_qkv, linear_proj, linear_fc1, linear_fc2"),
+    (["module.parallel.tp=2", "launch.nproc_per_node=2"],
+     "module.peft.method=lora: backend=torch adapts replicated models only (data parallel); got tp=2, pp=1, fsdp=false"),
+    (["model=deepseek_v2_lite"], "module.peft.method=lora: backend=torch has no LoRA targets in multi-latent attention "
+                                 "(model deepseek_v2_lite); use backend=megatron_bridge"),
+])
+def test_what_backend_torch_lora_does_not_cover_is_one_line(compose_config, overrides, line):
+    cfg = compose_config("module.peft.method=lora", *overrides)
+    assert line in load_adapter(cfg, parallel_layout(cfg, 2 if "launch.nproc_per_node=2" in overrides else 1)).validate()
 
 
 # -- megatron_bridge, hummingbirdxt ---------------------------------------------------------------------------

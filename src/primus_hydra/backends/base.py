@@ -142,8 +142,8 @@ class BackendAdapter(ABC):
         """module.peft on a backend that trains no adapters: one line."""
         method = self.cfg.module.get("peft", {}).get("method")
         if method and not self.traits.lora:
-            return [f"module.peft.method={method}: backend={self.name} trains no adapters; use backend=megatron_bridge "
-                    f"(Megatron-Bridge's LoRA), or module.peft.method=null to train every weight"]
+            return [f"module.peft.method={method}: backend={self.name} trains no adapters; use backend=torch or "
+                    f"megatron_bridge (Megatron-Bridge's LoRA), or module.peft.method=null to train every weight"]
         return []
 
     def requirement_failures(self) -> list[str]:

@@ -11,6 +11,7 @@ from primus_hydra.backends.base import BackendAdapter, BaseTrainer
 from primus_hydra.backends.common.data_sources import data_source_failures, data_source_warnings
 from primus_hydra.backends.common.run_dir_checks import checkpoint_load_warnings, existing_run_failures
 from primus_hydra.backends.torch.args import TorchTrainingArgs
+from primus_hydra.backends.torch.lora_targets import lora_failures
 from primus_hydra.backends.traits import BackendTraits
 from primus_hydra.config.paths import checkpoint_dir_of, writable_dir_failure
 
@@ -26,10 +27,11 @@ class TorchAdapter(BackendAdapter):
         dp_shards_beside_tp=True, bf16_parameter_gathers=False, bf16_by_autocast=True, native_activations=True,
         frees_gradients_between_steps=True,
         loader_processes=False,  # each step's batch is built from (seed, step) in the training process
+        lora=True,  # lora.py
     )
 
     def validate(self) -> list[str]:
-        failures = self._layout_failures() + self.peft_failures()
+        failures = self._layout_failures() + self.peft_failures() + lora_failures(self.cfg)
         if self.cfg.backend.extra_args:
             failures.append(f"backend.extra_args={OmegaConf.to_container(self.cfg.backend.extra_args)}: backend=torch "
                             "has no native arguments to pass them to; its knobs are module.*, model.* and backend.*")

@@ -28,6 +28,7 @@ from primus_hydra.backends.common.metrics import MfuBaseline, cpu_matmul_peak_tf
 from primus_hydra.backends.common.peak_memory import PeakMemory
 from primus_hydra.backends.common.step_loop import StepLoopTrainer
 from primus_hydra.backends.torch.args import TorchTrainingArgs
+from primus_hydra.backends.torch.lora import add_lora
 from primus_hydra.backends.torch.model import build_model_on_meta, materialize
 from primus_hydra.backends.torch.moe import balance_over_data_parallel
 from primus_hydra.backends.torch.optim import build_optimizer, learning_rate
@@ -92,12 +93,11 @@ class TorchTrainer(StepLoopTrainer):
             self.model.to_empty(device=self.device)
         else:
             materialize(self.model, self.device, module.seed)
-        self.train_module = wrap_data_parallel(self.model, self.parallel)
         log.info("model %s: %s parameters", args.model.name, f"{count_parameters(args.model):,}")
-        if module.compile:
-            self.train_module = torch.compile(self.train_module)
-        self.optimizer = build_optimizer(self.model, module.lr, module.weight_decay,
-                                         (module.adam_beta1, module.adam_beta2), module.adam_eps)
+        # module.peft: the adapters come after the base weights (restore), and DDP and the optimizer after them
+        self.train_module = self.optimizer = None
+        if not module.peft.method:
+            self._wrap_and_optimize()
         self.data = TokenBatches.for_module(module, args.model.vocab_size)
         self.pipeline = None
         if args.layout.pp > 1:  # torch.distributed.pipelining costs ~0.4 s to import: only when used
@@ -106,6 +106,23 @@ class TorchTrainer(StepLoopTrainer):
             self.pipeline = PipelineRunner(self.model, self.parallel, self.device, str(module.parallel.pp_schedule),
                                            module.micro_batch_size)
         self.flops_per_token = training_flops_per_token(args.model, module.seq_length)
+
+    def _wrap_and_optimize(self) -> None:
+        module = self.backend_args.module
+        self.train_module = wrap_data_parallel(self.model, self.parallel)
+        if module.compile:
+            self.train_module = torch.compile(self.train_module)
+        self.optimizer = build_optimizer(self.model, module.lr, module.weight_decay,
+                                         (module.adam_beta1, module.adam_beta2), module.adam_eps)
+
+    def _add_adapters(self) -> None:
+        """module.peft.method=lora: adapters on the loaded base weights, the base frozen; then DDP and the optimizer
+        (over the adapters only)."""
+        module = self.backend_args.module
+        trained, total = add_lora(self.model, module.peft, module.seed)
+        log.info("LoRA (rank %d, alpha %g) on %s: this rank trains %s of %s parameters (the rest frozen)",
+                 module.peft.rank, module.peft.alpha, ", ".join(module.peft.target_modules), f"{trained:,}", f"{total:,}")
+        self._wrap_and_optimize()
 
     @property
     def starts_from_hf(self) -> bool:
@@ -216,7 +233,10 @@ class TorchTrainer(StepLoopTrainer):
     def restore(self, path: Optional[Path]) -> None:
         ckpt = self.backend_args.module.checkpoint
         model_name, key = self.backend_args.model.name, "module.checkpoint.resume"
+        adapters = bool(self.backend_args.module.peft.method)
         if path is not None:
+            if adapters:  # the run's own checkpoint holds the adapters and their optimizer state
+                self._add_adapters()
             trainer_state = CheckpointManager.load(path, key, self.model, self.optimizer, model_name)
             self.start_step = int(trainer_state["step"])
             torch.set_rng_state(trainer_state["torch_rng"])
@@ -245,3 +265,5 @@ class TorchTrainer(StepLoopTrainer):
             with weights_in_native_format(source, self.run_dir, self.backend_args.model) as weights:
                 CheckpointManager.load(weights, "module.checkpoint.load", self.model, None, model_name)
             log.info("initial weights loaded from %s", source)
+        if adapters and path is None:  # on the base weights just loaded (or drawn)
+            self._add_adapters()
