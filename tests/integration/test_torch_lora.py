@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from helpers.cli import primus
-from helpers.curves import assert_same_curve, losses
+from helpers.curves import assert_same_curve, eval_losses, losses
 from helpers.overrides import SHORT_RUN
 from primus_hydra.backends.common.foreign_checkpoints import read_checkpoint_tensors
 
@@ -58,3 +58,23 @@ def test_a_stopped_lora_run_resumes_on_the_uninterrupted_curve(tmp_path, base):
     run(stopped, *LORA, load, "module.train_iters=6", "module.exit_interval=3")
     resumed = run(stopped, *LORA, load, "module.train_iters=6", "module.checkpoint.resume=auto")
     assert_same_curve(resumed, whole)
+
+
+def test_an_exported_lora_run_is_the_adapted_model_and_its_step_is_not_loaded_as_plain_weights(tmp_path, base):
+    """task=export folds each adapter into its weight (W + alpha/r B A): the HF folder evaluates as the LoRA model
+    did (the same held-out batches; an lr of 1e-12 for the one step before that evaluation). A LoRA step named as
+    plain weights is one line saying so."""
+    evaluate = ["module.eval_interval=5", "module.eval_iters=2"]
+    lora = tmp_path / "lora"
+    run(lora, *LORA, f"module.checkpoint.load={base}", *evaluate)
+    exported = tmp_path / "exported"
+    result = primus("task=export", f"task.checkpoint={lora}", f"task.out={exported}", "task.dtype=fp32", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    from_export = tmp_path / "from_export"
+    run(from_export, f"model.from_hf={exported}", f"module.checkpoint.load={exported}", "module.train_iters=1",
+        "module.warmup_iters=0", "module.lr=1e-12", "module.eval_interval=1", "module.eval_iters=2")
+    assert eval_losses(from_export)[1] == pytest.approx(eval_losses(lora)[5], rel=1e-6)
+    result = primus(f"hydra.run.dir={tmp_path / 'plain'}", *SHORT_RUN, f"module.checkpoint.load={lora / 'checkpoints'}",
+                    cwd=tmp_path)
+    assert result.returncode != 0
+    assert "is a LoRA run's step (adapters beside frozen weights); export it with task=export" in result.stderr

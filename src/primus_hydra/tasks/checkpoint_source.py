@@ -125,6 +125,11 @@ def native_state_dict(source: CheckpointSource) -> dict:
 
     converter = weight_converter(source.backend)
     if converter is None:
+        peft = read_meta(source.step_dir)[0].get("peft")
+        if peft:  # a LoRA run's step: the adapted model, adapters folded into their weights
+            from primus_hydra.backends.torch.lora_targets import merged_adapters
+
+            return merged_adapters(read_native(source.step_dir), peft)
         return read_native(source.step_dir)
     with tempfile.TemporaryDirectory(prefix="primus_native_") as scratch:
         out = Path(scratch) / source.step_dir.name

@@ -108,6 +108,9 @@ def load_failure(step: NamedStep, backend: str, model: Any) -> Optional[str]:
     if step.other_parameters(count):
         return (f"{_where(step)} holds the weights of model={step.model} ({step.parameters:,} parameters); this run "
                 f"builds model={model.name} with {count:,}: they cannot load into it")
+    if step.meta.get("peft"):
+        return (f"{_where(step)} is a LoRA run's step (adapters beside frozen weights); export it with "
+                f"task=export task.checkpoint={step.path} (the adapters merged) and load that folder")
     return None
 
 

@@ -29,6 +29,7 @@ from primus_hydra.backends.common.peak_memory import PeakMemory
 from primus_hydra.backends.common.step_loop import StepLoopTrainer
 from primus_hydra.backends.torch.args import TorchTrainingArgs
 from primus_hydra.backends.torch.lora import add_lora
+from primus_hydra.backends.torch.lora_targets import peft_meta
 from primus_hydra.backends.torch.model import build_model_on_meta, materialize
 from primus_hydra.backends.torch.moe import balance_over_data_parallel
 from primus_hydra.backends.torch.optim import build_optimizer, learning_rate
@@ -228,6 +229,8 @@ class TorchTrainer(StepLoopTrainer):
         meta = {"model": args.model.name, "backend": "torch", "stage": str(args.module.stage),
                 "world_size": layout.world_size,
                 "layout": {"pp": layout.pp, "dp": layout.dp, "tp": layout.tp, "fsdp": layout.fsdp}}
+        if args.module.peft.method:  # the adapters sit beside the frozen weights: task=export merges them
+            meta["peft"] = peft_meta(args.module.peft)
         return self.save_step(step, trainer_state, meta, model=self.model, optimizer=self.optimizer)
 
     def restore(self, path: Optional[Path]) -> None:
