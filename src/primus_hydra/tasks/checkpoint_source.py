@@ -127,7 +127,7 @@ def native_state_dict(source: CheckpointSource) -> dict:
     if converter is None:
         peft = read_meta(source.step_dir)[0].get("peft")
         if peft:  # a LoRA run's step: the adapted model, adapters folded into their weights
-            from primus_hydra.backends.torch.lora_targets import merged_adapters
+            from primus_hydra.backends.common.lora_weights import merged_adapters
 
             return merged_adapters(read_native(source.step_dir), peft)
         return read_native(source.step_dir)

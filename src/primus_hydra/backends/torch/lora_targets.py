@@ -1,6 +1,5 @@
-"""backend=torch's LoRA targets by megatron-core's layer names (module.peft.target_modules), what its LoRA does not
-cover (one line each), and the adapters of a LoRA step merged into its weights. No torch import: the adapter
-checks a config with it before launch."""
+"""backend=torch's LoRA targets by megatron-core's layer names (module.peft.target_modules), and what its LoRA does
+not cover, one line each. No torch import: the adapter checks a config with it before launch."""
 from __future__ import annotations
 
 from typing import Any
@@ -30,24 +29,3 @@ def lora_failures(cfg: Any) -> list[str]:
         failures.append(f"module.peft.rank={peft.rank}: must be >= 1")
     return failures
 
-
-ADAPTER_A, ADAPTER_B = ".lora.a", ".lora.b"
-
-
-def peft_meta(peft: Any) -> dict:
-    """What a LoRA run's step records in its meta.json (the merge needs alpha / rank)."""
-    return {"method": str(peft.method), "rank": int(peft.rank), "alpha": float(peft.alpha)}
-
-
-def merged_adapters(tensors: dict, peft: dict) -> dict:
-    """A LoRA step's tensors under native names with each adapter folded into the weight it adapts,
-    W + alpha / rank * B A (what the adapted model computes), and no adapter left."""
-    scale = float(peft["alpha"]) / int(peft["rank"])
-    merged = {key: tensor for key, tensor in tensors.items() if not key.endswith((ADAPTER_A, ADAPTER_B))}
-    for key, down in tensors.items():
-        if key.endswith(ADAPTER_A):
-            prefix = key[: -len(ADAPTER_A)]
-            weight = merged[prefix + ".weight"]
-            up = tensors[prefix + ADAPTER_B]
-            merged[prefix + ".weight"] = (weight.float() + scale * (up.float() @ down.float())).to(weight.dtype)
-    return merged

@@ -24,12 +24,12 @@ from primus_hydra.backends.common.distributed import (
 )
 from primus_hydra.backends.common.foreign_checkpoints import weights_in_native_format
 from primus_hydra.backends.common.hf_folder import is_hf_folder
+from primus_hydra.backends.common.lora_weights import peft_meta
 from primus_hydra.backends.common.metrics import MfuBaseline, cpu_matmul_peak_tflops
 from primus_hydra.backends.common.peak_memory import PeakMemory
 from primus_hydra.backends.common.step_loop import StepLoopTrainer
 from primus_hydra.backends.torch.args import TorchTrainingArgs
 from primus_hydra.backends.torch.lora import add_lora
-from primus_hydra.backends.torch.lora_targets import peft_meta
 from primus_hydra.backends.torch.model import build_model_on_meta, materialize
 from primus_hydra.backends.torch.moe import balance_over_data_parallel
 from primus_hydra.backends.torch.optim import build_optimizer, learning_rate
