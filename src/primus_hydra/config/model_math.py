@@ -14,10 +14,15 @@ Face checkpoints (names in comments):
   when router_enable_expert_bias (DeepSeek-V3's e_score_correction_bias, stored in the checkpoint);
   experts E*3*h*moe_ffn; shared experts 3*h*shared_ffn (shared_expert_ffn_hidden_size, or
   shared_experts*moe_ffn). Multi-token-prediction modules are not part of the model.
+- normalization=layernorm: every norm has a bias beside its weight.
+- a hybrid model (model.hybrid.layer_pattern): config/hybrid_math.py; its attention FLOPs come from the * layers
+  only, and the mixers' scans are not counted beyond their projections.
 """
 from __future__ import annotations
 
 from typing import Any, Optional
+
+from primus_hydra.config.hybrid_math import hybrid_layer_counts, mixer_layer_weights, norm_weights
 
 SWIGLU_MATRICES = 3  # gate, up and down projections
 
@@ -45,17 +50,17 @@ def _attention_weights(model: Any) -> tuple[int, int]:
         mla = model.mla
         q_width = heads * (mla.qk_nope_head_dim + mla.qk_rope_head_dim)
         if mla.q_lora_rank:
-            query, query_norm = h * mla.q_lora_rank + mla.q_lora_rank * q_width, mla.q_lora_rank
+            query, query_norm = h * mla.q_lora_rank + mla.q_lora_rank * q_width, norm_weights(model, mla.q_lora_rank)
         else:
             query, query_norm = h * q_width, 0
         key_value = h * (mla.kv_lora_rank + mla.qk_rope_head_dim)
         key_value += mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim)
         output = heads * mla.v_head_dim * h
-        return query + key_value + output, query_norm + mla.kv_lora_rank
+        return query + key_value + output, query_norm + norm_weights(model, mla.kv_lora_rank)
     hd = attention_head_dim(model)
     q_width, kv_width = heads * hd, model.num_kv_heads * hd
     matmul = h * q_width + 2 * h * kv_width + q_width * h
-    other = (q_width + 2 * kv_width if model.qkv_bias else 0) + (2 * hd if model.qk_norm else 0)
+    other = (q_width + 2 * kv_width if model.qkv_bias else 0) + (2 * norm_weights(model, hd) if model.qk_norm else 0)
     return matmul, other
 
 
@@ -63,8 +68,19 @@ def _is_moe(model: Any) -> bool:
     return model.moe.num_experts > 0
 
 
+def _is_hybrid(model: Any) -> bool:
+    return model.hybrid.layer_pattern is not None
+
+
 def _num_moe_layers(model: Any) -> int:
+    if _is_hybrid(model):
+        return hybrid_layer_counts(model)["E"]
     return model.num_layers - model.moe.first_dense_layers if _is_moe(model) else 0
+
+
+def num_attention_layers(model: Any) -> int:
+    """Layers with an attention block: every layer of a transformer, the * layers of a hybrid pattern."""
+    return hybrid_layer_counts(model)["*"] if _is_hybrid(model) else model.num_layers
 
 
 def shared_expert_ffn_hidden_size(model: Any) -> int:
@@ -88,9 +104,19 @@ def _transformer_weights(model: Any, active: bool) -> tuple[int, int]:
     h = model.hidden_size
     attn_matmul, attn_other = _attention_weights(model)
     moe_layers = _num_moe_layers(model)
-    dense_layers = model.num_layers - moe_layers
-    matmul = model.num_layers * attn_matmul + dense_layers * SWIGLU_MATRICES * h * model.ffn_hidden_size
-    other = model.num_layers * (attn_other + 2 * h) + h
+    if _is_hybrid(model):  # single-purpose layers, each with its own input norm
+        counts = hybrid_layer_counts(model)
+        mixer_matmul, mixer_other = mixer_layer_weights(model) if counts["M"] else (0, 0)
+        dense_layers = counts["-"]
+        matmul = counts["M"] * mixer_matmul + counts["*"] * attn_matmul
+        other = counts["M"] * mixer_other + counts["*"] * attn_other
+        other += (counts["*"] + counts["-"] + counts["E"]) * norm_weights(model, h)
+    else:
+        dense_layers = model.num_layers - moe_layers
+        matmul = model.num_layers * attn_matmul
+        other = model.num_layers * (attn_other + 2 * norm_weights(model, h))
+    matmul += dense_layers * SWIGLU_MATRICES * h * model.ffn_hidden_size
+    other += norm_weights(model, h)
     if moe_layers:
         experts = model.moe.top_k if active else model.moe.num_experts
         moe_matmul, moe_other = _moe_layer_weights(model, experts)
@@ -149,7 +175,7 @@ def training_flops_per_token(model: Any, seq_length: int) -> float:
     PaLM's 12 * L * H * Q * T (Chowdhery et al. 2022, appendix B). No causal-mask halving is applied (as in
     PaLM and Megatron-LM); activation recomputation is not counted. Norms, softmax and rotary are ignored.
     """
-    attention = 6 * model.num_layers * seq_length * model.num_attention_heads * (
+    attention = 6 * num_attention_layers(model) * seq_length * model.num_attention_heads * (
         query_key_head_dim(model) + value_head_dim(model)
     )
     return float(6 * count_active_matmul_parameters(model) + attention)

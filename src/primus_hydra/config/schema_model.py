@@ -84,6 +84,44 @@ class MLAConfig:
     v_head_dim: int = 128
 
 
+class Normalization(Choice):
+    rmsnorm = "rmsnorm"
+    layernorm = "layernorm"  # a weight and a bias per norm
+
+
+class PositionEmbedding(Choice):
+    rope = "rope"
+    none = "none"  # NoPE: no position signal outside the layers (latent attention keeps its own rotary part)
+
+
+class HybridMixer(Choice):
+    """What the `M` layers of a hybrid layer pattern are."""
+
+    mamba2 = "mamba2"  # megatron-core's MambaMixer (Mamba-2's state-space duality)
+    gated_delta_net = "gated_delta_net"  # Gated DeltaNet (the linear_* sizes)
+    kimi_delta_attention = "kimi_delta_attention"  # Kimi Delta Attention (the linear_* sizes; Primus's layer)
+
+
+@dataclass
+class HybridConfig:
+    """A hybrid (state-space) model: layer_pattern null means a plain transformer (attention + FFN per layer).
+
+    layer_pattern is Megatron's hybrid_override_pattern, one letter per layer: M a `mixer` layer, * an attention
+    layer, - an MLP layer, E a MoE layer; its length is model.num_layers (each letter is a whole layer)."""
+
+    layer_pattern: Optional[str] = None
+    mixer: HybridMixer = HybridMixer.mamba2
+    mamba_state_dim: int = 128  # SSM state size N
+    mamba_head_dim: int = 64
+    mamba_num_groups: int = 8  # groups sharing B and C
+    mamba_num_heads: Optional[int] = None  # null: 2 * hidden_size // mamba_head_dim (megatron-core's expand=2)
+    linear_conv_kernel_dim: int = 4  # gated_delta_net / kimi_delta_attention: short causal convolution width
+    linear_key_head_dim: int = 128
+    linear_value_head_dim: int = 128
+    linear_num_key_heads: int = 16
+    linear_num_value_heads: int = 32
+
+
 @dataclass
 class ModelConfig:
     name: str = MISSING
@@ -105,5 +143,8 @@ class ModelConfig:
     qkv_bias: bool = False
     qk_norm: bool = False  # RMSNorm on per-head q and k (Qwen3)
     init_std: float = 0.02
+    normalization: Normalization = Normalization.rmsnorm
+    position_embedding: PositionEmbedding = PositionEmbedding.rope
     moe: MoEConfig = field(default_factory=MoEConfig)
     mla: MLAConfig = field(default_factory=MLAConfig)
+    hybrid: HybridConfig = field(default_factory=HybridConfig)

@@ -17,6 +17,7 @@ from primus_hydra.config.derived_values import with_typed_sources
 from primus_hydra.config.layout import stage_layers
 from primus_hydra.config.schema_logger import check_logger
 from primus_hydra.config.targets import load_target
+from primus_hydra.config.validate_hybrid import check_hybrid_model
 from primus_hydra.config.validate_numbers import number_failures
 from primus_hydra.errors import ConfigValidationError
 
@@ -298,4 +299,4 @@ def _sweep(cfg: DictConfig, failures: list[str], warnings: list[str]) -> None:
 
 
 RULES: tuple[Rule, ...] = (_attention_heads, _mixture_of_experts, _pipeline_layers, _sequence, _learning_rate, _data,
-                           _platform, _launch, _patches, _sweep, check_logger)
+                           _platform, _launch, _patches, _sweep, check_logger, check_hybrid_model)

@@ -20,6 +20,7 @@ from typing import Any, Mapping, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from primus_hydra.backends.architecture_support import architecture_failures
 from primus_hydra.backends.base import load_adapter
 from primus_hydra.backends.translation import Translation, translate
 from primus_hydra.config.choices import auto_int, is_auto
@@ -123,6 +124,7 @@ def prepare(cfg: DictConfig, *, run_dir: Optional[Path] = None, world_size: Opti
     if plan is not None:
         adapter.runs_on_gpu = _runs_on_gpu(job, plan)
     failures += adapter.validate()
+    failures += architecture_failures(job.model, adapter.name, on_this_machine and trains, adapter.runs_on_gpu)
     warnings += adapter.warnings()
     failures += patch_failures(job)
     if on_this_machine and trains:

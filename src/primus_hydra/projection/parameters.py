@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from primus_hydra.config import model_math
+from primus_hydra.config.hybrid_math import mixer_layer_weights, norm_weights
 
 
 @dataclass(frozen=True)
@@ -61,17 +62,34 @@ def ffn_parameters(model: Any, layer: int) -> tuple[int, int, int]:
     return shared, replicated, moe.num_experts * model_math.SWIGLU_MATRICES * h * moe.ffn_hidden_size
 
 
+def layer_parameters(model: Any, layer: int) -> tuple[int, int, int]:
+    """(weights split over tp, replicated weights, routed-expert weights) of layer `layer`: attention and FFN in a
+    transformer; in a hybrid model the one block its letter of model.hybrid.layer_pattern names (a mixer layer's
+    weights are split over tp by heads, its input norm replicated)."""
+    pattern = model.hybrid.layer_pattern if hasattr(model, "hybrid") else None
+    if pattern is None:
+        attn_split, attn_replicated = attention_parameters(model)
+        ffn_split, ffn_replicated, ffn_experts = ffn_parameters(model, layer)
+        return attn_split + ffn_split, attn_replicated + ffn_replicated, ffn_experts
+    letter, norm = pattern[layer], norm_weights(model, model.hidden_size)
+    if letter == "M":
+        matmul, other = mixer_layer_weights(model)
+        return matmul + other - norm, norm, 0
+    if letter == "*":
+        return (*attention_parameters(model), 0)
+    return ffn_parameters(model, model.moe.first_dense_layers if letter == "E" else -1)
+
+
 def rank_parameters(model: Any, *, tp: int, ep: int, layer_ids: Sequence[int], first_stage: bool, last_stage: bool,
                     pp: int, pad_multiple: Optional[int]) -> RankParameters:
     """What one rank of a stage holding `layer_ids` keeps."""
     etp = tp if ep == 1 else 1
     split = replicated = experts = 0.0
-    attn_split, attn_replicated = attention_parameters(model)
     for layer in layer_ids:
-        ffn_split, ffn_replicated, ffn_experts = ffn_parameters(model, layer)
-        split += attn_split + ffn_split
-        replicated += attn_replicated + ffn_replicated
-        experts += ffn_experts
+        layer_split, layer_replicated, layer_experts = layer_parameters(model, layer)
+        split += layer_split
+        replicated += layer_replicated
+        experts += layer_experts
     vocab = model_math.padded_vocab(model.vocab_size, tp, pad_multiple)
     embedding = vocab * model.hidden_size
     if first_stage:

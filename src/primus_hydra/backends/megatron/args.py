@@ -12,6 +12,7 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from primus_hydra.backends.external import checkpoint_load_path, merge_extra_args, wants_checkpoints
+from primus_hydra.backends.megatron.hybrid_args import architecture_variant_args
 from primus_hydra.backends.megatron.keys import MEGATRON_KEYS
 from primus_hydra.config.layout import ParallelLayout
 from primus_hydra.config.model_math import attention_head_dim, shared_expert_ffn_hidden_size
@@ -22,6 +23,7 @@ def build_megatron_args(cfg: DictConfig, layout: ParallelLayout) -> dict:
     args.update(model_args(cfg.model))
     args.update(moe_args(cfg.model))
     args.update(mla_args(cfg.model))
+    args.update(architecture_variant_args(cfg.model))
     args.update(training_args(cfg.module))
     args.update(parallel_args(cfg, layout))
     args.update(data_args(cfg))

@@ -1,0 +1,39 @@
+"""Which backend builds which architecture choice of the canonical model: hybrid (state-space) layer patterns,
+NoPE and LayerNorm are built by megatron-core only, and its hybrid layers run only on GPU kernels.
+
+One line per refusal, naming the key, its value and what to do. Called once per job when it is prepared
+(orchestrator/prepare.py), for every backend, before anything is translated or started.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+# the backends whose model is megatron-core's (MambaModel for a hybrid pattern)
+MEGATRON_CORE_BACKENDS = ("megatron",)
+# what each mixer's layers need beyond megatron-core: kernels that exist for GPUs only
+MIXER_KERNELS = {"mamba2": "mamba_ssm and causal-conv1d (CUDA/Triton kernels)",
+                 "gated_delta_net": "flash-linear-attention's Triton kernels",
+                 "kimi_delta_attention": "flash-linear-attention's Triton kernels"}
+
+
+def architecture_failures(model: Any, backend: str, trains: bool, runs_on_gpu: Optional[bool]) -> list[str]:
+    """What `backend` cannot build of `model`; with trains, also what it cannot run where the job runs."""
+    pattern = model.hybrid.layer_pattern
+    if backend not in MEGATRON_CORE_BACKENDS:
+        failures = [f"model.{key}={value}: backend={backend} builds {allowed} only; backend=megatron builds {value} "
+                    f"(model={model.name})"
+                    for key, value, allowed in (("normalization", model.normalization, "rmsnorm"),
+                                                ("position_embedding", model.position_embedding, "rope"))
+                    if str(value) != allowed]
+        if pattern is not None:
+            failures.append(f"model.hybrid.layer_pattern={pattern}: backend={backend} builds transformers only; a "
+                            f"hybrid (state-space) model runs on backend=megatron (megatron-core's MambaModel)")
+        return failures
+    if pattern is None or not trains:
+        return []
+    mixer = str(model.hybrid.mixer)
+    if "M" in str(pattern) and not runs_on_gpu:
+        return [f"model.hybrid.mixer={mixer} (model.hybrid.layer_pattern={pattern}): its layers need {MIXER_KERNELS[mixer]}, "
+                f"which run on GPUs only; run it on a GPU machine, or use task.dry_run=true here"]
+    return [f"model.hybrid.layer_pattern={pattern}: backend={backend}'s trainers build GPT models; a hybrid model trains "
+            f"with Megatron-LM's own pretrain_mamba.py, given the arguments a dry run exports (backend_args.yaml)"]

@@ -1,0 +1,161 @@
+"""Hybrid (state-space) models, NoPE and LayerNorm in the canonical model: the one-line rules on model.hybrid.*,
+the backends that refuse them, backend=megatron's dry-run arguments (megatron-core's MambaModel), the parameter
+count and the projection of a small hybrid fixture (llama_tiny's sizes with a layer pattern)."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from helpers.compose import run_job
+from primus_hydra.config import model_math
+from primus_hydra.config.error_format import format_compose_error
+from primus_hydra.config.validate import validate_config
+from primus_hydra.errors import ConfigValidationError
+from primus_hydra.orchestrator.prepare import prepare
+from primus_hydra.projection.hardware import resolve_hardware
+from primus_hydra.projection.layout import layout_from_config
+from primus_hydra.projection.parameters import rank_parameters
+from primus_hydra.projection.project import project
+
+# llama_tiny (h 256, 8 heads, 4 KV heads, ffn 688, vocab 256) as four single-purpose layers; 16 Mamba heads of 32
+HYBRID = ("model.hybrid.layer_pattern='M*-M'", "model.hybrid.mamba_state_dim=16", "model.hybrid.mamba_head_dim=32",
+          "model.hybrid.mamba_num_groups=2")
+GDN = ("model.hybrid.mixer=gated_delta_net", "model.hybrid.linear_key_head_dim=32", "model.hybrid.linear_value_head_dim=32",
+       "model.hybrid.linear_num_key_heads=4", "model.hybrid.linear_num_value_heads=8")
+
+
+def failures_of(compose_config, *overrides: str) -> list[str]:
+    with pytest.raises(ConfigValidationError) as info:
+        validate_config(compose_config(*overrides))
+    return info.value.failures
+
+
+def prepare_failures(compose_config, *overrides: str) -> list[str]:
+    with pytest.raises(ConfigValidationError) as info:
+        prepare(compose_config(*overrides))
+    return info.value.failures
+
+
+# -- the rules on model.hybrid.* --------------------------------------------------------------------------------
+def test_a_hybrid_fixture_is_valid(compose_config):
+    assert validate_config(compose_config(*HYBRID)) == []
+    assert validate_config(compose_config(*HYBRID, *GDN)) == []
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["model.hybrid.layer_pattern='M*XM'"],
+     "model.hybrid.layer_pattern='M*XM': one letter per layer, each one of M mixer, * attention, - MLP, E MoE (not 'X')"),
+    (["model.hybrid.layer_pattern='M*-'"],
+     "model.hybrid.layer_pattern='M*-': has 3 letters, model.num_layers=4 needs one per layer"),
+    (["model.hybrid.layer_pattern='M*-E'"],
+     "model.hybrid.layer_pattern='M*-E': E layers are MoE layers, but model.moe.num_experts=0"),
+    (["model.hybrid.mamba_num_groups=3"], "model.hybrid.mamba_num_groups=3: must divide the 16 Mamba heads"),
+    (["model.hybrid.mamba_head_dim=0"], "model.hybrid.mamba_head_dim=0: must be >= 1"),
+    (["model.hybrid.mamba_head_dim=48"],
+     "model.hybrid.mamba_head_dim=48: must divide 2 x model.hidden_size=512 (or set model.hybrid.mamba_num_heads)"),
+    ([*GDN, "model.hybrid.linear_num_value_heads=6"],
+     "model.hybrid.linear_num_value_heads=6: must be a multiple of model.hybrid.linear_num_key_heads=4 (each key head "
+     "serves whole value heads)"),
+])
+def test_a_bad_hybrid_value_is_one_line(compose_config, overrides, expected):
+    assert failures_of(compose_config, *HYBRID, *overrides) == [expected]
+
+
+def test_tensor_parallelism_must_split_whole_mamba_heads_and_groups(compose_config):
+    failures = failures_of(compose_config, *HYBRID, "model.hybrid.mamba_num_heads=12", "model.hybrid.mamba_num_groups=3",
+                           "module.parallel.tp=2", "launch.nproc_per_node=2")
+    assert ("module.parallel.tp=2: must divide the 12 Mamba heads and model.hybrid.mamba_num_groups=3 (each TP rank "
+            "holds whole heads and groups)") in failures
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("model.hybrid.mixer=mamba3",
+     "model.hybrid.mixer: Invalid value 'mamba3', expected one of [mamba2, gated_delta_net, kimi_delta_attention]"),
+    ("model.normalization=batchnorm", "model.normalization: Invalid value 'batchnorm', expected one of [rmsnorm, layernorm]"),
+    ("model.position_embedding=alibi", "model.position_embedding: Invalid value 'alibi', expected one of [rope, none]"),
+])
+def test_a_choice_outside_its_options_fails_at_composition(compose_config, override, expected):
+    with pytest.raises(Exception) as info:
+        compose_config(override)
+    assert format_compose_error(info.value) == expected
+
+
+# -- the backends that refuse them ------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", ["torch", "torchtitan", "maxtext", "megatron_bridge"])
+def test_other_backends_refuse_a_hybrid_model_in_one_line(compose_config, backend):
+    failures = prepare_failures(compose_config, f"backend={backend}", "module.data.source=mock", *HYBRID,
+                                "task.dry_run=true")
+    assert (f"model.hybrid.layer_pattern=M*-M: backend={backend} builds transformers only; a hybrid (state-space) "
+            f"model runs on backend=megatron (megatron-core's MambaModel)") in failures
+
+
+def test_other_backends_refuse_nope_and_layernorm(compose_config):
+    failures = prepare_failures(compose_config, "backend=torch", "model.position_embedding=none",
+                                "model.normalization=layernorm", "task.dry_run=true")
+    assert failures == [
+        "model.normalization=layernorm: backend=torch builds rmsnorm only; backend=megatron builds layernorm "
+        "(model=llama_tiny)",
+        "model.position_embedding=none: backend=torch builds rope only; backend=megatron builds none (model=llama_tiny)"]
+
+
+def test_a_cpu_run_of_a_hybrid_model_stops_before_launch_naming_the_gpu_kernels(compose_config):
+    failures = prepare_failures(compose_config, "backend=megatron", "module.data.source=mock", *HYBRID)
+    assert ("model.hybrid.mixer=mamba2 (model.hybrid.layer_pattern=M*-M): its layers need mamba_ssm and causal-conv1d "
+            "(CUDA/Triton kernels), which run on GPUs only; run it on a GPU machine, or use task.dry_run=true "
+            "here") in failures
+
+
+# -- backend=megatron's arguments -------------------------------------------------------------------------------
+def test_megatron_dry_run_exports_mamba_model_arguments(compose_config, tmp_path):
+    run_job(compose_config("backend=megatron", "task.dry_run=true", "module.data.source=mock", *HYBRID, *GDN,
+                           "model.position_embedding=none", "model.normalization=layernorm"), tmp_path)
+    args = yaml.safe_load((tmp_path / "backend_args.yaml").read_text())
+    assert {key: args[key] for key in ("is_hybrid_model", "hybrid_override_pattern", "hybrid_attention_ratio",
+                                       "hybrid_mlp_ratio", "mamba_state_dim", "mamba_head_dim", "mamba_num_groups",
+                                       "mamba_num_heads", "linear_conv_kernel_dim", "linear_key_head_dim",
+                                       "linear_value_head_dim", "linear_num_key_heads", "linear_num_value_heads",
+                                       "position_embedding_type", "normalization")} == {
+        "is_hybrid_model": True, "hybrid_override_pattern": "M*-M", "hybrid_attention_ratio": 0.0,
+        "hybrid_mlp_ratio": 0.0, "mamba_state_dim": 16, "mamba_head_dim": 32, "mamba_num_groups": 2,
+        "mamba_num_heads": None, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 32, "linear_value_head_dim": 32,
+        "linear_num_key_heads": 4, "linear_num_value_heads": 8, "position_embedding_type": "none",
+        "normalization": "LayerNorm"}
+
+
+def test_a_transformer_exports_no_hybrid_arguments(compose_config, tmp_path):
+    run_job(compose_config("backend=megatron", "task.dry_run=true", "module.data.source=mock"), tmp_path)
+    args = yaml.safe_load((tmp_path / "backend_args.yaml").read_text())
+    assert "hybrid_override_pattern" not in args and "is_hybrid_model" not in args
+    assert (args["position_embedding_type"], args["normalization"]) == ("rope", "RMSNorm")
+
+
+# -- parameters and projection ------------------------------------------------------------------------------------
+def test_the_hybrid_fixture_count_is_megatron_cores(compose_config):
+    """megatron-core 0.16.1's MambaModel of this fixture holds 1,691,616 parameters (built on the meta device:
+    tests/integration/test_hybrid_megatron_count.py builds it and compares every fixture)."""
+    assert model_math.count_parameters(compose_config(*HYBRID).model) == 1_691_616
+
+
+def test_layernorm_adds_a_bias_to_every_norm(compose_config):
+    rms = model_math.count_parameters(compose_config().model)
+    assert model_math.count_parameters(compose_config("model.normalization=layernorm").model) == rms + (2 * 4 + 1) * 256
+
+
+def test_hybrid_attention_flops_come_from_its_attention_layers_only(compose_config):
+    model = compose_config(*HYBRID).model
+    attention = 6 * 1 * 1024 * 8 * (32 + 32)
+    assert model_math.training_flops_per_token(model, 1024) == 6 * model_math.count_active_matmul_parameters(model) + attention
+
+
+def test_one_rank_of_a_hybrid_holds_exactly_the_model(compose_config):
+    model = compose_config(*HYBRID, *GDN).model
+    whole = rank_parameters(model, tp=1, ep=1, layer_ids=range(4), first_stage=True, last_stage=True, pp=1, pad_multiple=1)
+    assert whole.total == model_math.count_parameters(model)
+
+
+def test_the_projection_of_a_hybrid_model_reports_its_memory(compose_config):
+    cfg = compose_config("task=projection", "hardware=h100", "backend=megatron", *HYBRID)
+    hardware = resolve_hardware(cfg.hardware, precision="bf16", threads_per_rank=1, host_memory_gib=0, ranks_per_node=1)
+    projection = project(cfg, layout_from_config(cfg, 1, 1), hardware)
+    assert projection.parameters == 1_691_616
+    assert projection.stage.parameters.total == 1_691_616 and projection.stage.optimizer > 0
