@@ -1,6 +1,7 @@
 """task=import of Primus experiments whose pipeline stages hold unequal layers: fixed first/last stages, a
 pipeline_model_parallel_layout and Megatron's own accounting become backend.decoder_first/last_pipeline_num_layers
-(or virtual stages), and the dry run exports Primus's split exactly; what cannot be held is one line."""
+(or virtual stages, or backend.pipeline_layout), and the dry run exports Primus's split exactly; what Megatron
+refuses is one line."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -34,18 +35,20 @@ HELD = {
     "accounted": ("num_layers: 6, pipeline_model_parallel_size: 4, account_for_embedding_in_pipeline_split: true, "
                   "account_for_loss_in_pipeline_split: true",
                   {"decoder_first_pipeline_num_layers": 1, "decoder_last_pipeline_num_layers": 1}),
+    # unequal virtual stages: no simpler key holds them, so Primus's layout is kept as it is
+    "interleaved_unequal": ("num_layers: 14, pipeline_model_parallel_size: 4, "
+                            "pipeline_model_parallel_layout: 'Et|t*2|t*2|t*2|t*2|t*2|t*2|t,L'",
+                            {"pipeline_layout": "Et|t*2|t*2|t*2|t*2|t*2|t*2|t,L",
+                             "virtual_stages_per_pipeline_rank": None, "decoder_first_pipeline_num_layers": None}),
 }
 REFUSED = {
     "nothing_splits": ("num_layers: 6, pipeline_model_parallel_size: 4",
                        "pipeline_model_parallel_size=4 does not divide num_layers=6 and nothing splits them unevenly "
                        "(decoder_first_pipeline_num_layers/decoder_last_pipeline_num_layers, "
-                       "pipeline_model_parallel_layout): Megatron itself refuses this split; set e.g. "
+                       "pipeline_model_parallel_layout): Megatron itself refuses this experiment (Megatron-LM's "
+                       "validate_args and megatron-core's get_num_layers_to_build need num_layers divisible by "
+                       "pipeline_model_parallel_size; its TransformerConfig alone accepts it); set e.g. "
                        "decoder_first_pipeline_num_layers: 1 and decoder_last_pipeline_num_layers: 1 in its overrides"),
-    "interleaved_unequal": ("num_layers: 14, pipeline_model_parallel_size: 4, "
-                            "pipeline_model_parallel_layout: 'Et|t*2|t*2|t*2|t*2|t*2|t*2|t,L'",
-                            "pipeline_model_parallel_layout=Et|t*2|t*2|t*2|t*2|t*2|t*2|t,L: 2 virtual stages per "
-                            "rank of 1/2/2/2/2/2/2/1 layers over pipeline_model_parallel_size=4; this project's "
-                            "uneven split fixes only the first and last stage"),
     "outer_stages_do_not_close": ("num_layers: 7, pipeline_model_parallel_size: 4, "
                                   "decoder_first_pipeline_num_layers: 2",
                                   "backend.decoder_first_pipeline_num_layers=2, decoder_last_pipeline_num_layers=None:"

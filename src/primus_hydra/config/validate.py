@@ -194,6 +194,8 @@ def _pipeline_layers(cfg: DictConfig, failures: list[str], warnings: list[str]) 
     layers, pp = cfg.model.num_layers, cfg.module.parallel.pp
     first = cfg.backend.get("decoder_first_pipeline_num_layers")
     last = cfg.backend.get("decoder_last_pipeline_num_layers")
+    if cfg.backend.get("pipeline_layout") is not None:  # any split: backend=megatron's adapter checks it
+        return
     if first is None and last is None:
         if pp >= 1 and layers >= 1 and layers % pp:
             failures.append(f"module.parallel.pp={pp} does not divide model.num_layers={layers} (each stage needs equal "

@@ -177,10 +177,12 @@ def map_megatron(module: TrainerModule, imported: Imported) -> None:
 
 def _megatron_pipeline_split(params: dict, imported: Imported) -> None:
     """Megatron's split of the layers over the pipeline stages (migrate/pipeline_split.py): fixed first/last stages,
-    a layout, or the even rule, as backend.decoder_first/last_pipeline_num_layers (or virtual stages)."""
+    a layout, or the even rule, as backend.decoder_first/last_pipeline_num_layers, virtual stages or
+    backend.pipeline_layout."""
     resolved = {key: plain(params[key]) for key in SPLIT_KEYS if key in params}
     resolved.update(pipeline_model_parallel_size=number(params, "pipeline_model_parallel_size", 1),
-                    num_layers=number(params, "num_layers", None))
+                    num_layers=number(params, "num_layers", None), mtp_num_layers=number(params, "mtp_num_layers", 0),
+                    virtual_pipeline_model_parallel_size=number(params, "virtual_pipeline_model_parallel_size", None))
     split = canonical_split(resolved)
     imported.consumed.update(key for key in SPLIT_KEYS if key in params)
     if any(key.startswith("backend.decoder_") for key in split) \

@@ -4,14 +4,15 @@ Megatron-LM splits a model's transformer layers over the pipeline stages in one 
 pp, where account_for_embedding/loss_in_pipeline_split count the embedding and the loss as one more layer of the
 first and the last stage), with fixed outer stages (decoder_first/last_pipeline_num_layers; the other stages share
 the rest evenly), or as a pipeline_model_parallel_layout string. `megatron_stages` says how many transformer layers
-each stage builds; `canonical_split` gives the backend.* keys that build the same stages in this project, or a
-one-line PrimusError where Megatron itself refuses the split or no canonical key can hold it.
+each stage builds; `canonical_split` gives the backend.* keys that build the same stages in this project (a layout
+that no simpler key holds as backend.pipeline_layout, verbatim), or a one-line PrimusError where Megatron itself
+refuses the split or no canonical key can hold it.
 """
 from __future__ import annotations
 
-import re
-from typing import Any, Optional
+from typing import Optional
 
+from primus_hydra.backends.megatron.pipeline_layout import layout_refusal, layout_stages, virtual_stages
 from primus_hydra.config.layout import stage_layers
 from primus_hydra.errors import PrimusError
 
@@ -19,35 +20,8 @@ FIRST, LAST = "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_la
 LAYOUT = "pipeline_model_parallel_layout"
 ACCOUNT = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
 SPLIT_KEYS = (FIRST, LAST, LAYOUT, *ACCOUNT)
-# megatron-core's LayerType names, for a layout written as a list of lists
-LAYER_LETTERS = {"embedding": "E", "decoder": "t", "mtp": "m", "loss": "L"}
 VIRTUAL_STAGES = "backend.virtual_stages_per_pipeline_rank"
-
-
-def layout_stages(layout: Any) -> list[str]:
-    """A pipeline_model_parallel_layout as one string of layer letters per stage, unrolled as megatron-core reads it
-    (E embedding, t transformer layer, m MTP layer, L loss; `|` ends a stage, `x*n` and `(...)*n` repeat, commas are
-    cosmetic): 'Et*2|(t|)*2,L' -> ['Ett', 't', 't', 'L']. A list of lists of layer names reads the same."""
-    if isinstance(layout, (list, tuple)):
-        return ["".join(LAYER_LETTERS.get(str(name).strip().lower(), "?") for name in stage) for stage in layout]
-    text = str(layout).replace(",", "")
-    for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
-        text = re.sub(pattern, lambda match: match.group(1) * int(match.group(2)), text)
-    return text.split("|")
-
-
-def _layout_refusal(stages: list[str], pp: int, layers: int) -> Optional[str]:
-    """Why megatron-core's PipelineParallelLayerLayout refuses this layout, or None."""
-    flat = "".join(stages)
-    if len(stages) % pp:
-        return f"its {len(stages)} stages are not a multiple of pipeline_model_parallel_size={pp}"
-    if set(flat) - set("EtmL"):
-        return "its layers are E, t, m and L only"
-    if not (flat[:1] == "E" and flat[-1:] == "L" and flat.count("E") == flat.count("L") == 1):
-        return "the embedding E comes first and the loss L last, once each"
-    if flat.count("t") != layers:
-        return f"it holds {flat.count('t')} transformer layers, the model num_layers={layers}"
-    return None
+PIPELINE_LAYOUT = "backend.pipeline_layout"  # the layout as Megatron reads it (it decides the virtual stages)
 
 
 def megatron_stages(args: dict) -> Optional[list[int]]:
@@ -56,7 +30,7 @@ def megatron_stages(args: dict) -> Optional[list[int]]:
     pp, layers = int(args.get("pipeline_model_parallel_size") or 1), int(args["num_layers"])
     if args.get(LAYOUT) is not None:
         stages = layout_stages(args[LAYOUT])
-        if _layout_refusal(stages, pp, layers):
+        if layout_refusal(stages, pp, layers, int(args.get("mtp_num_layers") or 0)):
             return None
         return [stage.count("t") for stage in stages]
     first, last = args.get(FIRST), args.get(LAST)
@@ -88,29 +62,27 @@ def _outer_stages(counts: list[int]) -> Optional[dict]:
 
 
 def _layout_split(params: dict, pp: int, layers: int) -> dict:
+    """A layout as the simplest keys that build its stages: Megatron's even split (virtual stages where its chunks
+    are equal), fixed outer stages, else backend.pipeline_layout with Primus's own string."""
     layout = params[LAYOUT]
     shown = layout if isinstance(layout, str) else "|".join(layout_stages(layout))
     if any(params.get(key) for key in (FIRST, LAST, *ACCOUNT)):
         raise PrimusError(f"{LAYOUT}={shown} with {', '.join(key for key in (FIRST, LAST, *ACCOUNT) if params.get(key))}"
                           f": Megatron takes one way of splitting the pipeline, not both")
     stages = layout_stages(layout)
-    refusal = _layout_refusal(stages, pp, layers)
+    refusal = layout_refusal(stages, pp, layers, int(params.get("mtp_num_layers") or 0))
     if refusal:
-        raise PrimusError(f"{LAYOUT}={shown}: Megatron refuses it ({refusal})")
-    if any("m" in stage for stage in stages[:-1]):
-        raise PrimusError(f"{LAYOUT}={shown}: MTP layers before the last stage; this project builds them where "
-                          f"Megatron does without a layout, on the last stage")
-    counts, virtual = [stage.count("t") for stage in stages], len(stages) // pp
-    if len(set(counts)) == 1:  # equal chunks: Megatron's own even split (interleaved with v > 1)
+        raise PrimusError(f"{LAYOUT}={shown}: Megatron itself refuses this experiment's layout ({refusal})")
+    counts, virtual = [stage.count("t") for stage in stages], virtual_stages(stages, pp)
+    asked = params.get("virtual_pipeline_model_parallel_size")
+    if asked not in (None, virtual):
+        raise PrimusError(f"{LAYOUT}={shown} makes {virtual} virtual stage(s) per rank over pipeline_model_parallel_size"
+                          f"={pp}, virtual_pipeline_model_parallel_size={asked}: Megatron itself refuses the conflict")
+    mtp_elsewhere = any("m" in stage for stage in stages[:-1])
+    if len(set(counts)) == 1 and not mtp_elsewhere:  # equal chunks: Megatron's own even split
         return {VIRTUAL_STAGES: virtual} if virtual > 1 else {}
-    outer = _outer_stages(counts) if virtual == 1 else None
-    if outer is None:
-        per_stage = f"{virtual} virtual stages per rank of {'/'.join(map(str, counts))} layers" if virtual > 1 \
-            else f"stages of {'/'.join(map(str, counts))} layers"
-        raise PrimusError(f"{LAYOUT}={shown}: {per_stage} over pipeline_model_parallel_size={pp}; this project's "
-                          f"uneven split fixes only the first and last stage (backend.{FIRST}/{LAST}, "
-                          f"each >= 1 layer, without virtual stages)")
-    return outer
+    outer = _outer_stages(counts) if virtual == 1 and not mtp_elsewhere else None
+    return outer if outer is not None else {PIPELINE_LAYOUT: shown, VIRTUAL_STAGES: None}
 
 
 def suggested_outer_stages(layers: int, pp: int) -> Optional[tuple[int, int]]:
@@ -150,7 +122,9 @@ def canonical_split(params: dict) -> dict:
             f"{' instead of ' + ' and '.join(accounted) if accounted else ''}" if suggestion else ""
         raise PrimusError(f"pipeline_model_parallel_size={pp} does not divide num_layers={layers}"
                           f"{' + ' + ' + '.join(accounted) if accounted else ''} and nothing splits them unevenly "
-                          f"({FIRST}/{LAST}, {LAYOUT}): Megatron itself refuses this split{fix}")
+                          f"({FIRST}/{LAST}, {LAYOUT}): Megatron itself refuses this experiment (Megatron-LM's "
+                          f"validate_args and megatron-core's get_num_layers_to_build need num_layers divisible by "
+                          f"pipeline_model_parallel_size; its TransformerConfig alone accepts it){fix}")
     outer = _outer_stages(counts) if len(set(counts)) > 1 else {}
     if outer is None:
         raise PrimusError(f"{', '.join(ACCOUNT)}: stages of {'/'.join(map(str, counts))} layers; this project's "

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from primus_hydra.backends.base import adapter_class, adapter_class_named
+from primus_hydra.backends.megatron.pipeline_layout import layout_stages, virtual_stages
 from primus_hydra.backends.traits import BackendTraits
 from primus_hydra.config.layout import ParallelLayout, shards_beside_tp, unchecked_parallel_layout
 
@@ -40,6 +41,7 @@ class Layout:
     flash_attention: bool = True  # attention scores are never stored (flash / memory-efficient SDPA, TE)
     first_stage_layers: Optional[int] = None
     last_stage_layers: Optional[int] = None
+    pipeline_layout: Optional[str] = None  # Megatron's layout string (backend.pipeline_layout): any split, vpp its own
     # what the backend does (its adapter's); None: looked up by the backend's name
     traits: Optional[BackendTraits] = field(default=None, repr=False, compare=False)
 
@@ -64,17 +66,22 @@ def projection_layout(cfg: Any, parallel: ParallelLayout, nproc_per_node: int, t
     p, m, backend = cfg.module.parallel, cfg.module, cfg.backend
     fsdp = shards_beside_tp(parallel) if traits.dp_shards_beside_tp else parallel.fsdp
     uneven = traits.uneven_pipeline_stages
+    pipeline_layout = backend.get("pipeline_layout") if uneven else None
+    vpp = int(backend.get("virtual_stages_per_pipeline_rank") or 1) if traits.interleaved_pipeline else 1
+    if pipeline_layout is not None:
+        vpp = virtual_stages(layout_stages(pipeline_layout), parallel.pp)
     return Layout(
         backend=str(backend.name), traits=traits, world=parallel.world_size, nproc_per_node=nproc_per_node,
         tp=parallel.tp, pp=parallel.pp, cp=parallel.cp, ep=parallel.ep, dp=parallel.dp,
         micro_batch=int(m.micro_batch_size), grad_accum=parallel.grad_accum,
-        vpp=int(backend.get("virtual_stages_per_pipeline_rank") or 1) if traits.interleaved_pipeline else 1,
+        vpp=vpp,
         fsdp=fsdp, distributed_optimizer=traits.distributed_optimizer and bool(backend.get("use_distributed_optimizer"))
         and not fsdp, sequence_parallel=bool(p.sequence_parallel), recompute=traits.recompute_mode(backend),
         precision=str(m.precision), schedule=str(p.pp_schedule) if str(p.pp_schedule) in traits.pipeline_schedules
         else "1f1b", flash_attention=str(backend.get("transformer_impl")) != "local",
         first_stage_layers=backend.get("decoder_first_pipeline_num_layers") if uneven else None,
         last_stage_layers=backend.get("decoder_last_pipeline_num_layers") if uneven else None,
+        pipeline_layout=None if pipeline_layout is None else str(pipeline_layout),
     )
 
 

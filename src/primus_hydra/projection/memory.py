@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from primus_hydra.backends.megatron.pipeline_layout import layout_stages, rank_layer_ids
 from primus_hydra.config.layout import stage_layers
 from primus_hydra.config.model_math import padded_vocab
 from primus_hydra.projection import activations
@@ -138,6 +139,9 @@ def stage_memory(model: Any, layout: Layout, seq: int, stage: int, layer_ids: li
 
 
 def stage_split(model: Any, layout: Layout) -> list[list[int]]:
+    """The transformer layers each pipeline rank holds (over all its virtual stages)."""
+    if layout.pipeline_layout is not None:
+        return rank_layer_ids(layout_stages(layout.pipeline_layout), layout.pp)
     return stage_layer_ids(stage_layers(model.num_layers, layout.pp, layout.first_stage_layers, layout.last_stage_layers))
 
 

@@ -52,7 +52,7 @@ class Projection:
                        "distributed_optimizer": layout.distributed_optimizer,
                        "sequence_parallel": layout.sequence_parallel, "recompute": layout.recompute,
                        "precision": layout.precision, "first_stage_layers": layout.first_stage_layers,
-                       "last_stage_layers": layout.last_stage_layers},
+                       "last_stage_layers": layout.last_stage_layers, "pipeline_layout": layout.pipeline_layout},
             "parameters": self.parameters,
             "parameters_per_gpu": int(round(self.stage.parameters.total)),
             "most_loaded_stage": self.stage.stage,

@@ -77,7 +77,8 @@ def candidate_layouts(cfg: Any, base: Layout, world: int, *, require_batch_split
                                 yield base.with_(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, micro_batch=mb,
                                                  grad_accum=grad_accum, vpp=vpp, recompute="none",
                                                  sequence_parallel=traits.sequence_parallel_with_tp and tp > 1,
-                                                 first_stage_layers=first, last_stage_layers=None, **state)
+                                                 first_stage_layers=first, last_stage_layers=None,
+                                                 pipeline_layout=None, **state)
 
 
 def _context_splits(traits: BackendTraits, seq: int) -> list[int]:
@@ -129,8 +130,9 @@ def least_fitting_recompute(cfg: Any, layout: Layout, hardware: Hardware) -> Opt
     return None
 
 
-def overrides_for(layout: Layout) -> list[str]:
-    """The command-line overrides that give this layout."""
+def overrides_for(layout: Layout, drops_pipeline_layout: bool = False) -> list[str]:
+    """The command-line overrides that give this layout (`drops_pipeline_layout`: the configured
+    backend.pipeline_layout, made for its own pp, is replaced by the layout's even or outer-stage split)."""
     out = [f"module.parallel.tp={layout.tp}", f"module.parallel.pp={layout.pp}", f"module.parallel.cp={layout.cp}",
            f"module.parallel.ep={layout.ep}", "module.parallel.dp=auto", f"module.micro_batch_size={layout.micro_batch}",
            f"module.parallel.sequence_parallel={str(layout.sequence_parallel).lower()}"]
@@ -142,6 +144,8 @@ def overrides_for(layout: Layout) -> list[str]:
         out.append(f"backend.virtual_stages_per_pipeline_rank={layout.vpp if layout.vpp > 1 else 'null'}")
     if traits.uneven_pipeline_stages:
         out.append(f"backend.decoder_first_pipeline_num_layers={layout.first_stage_layers or 'null'}")
+    if drops_pipeline_layout:
+        out.append("backend.pipeline_layout=null")
     if traits.search_sets_recompute:
         off = layout.recompute == "none"
         out.append(f"backend.{traits.recompute_key}={traits.recompute_off if off else layout.recompute}")
@@ -163,7 +167,7 @@ def search(cfg: Any, base: Layout, hardware: Hardware, *, top: int,
     fitting.sort(key=lambda projection: -projection.tokens_per_s)
     ranked: list[Ranked] = []
     for projection in fitting:
-        overrides = overrides_for(projection.layout)
+        overrides = overrides_for(projection.layout, base.pipeline_layout is not None)
         if not rejects(overrides):
             ranked.append(Ranked(projection, overrides))
             if len(ranked) == top:
@@ -190,7 +194,7 @@ def smallest_fitting_world(cfg: Any, base: Layout, hardware: Hardware,
         scaled = base.with_(world=world)
         for layout in candidate_layouts(work, scaled, world):
             fitting = least_fitting_recompute(work, layout, hardware)
-            if fitting is not None and not rejects_at(overrides_for(fitting), world):
+            if fitting is not None and not rejects_at(overrides_for(fitting, base.pipeline_layout is not None), world):
                 return world
     return None
 

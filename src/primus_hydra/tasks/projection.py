@@ -158,7 +158,7 @@ def non_finite_fields(data, path: str = "") -> list[str]:
 LAYOUT_NEUTRAL = {"module.parallel.tp": 1, "module.parallel.pp": 1, "module.parallel.cp": 1, "module.parallel.ep": 1,
                   "module.parallel.dp": "auto", "module.parallel.fsdp": False, "module.parallel.sequence_parallel": False,
                   "module.micro_batch_size": 1, "module.global_batch_size": None,
-                  "backend.virtual_stages_per_pipeline_rank": None}
+                  "backend.virtual_stages_per_pipeline_rank": None, "backend.pipeline_layout": None}
 
 
 def projected_world_size(cfg: DictConfig) -> int:

@@ -30,6 +30,7 @@ from primus_hydra.backends.megatron.megatron_lm import (
     parse_with_megatron,
     version_failure,
 )
+from primus_hydra.backends.megatron.pipeline_layout import pipeline_layout_failures
 from primus_hydra.backends.megatron.traits import MEGATRON_CORE_TRAITS
 from primus_hydra.config.paths import checkpoint_dir_of
 from primus_hydra.config.targets import load_target
@@ -119,6 +120,7 @@ class MegatronAdapter(ExternalBackendAdapter):
                                 f"raise module.global_batch_size or lower module.micro_batch_size")
         elif stages is not None and stages < 1:
             failures.append(f"backend.virtual_stages_per_pipeline_rank={stages}: must be >= 1 (or null)")
+        failures += pipeline_layout_failures(backend, model.num_layers, p.pp, self.layout.grad_accum)
         if model.moe.num_experts and p.tp > 1 and not p.sequence_parallel:
             failures.append(f"module.parallel.tp={p.tp} with MoE (model={model.name}): megatron-core requires sequence "
                             f"parallelism with tensor parallelism in MoE models; set module.parallel.sequence_parallel=true")

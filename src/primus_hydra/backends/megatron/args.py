@@ -171,6 +171,8 @@ def parallel_args(cfg: DictConfig, layout: ParallelLayout) -> dict:
     for key in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers"):
         if backend.get(key) is not None:
             args[key] = backend[key]
+    if backend.get("pipeline_layout") is not None:  # megatron-core derives the virtual stages from it
+        args["pipeline_model_parallel_layout"] = str(backend.pipeline_layout)
     if layout.fsdp:
         # Megatron rejects torch FSDP2 together with its distributed optimizer and gradient-accumulation fusion
         args.update(use_torch_fsdp2=True, use_distributed_optimizer=False, gradient_accumulation_fusion=False)

@@ -32,6 +32,8 @@ from primus_hydra.backends.megatron.cpu_patches import cpu_support_failure
 from primus_hydra.backends.megatron.datasets import training_batches
 from primus_hydra.backends.megatron.lr_schedule import build_lr_scheduler
 from primus_hydra.backends.megatron.native_init import init_like_native
+from primus_hydra.backends.megatron.pipeline_layout import layout_stages
+from primus_hydra.backends.megatron.pipeline_layout import virtual_stages as layout_virtual_stages
 from primus_hydra.backends.megatron.sharded_weights import load_full_weights, native_weights_for
 from primus_hydra.config.model_math import count_parameters, training_flops_per_token
 from primus_hydra.errors import CheckpointError, PrimusError, TrainingDivergedError
@@ -40,7 +42,11 @@ log = logging.getLogger("primus_hydra.megatron")
 
 
 def virtual_stages(args: dict) -> int:
-    """Virtual pipeline stages per pipeline rank (Megatron's --num-virtual-stages-per-pipeline-rank); 1: none."""
+    """Virtual pipeline stages per pipeline rank (Megatron's --num-virtual-stages-per-pipeline-rank, or what its
+    --pipeline-model-parallel-layout makes); 1: none."""
+    layout = args.get("pipeline_model_parallel_layout")
+    if layout is not None:
+        return layout_virtual_stages(layout_stages(layout), int(args["pipeline_model_parallel_size"]))
     return int(args.get("num_virtual_stages_per_pipeline_rank") or 1)
 
 
@@ -98,6 +104,10 @@ class MegatronCoreTrainer(StepLoopTrainer):
         held = sum(param.numel() for chunk in self.chunks for param in chunk.parameters())
         log.info("model %s: %s parameters (megatron-core GPTModel); this rank holds %s", self.cfg.model.name,
                  f"{count_parameters(self.cfg.model):,}", f"{held:,}")
+        if self.layout.pp > 1:  # which layers each model chunk (virtual stage) of this rank builds, 1-based
+            log.info("pipeline rank %d: transformer layers %s", self.parallel.get_pipeline_model_parallel_rank(),
+                     " | ".join(",".join(str(layer.layer_number) for layer in chunk.decoder.layers) or "-"
+                                for chunk in self.chunks))
         config = self.model.config
         ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True,
                                                    use_distributed_optimizer=bool(args.get("use_distributed_optimizer")))

@@ -40,6 +40,10 @@ class MegatronBackendConfig(BackendConfig):
     # the other stages split the rest evenly. null: every stage gets model.num_layers / pp
     decoder_first_pipeline_num_layers: Optional[int] = None
     decoder_last_pipeline_num_layers: Optional[int] = None
+    # any split of the layers over the stages: Megatron's --pipeline-model-parallel-layout, e.g. "Et*3|(tt|)*29,m|L"
+    # (E embedding, t transformer layer, m MTP layer, L loss; `|` ends a stage; pp x v stages make v virtual stages
+    # per rank). Not with the two keys above or virtual_stages_per_pipeline_rank. null: as those say
+    pipeline_layout: Optional[str] = None
     # backend.trainer=core's batches: auto | megatron (megatron.core.datasets) | native (backend=torch's, for parity)
     dataset: MegatronDataset = MegatronDataset.auto
     transformer_impl: TransformerImpl = TransformerImpl.transformer_engine
