@@ -28,9 +28,10 @@ GDN = ["model.hybrid.mixer=gated_delta_net", "model.hybrid.linear_key_head_dim=3
        "model.hybrid.linear_num_value_heads=8"]
 FIXTURES = {
     "mamba2": MAMBA,
-    "mamba2_layernorm_tied_heads": [*MAMBA, "model.normalization=layernorm", "model.tie_embeddings=true",
-                                    "model.hybrid.mamba_num_heads=8", "model.hybrid.layer_pattern='MM*-M-'",
-                                    "model.num_layers=6"],
+    "mamba2_layernorm_tied_learned_positions": [*MAMBA, "model.normalization=layernorm", "model.tie_embeddings=true",
+                                                "model.position_embedding=learned_absolute",
+                                                "model.hybrid.mamba_num_heads=8",
+                                                "model.hybrid.layer_pattern='MM*-M-'", "model.num_layers=6"],
     "gated_delta_net": [*MAMBA, *GDN],
 }
 

@@ -72,7 +72,7 @@ def test_tensor_parallelism_must_split_whole_mamba_heads_and_groups(compose_conf
     ("model.hybrid.mixer=mamba3",
      "model.hybrid.mixer: Invalid value 'mamba3', expected one of [mamba2, gated_delta_net, kimi_delta_attention]"),
     ("model.normalization=batchnorm", "model.normalization: Invalid value 'batchnorm', expected one of [rmsnorm, layernorm]"),
-    ("model.position_embedding=alibi", "model.position_embedding: Invalid value 'alibi', expected one of [rope, none]"),
+    ("model.position_embedding=alibi", "model.position_embedding: Invalid value 'alibi', expected one of [rope, none, learned_absolute]"),
 ])
 def test_a_choice_outside_its_options_fails_at_composition(compose_config, override, expected):
     with pytest.raises(Exception) as info:

@@ -14,7 +14,8 @@ Face checkpoints (names in comments):
   when router_enable_expert_bias (DeepSeek-V3's e_score_correction_bias, stored in the checkpoint);
   experts E*3*h*moe_ffn; shared experts 3*h*shared_ffn (shared_expert_ffn_hidden_size, or
   shared_experts*moe_ffn). Multi-token-prediction modules are not part of the model.
-- normalization=layernorm: every norm has a bias beside its weight.
+- normalization=layernorm: every norm has a bias beside its weight; position_embedding=learned_absolute: a table
+  max_position_embeddings*h beside the embeddings.
 - a hybrid model (model.hybrid.layer_pattern): config/hybrid_math.py; its attention FLOPs come from the * layers
   only, and the mixers' scans are not counted beyond their projections.
 """
@@ -138,6 +139,13 @@ def count_embedding_parameters(model: Any) -> int:
     return model.vocab_size * model.hidden_size
 
 
+def count_position_table_parameters(model: Any) -> int:
+    """The learned position table max_position_embeddings*h of position_embedding=learned_absolute, else 0."""
+    if str(getattr(model, "position_embedding", "rope")) != "learned_absolute":
+        return 0
+    return model.max_position_embeddings * model.hidden_size
+
+
 def count_output_layer_parameters(model: Any) -> int:
     """The output projection's own weights: 0 when tied to the embedding table."""
     return 0 if model.tie_embeddings else model.vocab_size * model.hidden_size
@@ -146,13 +154,15 @@ def count_output_layer_parameters(model: Any) -> int:
 def count_parameters(model: Any) -> int:
     """All parameters of the model (every expert)."""
     matmul, other = _transformer_weights(model, active=False)
-    return count_embedding_parameters(model) + count_output_layer_parameters(model) + matmul + other
+    embeddings = count_embedding_parameters(model) + count_position_table_parameters(model)
+    return embeddings + count_output_layer_parameters(model) + matmul + other
 
 
 def count_active_parameters(model: Any) -> int:
     """Parameters one token uses: as count_parameters, but only top_k routed experts (plus shared) per MoE layer."""
     matmul, other = _transformer_weights(model, active=True)
-    return count_embedding_parameters(model) + count_output_layer_parameters(model) + matmul + other
+    embeddings = count_embedding_parameters(model) + count_position_table_parameters(model)
+    return embeddings + count_output_layer_parameters(model) + matmul + other
 
 
 def count_active_matmul_parameters(model: Any) -> int:

@@ -92,6 +92,7 @@ class Normalization(Choice):
 class PositionEmbedding(Choice):
     rope = "rope"
     none = "none"  # NoPE: no position signal outside the layers (latent attention keeps its own rotary part)
+    learned_absolute = "learned_absolute"  # a learned table of max_position_embeddings x hidden_size (Megatron's default)
 
 
 class HybridMixer(Choice):

@@ -21,8 +21,10 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ValidationError
 
 from primus_hydra.backends.megatron.args import mla_args, model_args, moe_args
+from primus_hydra.backends.megatron.hybrid_args import architecture_variant_args
 from primus_hydra.config.paths import find_conf_dir
 from primus_hydra.config.schema_model import ModelConfig
+from primus_hydra.migrate.hybrid_layers import hybrid_pattern, spec_mixer, uses_primus_hybrid_stack
 from primus_hydra.migrate.primus_yaml import plain
 
 # the Megatron arguments that decide a model's architecture
@@ -34,7 +36,20 @@ MEGATRON_ARCHITECTURE = (
     "qk_pos_emb_head_dim", "v_head_dim", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
     "moe_shared_expert_intermediate_size", "moe_layer_freq", "moe_router_score_function", "moe_router_pre_softmax",
     "moe_router_topk_scaling_factor", "moe_router_num_groups", "moe_router_group_topk",
-    "moe_router_enable_expert_bias")
+    "moe_router_enable_expert_bias", "hybrid_override_pattern", "mamba_state_dim", "mamba_head_dim",
+    "mamba_num_groups", "mamba_num_heads", "linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim",
+    "linear_num_key_heads", "linear_num_value_heads")
+HYBRID_SIZES = MEGATRON_ARCHITECTURE[MEGATRON_ARCHITECTURE.index("mamba_state_dim"):]
+# megatron-core's TransformerConfig defaults of the hybrid sizes (mamba_num_heads null: derived from the width)
+HYBRID_DEFAULTS = {"mamba_state_dim": 128, "mamba_head_dim": 64, "mamba_num_groups": 8, "linear_conv_kernel_dim": 4,
+                   "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_num_key_heads": 16,
+                   "linear_num_value_heads": 32}
+# Megatron-LM's argparse defaults, what runs where a preset leaves these out (a Primus model preset that names its
+# parent under `bases:` instead of `extends:` inherits nothing from it)
+MEGATRON_LM_DEFAULTS = {"normalization": "LayerNorm", "position_embedding_type": "learned_absolute",
+                        "untie_embeddings_and_output_weights": False}
+# megatron-core's MambaMixer builds expand=2 and a convolution of width 4 whatever these say
+FIXED_MAMBA_ARGS = {"mamba_expand": 2, "mamba_d_conv": 4}
 # what decides which zoo presets may be a base at all
 STRUCTURE = ("multi_latent_attention", "num_experts", "swiglu", "normalization", "position_embedding_type")
 
@@ -80,6 +95,10 @@ MODEL_FIELDS: dict[str, tuple[str, Callable[[Any, dict], Any]]] = {
     "moe_router_num_groups": ("moe.router_num_groups", lambda v, a: v or 1),
     "moe_router_group_topk": ("moe.router_group_topk", lambda v, a: v or 1),
     "moe_router_enable_expert_bias": ("moe.router_enable_expert_bias", lambda v, a: bool(v)),
+    "normalization": ("normalization", lambda v, a: {"RMSNorm": "rmsnorm", "LayerNorm": "layernorm"}.get(v, v)),
+    "position_embedding_type": ("position_embedding", lambda v, a: v),
+    "hybrid_override_pattern": ("hybrid.layer_pattern", lambda v, a: v),
+    **{key: (f"hybrid.{key}", lambda v, a: v) for key in HYBRID_SIZES},
     # the model's training choices and YaRN's details: set in the experiment, not used to pick the zoo preset
     "moe_router_load_balancing_type": ("moe.load_balancing_type", lambda v, a: v),
     "moe_aux_loss_coeff": ("moe.aux_loss_coeff", lambda v, a: float(v)),
@@ -164,7 +183,25 @@ def megatron_architecture(args: dict) -> dict:
         arch["multi_latent_attention"] = False
     freq = arch["moe_layer_freq"]
     arch["moe_layer_freq"] = _first_dense(1 if freq is None else freq) if arch["num_experts"] else None
+    _hybrid_architecture(args, arch)
     return arch
+
+
+def _hybrid_architecture(args: dict, arch: dict) -> None:
+    """The layer pattern (derived from the ratios when not given) and the sizes of a hybrid model; none of them for a
+    GPT model, and no MLP numbers for a hybrid without MLP layers."""
+    pattern = hybrid_pattern(args)
+    arch["hybrid_override_pattern"] = pattern
+    if pattern is None:
+        for key in HYBRID_SIZES:
+            arch[key] = None
+        return
+    for key, value in HYBRID_DEFAULTS.items():
+        arch[key] = value if arch[key] is None else arch[key]
+    if not set(pattern) & set("-E"):
+        arch["swiglu"] = arch["ffn_hidden_size"] = None
+    if arch["multi_latent_attention"] and uses_primus_hybrid_stack(args):  # its MLA spec always norms the latents
+        arch["qk_layernorm"] = True
 
 
 @lru_cache(maxsize=None)
@@ -176,8 +213,9 @@ def zoo_models() -> dict[str, DictConfig]:
 
 
 def _megatron_translation(model: DictConfig) -> dict:
-    defaults = {"swiglu": True, "normalization": "RMSNorm", "position_embedding_type": "rope"}
-    return megatron_architecture({**defaults, **model_args(model), **moe_args(model), **mla_args(model)})
+    defaults = {"swiglu": True}
+    return megatron_architecture({**defaults, **model_args(model), **moe_args(model), **mla_args(model),
+                                  **architecture_variant_args(model)})
 
 
 @lru_cache(maxsize=None)
@@ -191,7 +229,7 @@ def stem(name: Any) -> str:
 
 def megatron_model(preset_args: dict, run_args: dict, preset_name: str) -> ModelChoice:
     """preset_args: the module and model presets as Primus merges them; run_args: with the overrides on top."""
-    wanted = megatron_architecture(preset_args)
+    wanted = megatron_architecture(with_megatron_lm_defaults(preset_args))
     candidates = []
     for name, ours in _megatron_zoo().items():
         structure = sum(bool(wanted[key]) != bool(ours[key]) if key == "num_experts" else wanted[key] != ours[key]
@@ -205,11 +243,31 @@ def megatron_model(preset_args: dict, run_args: dict, preset_name: str) -> Model
     choice.unrepresentable += bad
     if choice.generated:
         choice.name = stem(preset_name).replace(".", "_") + "_primus"  # never a zoo name: no shadowing
-    ran = megatron_architecture(run_args)
+    ran = megatron_architecture(with_megatron_lm_defaults(run_args))
     experiment, bad = _fields_reproducing(best, choice.generated, ran, MEGATRON_ARCHITECTURE + TRAINING_CHOICES)
     choice.experiment = {key: value for key, value in experiment.items() if choice.generated.get(key, _NONE) != value}
     choice.unrepresentable += [item for item in bad if item not in choice.unrepresentable]
+    if ran["hybrid_override_pattern"] is not None:
+        _hybrid_mixer(run_args, choice)
     return choice
+
+
+def with_megatron_lm_defaults(args: dict) -> dict:
+    """The arguments with Megatron-LM's defaults where they are left out (what Primus's run gets: its argument
+    builder starts from Megatron-LM's parser defaults)."""
+    return {**MEGATRON_LM_DEFAULTS, **args}
+
+
+def _hybrid_mixer(run_args: dict, choice: ModelChoice) -> None:
+    """The mixer the experiment's `spec` puts in the M layers (an experiment key: Primus picks it per run), and the
+    Mamba numbers megatron-core does not take."""
+    mixer = spec_mixer(plain(run_args.get("spec")))
+    if mixer and mixer != "mamba2":
+        choice.experiment["hybrid.mixer"] = mixer
+    for key, fixed in FIXED_MAMBA_ARGS.items():
+        value = normalized(run_args.get(key))
+        if value is not None and value != fixed:
+            choice.unrepresentable.append(f"{key}={value}")
 
 
 _NONE = object()
@@ -247,7 +305,7 @@ def with_fields(zoo: str, fields: dict) -> DictConfig:
     return model
 
 
-OPTIONAL_FIELDS = {"head_dim", "mla.q_lora_rank", "moe.shared_expert_ffn_hidden_size"}
+OPTIONAL_FIELDS = {"head_dim", "mla.q_lora_rank", "moe.shared_expert_ffn_hidden_size", "hybrid.mamba_num_heads"}
 
 
 def _model_fields(arch: dict, keys: list[str]) -> tuple[dict, list[str]]:

@@ -94,6 +94,7 @@ def rank_parameters(model: Any, *, tp: int, ep: int, layer_ids: Sequence[int], f
     embedding = vocab * model.hidden_size
     if first_stage:
         split += embedding
+        replicated += model_math.count_position_table_parameters(model)
     if last_stage:
         replicated += model.hidden_size  # final norm
         if not model.tie_embeddings or pp > 1:
