@@ -110,3 +110,15 @@ def test_megatron_core_accepts_the_config_of_layers_pp_does_not_divide_but_build
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "num_layers should be divisible by pipeline_model_parallel_size"
+
+
+def test_where_megatron_core_refuses_mtp_layers_is_one_line_before_any_worker(tmp_path):
+    """MTP layers in the first virtual stage of a rank: the layout reader passes it, megatron-core's own class
+    refuses it with the other library checks."""
+    result = primus(f"hydra.run.dir={tmp_path / 'run'}", *SIX_LAYERS, "launch.nproc_per_node=2",
+                    "module.parallel.pp=2", "backend.pipeline_layout='Ettt|tttm||L'",
+                    "+backend.extra_args.mtp_num_layers=1", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == [
+        "error: backend.pipeline_layout=Ettt|tttm||L: megatron-core's PipelineParallelLayerLayout refuses it: "
+        "Currently we restrict that the MTP should be always in the last"]

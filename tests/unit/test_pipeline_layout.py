@@ -81,3 +81,16 @@ def test_the_projection_counts_each_rank_s_layers_from_the_layout(compose_config
     layout = layout_from_config(cfg, 2, 2)
     assert (layout.vpp, layout.pipeline_layout) == (2, "Ett|tt|tt|t,L")
     assert stage_split(cfg.model, layout) == [[0, 1, 4, 5], [2, 3, 6]]
+
+
+def test_the_search_replaces_a_layout_made_for_its_own_pp(compose_config):
+    from primus_hydra.projection.project import workload_of
+    from primus_hydra.projection.search import candidate_layouts, overrides_for
+
+    cfg = compose_config(*SIX_LAYERS_PP2, "model.num_layers=7", "backend.pipeline_layout='Ett|tt|tt|t,L'")
+    base = layout_from_config(cfg, 2, 2)
+    candidates = list(candidate_layouts(workload_of(cfg), base, 2))
+    assert candidates and {layout.pipeline_layout for layout in candidates} == {None}
+    assert overrides_for(candidates[0], base.pipeline_layout is not None)[-2:] == [
+        "backend.pipeline_layout=null", "backend.recompute_granularity=null"]
+    assert "backend.pipeline_layout=null" not in overrides_for(candidates[0])

@@ -30,7 +30,7 @@ from primus_hydra.backends.megatron.megatron_lm import (
     parse_with_megatron,
     version_failure,
 )
-from primus_hydra.backends.megatron.pipeline_layout import pipeline_layout_failures
+from primus_hydra.backends.megatron.pipeline_layout import megatron_core_layout_failures, pipeline_layout_failures
 from primus_hydra.backends.megatron.traits import MEGATRON_CORE_TRAITS
 from primus_hydra.config.paths import checkpoint_dir_of
 from primus_hydra.config.targets import load_target
@@ -183,7 +183,11 @@ class MegatronAdapter(ExternalBackendAdapter):
         """megatron-core's (or Megatron-LM's) own checks of the arguments: they import it, and torch."""
         if self.trainer_name == "megatron_lm":
             return self._megatron_lm_parser_failures()
-        return self._transformer_config_failures() if self.trainer_name == "core" else []
+        if self.trainer_name != "core":
+            return []
+        with restored_environment():  # importing megatron-core sets variables of its own
+            layout_failures = megatron_core_layout_failures(self.arguments_after_patches())
+        return layout_failures or self._transformer_config_failures()
 
     def _transformer_config_failures(self) -> list[str]:
         """megatron-core's own checks of the arguments (TransformerConfig.__post_init__), run here, before any worker

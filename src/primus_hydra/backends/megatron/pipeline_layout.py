@@ -87,3 +87,20 @@ def pipeline_layout_failures(backend: Any, num_layers: int, pp: int, grad_accum:
                 f"pp={pp} micro-batches per step, the layout gives {grad_accum}; raise module.global_batch_size or "
                 f"lower module.micro_batch_size"]
     return []
+
+
+def megatron_core_layout_failures(args: dict) -> list[str]:
+    """The translated arguments' layout through megatron-core's own PipelineParallelLayerLayout (it imports torch: a
+    library check), which also holds the rules read above leaves out (where MTP layers may sit): one line."""
+    layout = args.get("pipeline_model_parallel_layout")
+    if layout is None:
+        return []
+    from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
+
+    try:
+        PipelineParallelLayerLayout(layout, int(args["pipeline_model_parallel_size"])).validate_layer_layout(
+            num_layers=int(args["num_layers"]), mtp_num_layers=args.get("mtp_num_layers"))
+    except (AssertionError, ValueError, NotImplementedError) as error:
+        reason = str(error).splitlines()[0].strip() if str(error).strip() else type(error).__name__
+        return [f"backend.pipeline_layout={layout}: megatron-core's PipelineParallelLayerLayout refuses it: {reason}"]
+    return []
