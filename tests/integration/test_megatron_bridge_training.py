@@ -163,3 +163,18 @@ def test_lora_needs_a_megatron_format_checkpoint_to_start_from(tmp_path):
     assert ("error: module.peft.method=lora: Megatron-Bridge's PEFT starts from a pretrained checkpoint in Megatron's "
             "layout (module.checkpoint.load=None)") in result.stderr
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_a_bridge_run_stopped_by_exit_interval_resumes_on_the_uninterrupted_curve(tmp_path):
+    """Bridge's own save and load of its torch_dist step (model, distributed optimizer with torch's Adam, scheduler,
+    data position): resumed, steps 4..6 are those of the run that never stopped."""
+    six = [*SHORT_RUN, "backend=megatron_bridge", "module.train_iters=6", "module.checkpoint.interval=3"]
+
+    def run(run_dir: Path, *args: str) -> dict[int, float]:
+        result = primus(f"hydra.run.dir={run_dir}", *six, *args, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return losses(run_dir)
+
+    whole = run(tmp_path / "whole")
+    assert sorted(run(tmp_path / "stopped", "module.exit_interval=3")) == [1, 2, 3]
+    assert_same_curve(run(tmp_path / "stopped", "module.checkpoint.resume=auto"), whole, rel=1e-6)

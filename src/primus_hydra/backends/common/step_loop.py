@@ -60,6 +60,12 @@ def progress_bar(wanted: bool, total: int, start: int):
     return _BarContext(stack, bar)
 
 
+def restarted_attempt() -> bool:
+    """Whether this worker is a restart of the job's (launch.max_restarts): it continues the job's checkpoints and
+    metrics."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
+
+
 def open_metrics(cfg: Any, module: Any, run_dir: Path, is_main: bool, resuming: bool) -> MetricsLogger:
     """The job's metrics: metrics.jsonl (continued when `resuming`), TensorBoard and the trackers of `logger=`,
     written by the main rank only."""
@@ -170,7 +176,7 @@ class StepLoopTrainer(BaseTrainer):
 
     @property
     def restarted(self) -> bool:
-        return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
+        return restarted_attempt()
 
     def resume_spec(self) -> Optional[str]:
         """module.checkpoint.resume, or auto for a restarted worker: it continues from the job's last checkpoint."""

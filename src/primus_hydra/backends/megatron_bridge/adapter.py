@@ -39,17 +39,17 @@ class MegatronBridgeAdapter(ExternalBackendAdapter):
     def convert_config(self) -> dict:
         return build_megatron_bridge_config(self.cfg, self.run_dir)
 
-    def validate(self) -> list[str]:
-        failures = super().validate()
+    def training_failures(self) -> list[str]:
+        """A real run's (a dry run exports the arguments whatever they start from)."""
+        failures = super().training_failures()
         load = self.cfg.module.checkpoint.load
         if self.cfg.module.peft.method and not (load and megatron_iteration_folder(Path(str(load)))):
             failures.append(f"module.peft.method={self.cfg.module.peft.method}: Megatron-Bridge's PEFT starts from a "
                             f"pretrained checkpoint in Megatron's layout (module.checkpoint.load={load}); point it at a "
                             f"backend=megatron_bridge or Megatron-LM save folder (its iter_XXXXXXX or the folder above)")
-        if self.on_cpu and self.stage in self.trainer_classes and not self.cfg.task.get("dry_run", False):
-            failure = cpu_support_failure(self.detect_backend_version())
-            if failure and self.detect_backend_version() is not None:
-                failures.append(failure)
+        version = self.detect_backend_version()
+        if self.on_cpu and version is not None and cpu_support_failure(version):
+            failures.append(cpu_support_failure(version))
         return failures
 
     def prepare_backend(self) -> None:

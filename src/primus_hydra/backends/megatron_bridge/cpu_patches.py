@@ -119,6 +119,43 @@ def peft_without_transformer_engine(ctx: Optional[PatchContext]) -> None:
     utils.HAVE_TE = False
 
 
+@register_patch("megatron_bridge.resume.optimizer_state_without_transformer_engine", backend="megatron_bridge",
+                phase="setup", priority=13, backend_versions=CPU_PATCH_VERSIONS, condition=_without_transformer_engine)
+def optimizer_state_for_loading(ctx: Optional[PatchContext]) -> None:
+    """Resuming, Bridge describes the distributed optimizer's state before its first step; with torch's Adam (no TE
+    or Apex) that state, and its `step`, exist only after one, and megatron-core asserts. Each optimizer takes
+    megatron-core's own dummy step first (zero gradients; the loaded state replaces it), as backend=megatron's
+    trainer does. Its dp_reshardable load then leaves Adam's per-parameter `step` at that dummy 1 (the checkpoint
+    keeps the step in the parameter groups): set from them, so the bias correction continues where it stopped."""
+    import torch
+    from megatron.bridge.training import checkpointing
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+
+    load_state_dict = DistributedOptimizer.load_state_dict
+
+    def load_with_adam_step(self, state_dict):
+        load_state_dict(self, state_dict)
+        steps = {group.get("step") for group in self.optimizer.param_groups} - {None}
+        if len(steps) == 1:
+            step = float(steps.pop())
+            for state in self.optimizer.state.values():
+                if "step" in state:
+                    state["step"] = torch.tensor(step, dtype=state["step"].dtype)
+
+    DistributedOptimizer.load_state_dict = load_with_adam_step
+
+    describe = checkpointing.generate_state_dict
+
+    def generate_state_dict(ckpt_cfg, model, optimizer, *args, optim_sd_kwargs=None, **kwargs):
+        if optimizer is not None and (optim_sd_kwargs or {}).get("is_loading"):
+            for inner in getattr(optimizer, "chained_optimizers", [optimizer]):
+                if hasattr(inner, "_init_optimizer_states_with_dummy_values") and not inner.optimizer.state:
+                    inner._init_optimizer_states_with_dummy_values()
+        return describe(ckpt_cfg, model, optimizer, *args, optim_sd_kwargs=optim_sd_kwargs, **kwargs)
+
+    checkpointing.generate_state_dict = generate_state_dict
+
+
 @register_patch("megatron_bridge.cpu.torch_cuda", backend="megatron_bridge", phase="setup", priority=10,
                 backend_versions=CPU_PATCH_VERSIONS, condition=runs_on_cpu, tags=("cpu",))
 def torch_cuda_on_cpu(ctx: Optional[PatchContext]) -> None:
@@ -199,5 +236,5 @@ def tensor_moves_on_cpu(ctx: Optional[PatchContext]) -> None:
 def install_cpu_support() -> None:
     """All megatron_bridge.cpu.* patches at once, outside a run (tests), Bridge made importable first."""
     allow_import_without_transformer_engine()
-    for patch in (peft_without_transformer_engine, torch_cuda_on_cpu, initialize_on_cpu, tensor_moves_on_cpu):
+    for patch in (peft_without_transformer_engine, optimizer_state_for_loading, torch_cuda_on_cpu, initialize_on_cpu, tensor_moves_on_cpu):
         patch(None)

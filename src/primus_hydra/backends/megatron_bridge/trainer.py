@@ -20,7 +20,7 @@ from primus_hydra.backends.base import BaseTrainer
 from primus_hydra.backends.common.distributed import destroy_parallel_state, set_up_rank
 from primus_hydra.backends.common.hf_folder import is_hf_folder
 from primus_hydra.backends.common.metrics import MetricsLogger
-from primus_hydra.backends.common.step_loop import close_metrics, open_metrics
+from primus_hydra.backends.common.step_loop import close_metrics, open_metrics, restarted_attempt
 from primus_hydra.backends.megatron.core_config import quiet_library_logs
 from primus_hydra.backends.megatron.native_init import init_like_native
 from primus_hydra.backends.megatron_bridge.container import config_container
@@ -99,7 +99,10 @@ class MegatronBridgeTrainer(BaseTrainer):
 
         self.container = config_container(self.cfg, self.backend_args, self.run_dir, self.device.type, self.dist.rank,
                                           init_weights)
-        resuming = bool(self.backend_args["checkpoint"].get("load"))
+        checkpoint = self.container.checkpoint
+        if restarted_attempt() and checkpoint.save:  # a restarted attempt continues from the job's last save
+            checkpoint.load = checkpoint.save
+        resuming = bool(checkpoint.load) or restarted_attempt()
         self.metrics = open_metrics(self.cfg, module, self.run_dir, self.dist.is_main, resuming)
         self.records = StepRecords(self.metrics, module.train_iters, module.global_batch_size * module.seq_length,
                                    training_flops_per_token(model, module.seq_length), self.layout.world_size)
