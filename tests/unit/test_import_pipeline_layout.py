@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers.primus_tree import META, TRAINER, write_primus_tree
+from helpers.primus_tree import META, TRAINER, import_megatron_examples, write_primus_tree
 from primus_hydra.migrate.primus_yaml import load_experiment, plain
-from primus_hydra.tasks.import_primus import dry_run_mismatches, gpus_per_node, import_files
+from primus_hydra.tasks.import_primus import dry_run_mismatches, gpus_per_node
 
 
 def experiment(overrides: str) -> str:
@@ -56,9 +56,7 @@ def tree(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def imported(tree, tmp_path_factory):
-    out = tmp_path_factory.mktemp("conf")
-    files = [tree / "examples" / "megatron" / f"{name}.yaml" for name in {**HELD, **REFUSED}]
-    return out, {result.source.stem: result for result in import_files(files, tree / "examples", tree, out, {})}
+    return import_megatron_examples(tree, {**HELD, **REFUSED}, tmp_path_factory.mktemp("conf"))
 
 
 def primus_params(tree: Path, name: str) -> tuple:
