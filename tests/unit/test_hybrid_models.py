@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from omegaconf import OmegaConf
 
 from helpers.compose import run_job
 from primus_hydra.config import model_math
 from primus_hydra.config.error_format import format_compose_error
+from primus_hydra.config.schema_model import ModelConfig
 from primus_hydra.config.validate import validate_config
 from primus_hydra.errors import ConfigValidationError
 from primus_hydra.orchestrator.prepare import prepare
@@ -159,3 +161,34 @@ def test_the_projection_of_a_hybrid_model_reports_its_memory(compose_config):
     projection = project(cfg, layout_from_config(cfg, 1, 1), hardware)
     assert projection.parameters == 1_691_616
     assert projection.stage.parameters.total == 1_691_616 and projection.stage.optimizer > 0
+
+
+# Primus's presets (primus/configs/models/megatron/*.yaml) with the vocabulary of their tokenizer, and the size their
+# comments publish ("~1.20B params (tied embeddings)", "~300M params") or their name gives, at that precision
+LLAMA32_VOCAB, NEOX_VOCAB = 128256, 50277
+PUBLISHED = {
+    "zebra_llama_1B_gdn_pure": (dict(hidden_size=2048, num_layers=32, ffn_hidden_size=8192, vocab_size=LLAMA32_VOCAB,
+                                     hybrid=dict(layer_pattern="M-" * 16, mixer="gated_delta_net",
+                                                 linear_key_head_dim=64, linear_value_head_dim=64,
+                                                 linear_num_key_heads=8, linear_num_value_heads=16)), 1.20e9, 1e7),
+    "zebra_llama_300M_gdn_pure": (dict(hidden_size=1024, num_layers=24, ffn_hidden_size=4096, vocab_size=LLAMA32_VOCAB,
+                                       hybrid=dict(layer_pattern="M-" * 12, mixer="gated_delta_net",
+                                                   linear_key_head_dim=64, linear_value_head_dim=64,
+                                                   linear_num_key_heads=4, linear_num_value_heads=8)), 300e6, 1e8),
+    "zebra_llama_300M_kda_pure": (dict(hidden_size=1024, num_layers=24, ffn_hidden_size=4096, vocab_size=LLAMA32_VOCAB,
+                                       hybrid=dict(layer_pattern="M-" * 12, mixer="kimi_delta_attention",
+                                                   linear_key_head_dim=32, linear_value_head_dim=64,
+                                                   linear_num_key_heads=8, linear_num_value_heads=8)), 300e6, 1e8),
+    "mamba_370M": (dict(hidden_size=1024, num_layers=48, ffn_hidden_size=4096, vocab_size=NEOX_VOCAB,
+                        normalization="layernorm", position_embedding="learned_absolute", max_position_embeddings=2048,
+                        hybrid=dict(layer_pattern="M" * 48, mamba_state_dim=16, mamba_head_dim=64, mamba_num_groups=8)),
+                   370e6, 1e7),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_a_primus_hybrid_preset_has_its_published_size(name):
+    numbers, published, precision = PUBLISHED[name]
+    base = dict(name=name, num_attention_heads=16, num_kv_heads=16, max_position_embeddings=4096, tie_embeddings=True)
+    model = OmegaConf.merge(OmegaConf.structured(ModelConfig), {**base, **numbers})
+    assert round(model_math.count_parameters(model) / precision) == round(published / precision)

@@ -100,6 +100,16 @@ def test_a_zebra_llama_preset_imports_its_pattern_and_mixer_and_exports_exactly(
     assert mismatches == []
 
 
+def test_the_ratios_and_primus_layer_spec_are_read_into_the_pattern_not_passed_on(tmp_path):
+    """Megatron-LM checks a pattern against non-zero ratios (megatron-core's allocate_layers counts each letter)
+    and cannot import Primus's own layer specs: it gets the pattern, ratios 0 and no spec."""
+    imported(tmp_path, ZEBRA, [HYBRID_SPECS, "gdn_hybrid_stack_spec"])
+    args = yaml.safe_load((tmp_path / "run" / "backend_args.yaml").read_text())
+    assert (args["hybrid_override_pattern"], args["hybrid_attention_ratio"], args["hybrid_mlp_ratio"]) == (
+        "*-M-M-M-*-M-M-M-", 0.0, 0.0)
+    assert {"spec", "model_type", "mamba_expand"} & set(args) == set()
+
+
 def test_an_explicit_pattern_wins_over_the_ratio(tmp_path):
     preset = ZEBRA.rstrip(" ") + "    hybrid_override_pattern: 'M-M-*-M-M-M-*-M-'\n"
     model, _, mismatches = imported(tmp_path, preset, [HYBRID_SPECS, "gdn_hybrid_stack_spec"])

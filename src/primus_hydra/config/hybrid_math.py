@@ -29,6 +29,7 @@ def norm_weights(model: Any, width: int) -> int:
 
 
 def mamba_heads(model: Any) -> int:
+    """megatron-core's MambaMixer: mamba_num_heads, else d_inner (2 x hidden_size) // mamba_head_dim."""
     hybrid = model.hybrid
     if hybrid.mamba_num_heads is not None:
         return int(hybrid.mamba_num_heads)

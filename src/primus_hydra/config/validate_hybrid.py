@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
+from primus_hydra.config.hybrid_math import mamba_heads
+
 # Megatron's hybrid layer letters (megatron/core/ssm/mamba_hybrid_layer_allocation.py, Symbols)
 PATTERN_LETTERS = {"M": "mixer", "*": "attention", "-": "MLP", "E": "MoE"}
 
@@ -30,14 +32,6 @@ def check_hybrid_model(cfg: DictConfig, failures: list[str], warnings: list[str]
         _mixer_sizes(model, tp, failures)
 
 
-def mamba_num_heads(model) -> int:
-    """megatron-core's MambaMixer: mamba_num_heads, else d_inner (2 x hidden_size) // mamba_head_dim."""
-    hybrid = model.hybrid
-    if hybrid.mamba_num_heads is not None:
-        return int(hybrid.mamba_num_heads)
-    return 2 * model.hidden_size // hybrid.mamba_head_dim
-
-
 def _mixer_sizes(model, tp: int, failures: list[str]) -> None:
     hybrid = model.hybrid
     if str(hybrid.mixer) == "mamba2":
@@ -55,7 +49,7 @@ def _mixer_sizes(model, tp: int, failures: list[str]) -> None:
             failures.append(f"model.hybrid.mamba_head_dim={hybrid.mamba_head_dim}: must divide 2 x model.hidden_size="
                             f"{2 * model.hidden_size} (or set model.hybrid.mamba_num_heads)")
             return
-        heads, groups = mamba_num_heads(model), hybrid.mamba_num_groups
+        heads, groups = mamba_heads(model), hybrid.mamba_num_groups
         if heads % groups:
             failures.append(f"model.hybrid.mamba_num_groups={groups}: must divide the {heads} Mamba heads")
         if heads % tp or groups % tp:

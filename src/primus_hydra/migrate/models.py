@@ -38,8 +38,13 @@ MEGATRON_ARCHITECTURE = (
     "moe_router_topk_scaling_factor", "moe_router_num_groups", "moe_router_group_topk",
     "moe_router_enable_expert_bias", "hybrid_override_pattern", "mamba_state_dim", "mamba_head_dim",
     "mamba_num_groups", "mamba_num_heads", "linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim",
-    "linear_num_key_heads", "linear_num_value_heads")
-HYBRID_SIZES = MEGATRON_ARCHITECTURE[MEGATRON_ARCHITECTURE.index("mamba_state_dim"):]
+    "linear_num_key_heads", "linear_num_value_heads", "is_hybrid_model", "hybrid_attention_ratio", "hybrid_mlp_ratio",
+    "model_type", "spec", "mamba_expand", "mamba_d_conv")
+HYBRID_SIZES = MEGATRON_ARCHITECTURE[MEGATRON_ARCHITECTURE.index("mamba_state_dim"):
+                                     MEGATRON_ARCHITECTURE.index("is_hybrid_model")]
+# what Primus says of a hybrid model beyond the pattern and sizes: read into the layer pattern and the mixer, and
+# compared through them (Megatron-LM gets the pattern, its ratios 0, no Primus layer spec)
+READ_INTO_PATTERN = MEGATRON_ARCHITECTURE[MEGATRON_ARCHITECTURE.index("is_hybrid_model"):]
 # megatron-core's TransformerConfig defaults of the hybrid sizes (mamba_num_heads null: derived from the width)
 HYBRID_DEFAULTS = {"mamba_state_dim": 128, "mamba_head_dim": 64, "mamba_num_groups": 8, "linear_conv_kernel_dim": 4,
                    "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_num_key_heads": 16,
@@ -192,6 +197,8 @@ def _hybrid_architecture(args: dict, arch: dict) -> None:
     GPT model, and no MLP numbers for a hybrid without MLP layers."""
     pattern = hybrid_pattern(args)
     arch["hybrid_override_pattern"] = pattern
+    for key in READ_INTO_PATTERN:
+        arch[key] = None
     if pattern is None:
         for key in HYBRID_SIZES:
             arch[key] = None
