@@ -65,7 +65,7 @@ def megatron_counts() -> dict[str, list[int]]:
 
 
 def test_every_preset_is_counted():
-    assert len(PRESETS) == 19 and {"llama3_8b", "deepseek_v3", "mixtral_8x22b", "moe_tiny"} <= set(PRESETS)
+    assert len(PRESETS) == 21 and {"llama3_8b", "deepseek_v3", "mixtral_8x22b", "moe_tiny", "qwen3_30b_a3b"} <= set(PRESETS)
 
 
 @pytest.mark.parametrize("name", PRESETS)
