@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any, Sequence, Union
 
-from primus_hydra.config.schema_model import MLAConfig, MoEConfig, RopeScalingConfig
+from primus_hydra.config.schema_model import HybridConfig, MLAConfig, MoEConfig, RopeScalingConfig
 from primus_hydra.config.values import to_plain
 from primus_hydra.errors import ConfigValidationError
 from primus_hydra.util.omegaconf_text import escape_text
@@ -101,6 +101,8 @@ def model_fields_from_hf(config: dict, where: str) -> dict:
     fields["rope_theta"], fields["rope_scaling"] = _rope_from_hf(config, model_type, read)
     fields["moe"] = _moe_from_hf(config, model_type, read)
     fields["mla"] = _mla_from_hf(read) if model_type in DEEPSEEK_TYPES else _defaults(MLAConfig)
+    # every family read here is a transformer with RMSNorm and rotary positions (none of a preset's hybrid layers)
+    fields.update(normalization="rmsnorm", position_embedding="rope", hybrid=_defaults(HybridConfig))
     return fields
 
 

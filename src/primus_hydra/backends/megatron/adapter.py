@@ -186,8 +186,8 @@ class MegatronAdapter(ExternalBackendAdapter):
         if self.trainer_name != "core":
             return []
         with restored_environment():  # importing megatron-core sets variables of its own
-            layout_failures = megatron_core_layout_failures(self.arguments_after_patches())
-        return layout_failures or self._transformer_config_failures()
+            pipeline_failures = megatron_core_layout_failures(self.arguments_after_patches())
+        return pipeline_failures or self._transformer_config_failures()
 
     def _transformer_config_failures(self) -> list[str]:
         """megatron-core's own checks of the arguments (TransformerConfig.__post_init__), run here, before any worker
