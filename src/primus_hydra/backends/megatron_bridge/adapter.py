@@ -16,6 +16,9 @@ from primus_hydra.backends.megatron_bridge.cpu_patches import (
 )
 from primus_hydra.patches.versions import any_version_matches
 
+NO_LATENT_ATTENTION = ("backend=megatron_bridge: multi-latent attention (model.mla.enabled) takes Bridge's DeepSeek "
+                       "providers, which this project does not build yet; use backend=megatron")
+
 
 class MegatronBridgeAdapter(ExternalBackendAdapter):
     name = "megatron_bridge"
@@ -47,6 +50,8 @@ class MegatronBridgeAdapter(ExternalBackendAdapter):
             failures.append(f"module.peft.method={self.cfg.module.peft.method}: Megatron-Bridge's PEFT starts from a "
                             f"pretrained checkpoint in Megatron's layout (module.checkpoint.load={load}); point it at a "
                             f"backend=megatron_bridge or Megatron-LM save folder (its iter_XXXXXXX or the folder above)")
+        if self.cfg.model.mla.enabled:
+            failures.append(NO_LATENT_ATTENTION)
         version = self.detect_backend_version()
         if self.on_cpu and version is not None and cpu_support_failure(version):
             failures.append(cpu_support_failure(version))

@@ -14,8 +14,9 @@ from megatron.bridge.training import config as bridge
 from megatron.bridge.training.tokenizers.config import TokenizerConfig
 
 from primus_hydra.backends.megatron.core_config import gpt_model_kwargs, transformer_config_fields
-from primus_hydra.backends.megatron.core_model import layer_spec
+from primus_hydra.backends.megatron.core_model import layer_spec, uses_transformer_engine
 from primus_hydra.backends.megatron.datasets import training_batches
+from primus_hydra.backends.megatron_bridge.adapter import NO_LATENT_ATTENTION
 from primus_hydra.errors import PrimusError
 
 # GPTModel's own arguments (core_config.gpt_model_kwargs) as the provider's fields
@@ -26,13 +27,10 @@ def model_provider(model_args: dict, device_type: str, init_weights: Callable[[l
     """The provider of the translated architecture; megatron-core's local layer spec unless Transformer Engine is
     used (GPUs with TE), and `init_weights` (this rank's model chunks -> the same chunks) run before Bridge wraps
     them."""
-    from primus_hydra.backends.megatron.core_model import uses_transformer_engine
-
     use_te = uses_transformer_engine(model_args, device_type)
     config_class, fields = transformer_config_fields(model_args, fused=use_te, use_cpu_initialization=device_type != "cuda")
-    if config_class.__name__ != "TransformerConfig":
-        raise PrimusError("backend=megatron_bridge: multi-latent attention (model.mla.enabled) takes Bridge's DeepSeek "
-                          "providers, which this project does not build yet; use backend=megatron")
+    if config_class.__name__ != "TransformerConfig":  # refused before launch (adapter.training_failures)
+        raise PrimusError(NO_LATENT_ATTENTION)
     fields = {**_core_defaults_where_bridge_differs(config_class), **fields}
     gpt = {_PROVIDER_NAMES.get(key, key): value for key, value in gpt_model_kwargs(model_args).items()}
     fields.update(gpt, should_pad_vocab=False)  # gpt_model_kwargs padded the vocabulary as backend=megatron does
