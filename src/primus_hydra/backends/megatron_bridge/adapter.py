@@ -7,7 +7,7 @@ from pathlib import Path
 from primus_hydra.backends.common.checkpoint_paths import megatron_iteration_folder
 from primus_hydra.backends.external import ExternalBackendAdapter
 from primus_hydra.backends.megatron.traits import MEGATRON_CORE_TRAITS
-from primus_hydra.backends.megatron_bridge.args import build_megatron_bridge_config
+from primus_hydra.backends.megatron_bridge.args import NO_LATENT_ATTENTION, build_megatron_bridge_config
 from primus_hydra.backends.megatron_bridge.cpu_patches import (
     CPU_PATCH_VERSIONS,
     allow_import_without_transformer_engine,
@@ -15,9 +15,6 @@ from primus_hydra.backends.megatron_bridge.cpu_patches import (
     quiet_bridge_imports,
 )
 from primus_hydra.patches.versions import any_version_matches
-
-NO_LATENT_ATTENTION = ("backend=megatron_bridge: multi-latent attention (model.mla.enabled) takes Bridge's DeepSeek "
-                       "providers, which this project does not build yet; use backend=megatron")
 
 
 class MegatronBridgeAdapter(ExternalBackendAdapter):

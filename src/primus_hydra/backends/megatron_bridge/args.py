@@ -19,6 +19,10 @@ from primus_hydra.backends.megatron.args import mla_args, model_args, moe_args, 
 from primus_hydra.backends.megatron_bridge.keys import MEGATRON_BRIDGE_KEYS
 from primus_hydra.config.paths import checkpoint_dir_of
 
+# what the translation cannot give Bridge (refused before launch by the adapter, guarded in the trainer)
+NO_LATENT_ATTENTION = ("backend=megatron_bridge: multi-latent attention (model.mla.enabled) takes Bridge's DeepSeek "
+                       "providers, which this project does not build yet; use backend=megatron")
+
 
 def default_recipe(model: DictConfig) -> str:
     """Bridge's recipe modules drop the dot of a version: llama3.1_8b -> llama.llama31_8b."""

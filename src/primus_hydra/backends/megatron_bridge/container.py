@@ -16,7 +16,7 @@ from megatron.bridge.training.tokenizers.config import TokenizerConfig
 from primus_hydra.backends.megatron.core_config import gpt_model_kwargs, transformer_config_fields
 from primus_hydra.backends.megatron.core_model import layer_spec, uses_transformer_engine
 from primus_hydra.backends.megatron.datasets import training_batches
-from primus_hydra.backends.megatron_bridge.adapter import NO_LATENT_ATTENTION
+from primus_hydra.backends.megatron_bridge.args import NO_LATENT_ATTENTION
 from primus_hydra.errors import PrimusError
 
 # GPTModel's own arguments (core_config.gpt_model_kwargs) as the provider's fields
