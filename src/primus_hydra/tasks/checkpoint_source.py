@@ -39,6 +39,7 @@ class CheckpointSource:
     hf_folder: Optional[Path] = None
     run_dir: Optional[Path] = None  # the run that wrote step_dir, when found
     tokenizer_dir: Optional[Path] = None  # the HF tokenizer folder the run used (module.data.tokenizer), if any
+    peft: Optional[dict] = None  # a LoRA run's step: its rank and alpha (meta.json), for folding the adapters in
 
     @property
     def tokenizer_file(self) -> Optional[Path]:
@@ -83,9 +84,10 @@ def _resolve_step(path: Path, key: str, spec: str) -> Path:
 def _step_source(spec: str, step: Path, run_dir: Path, resolved: Any) -> CheckpointSource:
     model = model_object(OmegaConf.to_container(resolved.model, resolve=False))
     tokenizer = OmegaConf.select(resolved, "module.data.tokenizer", default=None)
-    backend = str(read_meta(step)[0].get("backend") or "torch")  # older native steps record no backend
+    meta = read_meta(step)[0]
+    backend = str(meta.get("backend") or "torch")  # older native steps record no backend
     return CheckpointSource(spec, model, step_dir=step, backend=backend, run_dir=run_dir,
-                            tokenizer_dir=Path(str(tokenizer)) if tokenizer else None)
+                            tokenizer_dir=Path(str(tokenizer)) if tokenizer else None, peft=meta.get("peft"))
 
 
 def _hf_source(path: Path, key: str) -> CheckpointSource:
@@ -125,11 +127,10 @@ def native_state_dict(source: CheckpointSource) -> dict:
 
     converter = weight_converter(source.backend)
     if converter is None:
-        peft = read_meta(source.step_dir)[0].get("peft")
-        if peft:  # a LoRA run's step: the adapted model, adapters folded into their weights
+        if source.peft:  # a LoRA run's step: the adapted model, adapters folded into their weights
             from primus_hydra.backends.common.lora_weights import merged_adapters
 
-            return merged_adapters(read_native(source.step_dir), peft)
+            return merged_adapters(read_native(source.step_dir), source.peft)
         return read_native(source.step_dir)
     with tempfile.TemporaryDirectory(prefix="primus_native_") as scratch:
         out = Path(scratch) / source.step_dir.name

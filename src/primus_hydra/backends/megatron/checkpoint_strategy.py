@@ -31,3 +31,12 @@ def in_process_save_strategy() -> Any:
                      planner=planner)
 
     return InProcessTorchDistSave("torch_dist", 1)
+
+
+def give_optimizer_state_for_loading(optimizer: Any) -> None:
+    """megatron-core's distributed optimizer describes its state (what a checkpoint load fills) only once it has
+    some: each of the (chained) optimizers without state takes megatron-core's own dummy step first; the loaded
+    state replaces it."""
+    for inner in getattr(optimizer, "chained_optimizers", [optimizer]):
+        if hasattr(inner, "_init_optimizer_states_with_dummy_values") and not inner.optimizer.state:
+            inner._init_optimizer_states_with_dummy_values()

@@ -25,7 +25,10 @@ from primus_hydra.backends.common.distributed import destroy_parallel_state
 from primus_hydra.backends.common.foreign_checkpoints import model_object, weights_in_native_format
 from primus_hydra.backends.common.hf_folder import is_hf_folder
 from primus_hydra.backends.common.step_loop import StepLoopTrainer
-from primus_hydra.backends.megatron.checkpoint_strategy import in_process_save_strategy
+from primus_hydra.backends.megatron.checkpoint_strategy import (
+    give_optimizer_state_for_loading,
+    in_process_save_strategy,
+)
 from primus_hydra.backends.megatron.core_config import quiet_library_logs
 from primus_hydra.backends.megatron.core_model import build_gpt_model
 from primus_hydra.backends.megatron.cpu_patches import cpu_support_failure
@@ -241,10 +244,8 @@ class MegatronCoreTrainer(StepLoopTrainer):
         """Model and optimizer as megatron-core sharded tensors; the optimizer state `fully_reshardable`, so that a
         step written at one layout (dp, tp, pp, ep) resumes at another."""
         metadata = {"distrib_optim_sharding_type": "fully_reshardable"}
-        if for_loading:  # the distributed optimizer describes its state only once it has some (megatron-core's own
-            for optimizer in getattr(self.optimizer, "chained_optimizers", [self.optimizer]):  # dummy step; loaded over)
-                if hasattr(optimizer, "_init_optimizer_states_with_dummy_values") and not optimizer.optimizer.state:
-                    optimizer._init_optimizer_states_with_dummy_values()
+        if for_loading:
+            give_optimizer_state_for_loading(self.optimizer)
         model_state = self._model_state(metadata)
         return {**model_state,
                 "optimizer": self.optimizer.sharded_state_dict(model_state, is_loading=for_loading, metadata=metadata)}

@@ -50,8 +50,9 @@ class MegatronBridgeAdapter(ExternalBackendAdapter):
         if self.cfg.model.mla.enabled:
             failures.append(NO_LATENT_ATTENTION)
         version = self.detect_backend_version()
-        if self.on_cpu and version is not None and cpu_support_failure(version):
-            failures.append(cpu_support_failure(version))
+        unsupported = cpu_support_failure(version) if self.on_cpu and version is not None else None
+        if unsupported:
+            failures.append(unsupported)
         return failures
 
     def prepare_backend(self) -> None:

@@ -131,6 +131,8 @@ def optimizer_state_for_loading(ctx: Optional[PatchContext]) -> None:
     from megatron.bridge.training import checkpointing
     from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
 
+    from primus_hydra.backends.megatron.checkpoint_strategy import give_optimizer_state_for_loading
+
     load_state_dict = DistributedOptimizer.load_state_dict
 
     def load_with_adam_step(self, state_dict):
@@ -148,9 +150,7 @@ def optimizer_state_for_loading(ctx: Optional[PatchContext]) -> None:
 
     def generate_state_dict(ckpt_cfg, model, optimizer, *args, optim_sd_kwargs=None, **kwargs):
         if optimizer is not None and (optim_sd_kwargs or {}).get("is_loading"):
-            for inner in getattr(optimizer, "chained_optimizers", [optimizer]):
-                if hasattr(inner, "_init_optimizer_states_with_dummy_values") and not inner.optimizer.state:
-                    inner._init_optimizer_states_with_dummy_values()
+            give_optimizer_state_for_loading(optimizer)
         return describe(ckpt_cfg, model, optimizer, *args, optim_sd_kwargs=optim_sd_kwargs, **kwargs)
 
     checkpointing.generate_state_dict = generate_state_dict
