@@ -78,3 +78,19 @@ def test_without_punkt_data_or_with_a_conversation_format_it_is_one_line(tmp_pat
     assert raised.value.failures[0] == ("task.split_sentences=true: task.format=chat reads whole conversations; "
                                         "leave task.split_sentences unset")
     assert not list(tmp_path.glob("c_*"))
+
+
+def test_a_worker_that_cannot_start_stops_the_run_with_its_error_instead_of_hanging(tmp_path):
+    """A pool whose initializer raises starts new workers for ever; the failure must reach the writer."""
+    from primus_hydra.tasks.data_prep.encode import encode_chunk, start_pool_worker
+    from primus_hydra.tasks.data_prep.inputs import Chunk
+    from primus_hydra.tasks.data_prep.sentences import SentenceSplit
+    from primus_hydra.tasks.data_prep.tokenizer import BYTE, TokenizerSpec
+    from primus_hydra.tasks.data_prep.write import _worker_context
+
+    spec = TokenizerSpec(BYTE, None, 256, 256, "")
+    no_punkt = SentenceSplit("english", False, str(tmp_path / "missing"))
+    with _worker_context().Pool(1, initializer=start_pool_worker, initargs=(spec, ["text"], True, None, no_punkt)) \
+            as pool:
+        with pytest.raises(FileNotFoundError, match="missing"):
+            pool.apply_async(encode_chunk, (Chunk(0, "jsonl", [(1, '{"text": "a. b."}')]),)).get(timeout=120)

@@ -24,7 +24,7 @@ from primus_hydra.tasks.data_prep.inputs import (
     input_files,
 )
 from primus_hydra.tasks.data_prep.outputs import OutputNames, existing_outputs, fingerprint, is_up_to_date
-from primus_hydra.tasks.data_prep.sentences import SENTENCE_LEVEL, SentenceSplit, splitter_failure
+from primus_hydra.tasks.data_prep.sentences import SENTENCE_LEVEL, SentenceSplit, with_punkt_folder
 from primus_hydra.tasks.data_prep.sft import OUTPUT_KEYS, RAW_FORMATS, RECORD_KEYS, SFT_FORMATS, chat_template_of
 from primus_hydra.tasks.data_prep.tokenizer import TokenizerError, TokenizerSpec, tokenizer_spec
 
@@ -131,7 +131,7 @@ def prepare_data_job(task: Any) -> PrepareDataJob:
         failures.append(f"task.split_sentences=true: task.format={sft} reads whole conversations; leave "
                         f"task.split_sentences unset")
     elif sentences:
-        failure = splitter_failure(sentences)
+        sentences, failure = with_punkt_folder(sentences)
         failures += [failure] if failure else []
         names = OutputNames(names.out, SENTENCE_LEVEL) if names else None
     if task.workers is not None and int(task.workers) < 1:

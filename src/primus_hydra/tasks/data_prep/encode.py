@@ -76,9 +76,14 @@ def start_worker(spec: TokenizerSpec, keys: list, append_eod: bool, sft: Optiona
 
 def start_pool_worker(spec: TokenizerSpec, keys: list, append_eod: bool, sft: Optional[str] = None,
                       sentences: Optional[SentenceSplit] = None) -> None:
-    """start_worker in a pool's process, which leaves Ctrl-C to the writer (it stops the pool and cleans up)."""
+    """start_worker in a pool's process, which leaves Ctrl-C to the writer (it stops the pool and cleans up). A
+    failure is kept and raised by the first chunk, so the writer gets it: a pool whose initializer raises starts new
+    workers for ever, and the run would hang."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    start_worker(spec, keys, append_eod, sft, sentences)
+    try:
+        start_worker(spec, keys, append_eod, sft, sentences)
+    except Exception as error:  # noqa: BLE001 - handed to the writer whole
+        _worker["failure"] = error
 
 
 def _texts_of(record: Any, keys: list) -> list:
@@ -175,6 +180,8 @@ def _as_encoded(sentences: list) -> list:
 
 def encode_chunk(chunk: Chunk) -> EncodedChunk:
     """The chunk's documents as ids, in this worker (start_worker has run here)."""
+    if "failure" in _worker:
+        raise _worker["failure"]
     if _worker.get("sft"):
         return _encoded_conversations(chunk)
     encode, keys, eod = _worker["encode"], _worker["keys"], _worker["eod"]

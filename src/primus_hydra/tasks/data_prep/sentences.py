@@ -3,13 +3,14 @@
 end-of-document id goes after the last sentence.
 
 Punkt's parameters for `task.lang` come from nltk's own data (`tokenizers/punkt_tab/<lang>/`, what
-`python -m nltk.downloader punkt_tab` installs; NLTK_DATA says where else to look). Without
+`python -m nltk.downloader punkt_tab` installs; NLTK_DATA says where else to look), found once by the writer: the
+workers read that folder, whatever nltk's search path is in their own process. Without
 `task.keep_newlines`, the whitespace after a sentence is dropped (Punkt's own spans); with it, a sentence keeps the
 whitespace and newlines that follow it, so the sentences put back together are the text.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 SENTENCE_LEVEL, DOCUMENT_LEVEL = "sentence", "document"
@@ -19,29 +20,32 @@ SENTENCE_LEVEL, DOCUMENT_LEVEL = "sentence", "document"
 class SentenceSplit:
     lang: str = "english"
     keep_newlines: bool = False
+    folder: str = ""  # the Punkt data of lang (set by with_punkt_folder)
 
 
-def splitter_failure(split: SentenceSplit) -> Optional[str]:
-    """Why the splitter cannot be made here (one line), or None."""
+def with_punkt_folder(split: SentenceSplit) -> tuple[SentenceSplit, Optional[str]]:
+    """The split with its Punkt folder found, or why the splitter cannot be made here (one line)."""
     import importlib.util
 
     if importlib.util.find_spec("nltk") is None:
-        return "task.split_sentences=true: sentences are cut by nltk's Punkt, which is not installed (pip install nltk)"
+        return split, ("task.split_sentences=true: sentences are cut by nltk's Punkt, which is not installed "
+                       "(pip install nltk)")
     import nltk
 
     try:
-        nltk.data.find(f"tokenizers/punkt_tab/{split.lang}/")
+        folder = nltk.data.find(f"tokenizers/punkt_tab/{split.lang}/")
     except LookupError:
-        return (f"task.split_sentences=true: nltk has no Punkt data for task.lang={split.lang} (run: python -m "
-                f"nltk.downloader punkt_tab, or point NLTK_DATA at a folder holding tokenizers/punkt_tab/{split.lang})")
-    return None
+        return split, (f"task.split_sentences=true: nltk has no Punkt data for task.lang={split.lang} (run: python -m "
+                       f"nltk.downloader punkt_tab, or point NLTK_DATA at a folder holding "
+                       f"tokenizers/punkt_tab/{split.lang})")
+    return replace(split, folder=str(folder)), None
 
 
 def make_splitter(split: SentenceSplit) -> Callable[[str], list[str]]:
     """text -> its sentences (a text without any: no sentence)."""
-    from nltk.tokenize.punkt import PunktTokenizer
+    from nltk.tokenize.punkt import PunktSentenceTokenizer, load_punkt_params
 
-    trained = PunktTokenizer(split.lang)
+    trained = PunktSentenceTokenizer(load_punkt_params(split.folder))
     if not split.keep_newlines:
         return trained.tokenize
 
