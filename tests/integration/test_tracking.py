@@ -139,8 +139,8 @@ def test_a_sweep_is_one_tracker_run_per_point_in_one_group_a_failed_point_marked
     assert exits == [0, 1, 0]
 
 
-@pytest.mark.parametrize("backend", ["megatron", "torchtitan"])
-def test_megatron_and_torchtitan_feed_the_same_trackers_as_metrics_jsonl(backend, tmp_path):
+@pytest.mark.parametrize("backend", ["megatron", "torchtitan", "megatron_bridge"])
+def test_megatron_torchtitan_and_bridge_feed_the_same_trackers_as_metrics_jsonl(backend, tmp_path):
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     run_dir = tmp_path / "run"
     short = [override for override in SMALL if not override.startswith(("module.train_iters=", "module.checkpoint.interval="))]
