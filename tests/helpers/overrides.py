@@ -14,3 +14,9 @@ SHORT_RUN = ["model=llama_tiny", "module.train_iters=5", "module.warmup_iters=2"
 # two steps of 2 sequences of 32 tokens: a run that only has to start and finish
 TINY_RUN = ["module.train_iters=2", "module.warmup_iters=0", "module.seq_length=32", "module.micro_batch_size=2",
             "module.global_batch_size=2", *QUIET_LOGS, "module.checkpoint.save_final=false"]
+
+# Llama 4's MoE at toy size: layer 0 dense, layer 1 MoE (interleave_step 2), top-1 with a shared expert, the router's
+# sigmoid score on the expert's input, the expert bias; widths as torchtitan's llama4 derives them (192 -> 128)
+LLAMA4_TINY = ["model=llama4_17bx128e", "model.num_layers=2", "model.hidden_size=64", "model.num_attention_heads=4",
+               "model.num_kv_heads=2", "model.ffn_hidden_size=192", "model.vocab_size=256", "model.moe.num_experts=4",
+               "model.moe.ffn_hidden_size=128", "model.max_position_embeddings=1024"]

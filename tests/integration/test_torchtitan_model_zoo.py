@@ -1,5 +1,5 @@
 """Every llama-family zoo preset torchtitan's llama3 can build (untied embeddings), and every qwen3 and deepseek one
-(torchtitan's qwen3 and deepseek_v3, MoE and latent attention included), translated (args.py model_args over the flavor, as the trainer does) and built by torchtitan itself on the
+(torchtitan's qwen3, deepseek_v3 and llama4, MoE and latent attention included), translated (args.py model_args over the flavor, as the trainer does) and built by torchtitan itself on the
 meta device, has exactly the parameter count of the project's model math; the tied llamas are refused in one line
 before any worker."""
 from __future__ import annotations
@@ -23,6 +23,8 @@ QWEN3 = sorted(path.stem for path in (CONF_DIR / "model").glob("*.yaml")
                if yaml.safe_load(path.read_text())["family"] == "qwen3")
 DEEPSEEK = sorted(path.stem for path in (CONF_DIR / "model").glob("*.yaml")
                   if yaml.safe_load(path.read_text())["family"] == "deepseek")
+LLAMA4 = sorted(path.stem for path in (CONF_DIR / "model").glob("*.yaml")
+                if yaml.safe_load(path.read_text())["family"] == "llama4")
 COUNT_ALL = """
 import json, sys
 sys.path.insert(0, "tests")
@@ -54,7 +56,7 @@ print(json.dumps(counts))
 
 @pytest.fixture(scope="module")
 def torchtitan_counts() -> dict[str, list]:
-    result = subprocess.run([sys.executable, "-c", COUNT_ALL, *UNTIED, *QWEN3, *DEEPSEEK], capture_output=True, text=True, cwd=REPO,
+    result = subprocess.run([sys.executable, "-c", COUNT_ALL, *UNTIED, *QWEN3, *DEEPSEEK, *LLAMA4], capture_output=True, text=True, cwd=REPO,
                             timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.splitlines()[-1])
@@ -65,7 +67,7 @@ def test_the_llama_family_is_counted():
     assert set(LLAMAS) - set(UNTIED) == {"llama3.2_1b", "llama3.2_3b"}
 
 
-@pytest.mark.parametrize("name", UNTIED + QWEN3 + DEEPSEEK)
+@pytest.mark.parametrize("name", UNTIED + QWEN3 + DEEPSEEK + LLAMA4)
 def test_torchtitan_builds_the_preset_with_its_model_math_count(torchtitan_counts, name):
     flavor, built, model_math = torchtitan_counts[name]
     assert built == model_math, f"{name} (flavor {flavor}): torchtitan {built:,} vs model math {model_math:,}"
@@ -77,3 +79,5 @@ def test_torchtitan_builds_the_preset_with_its_model_math_count(torchtitan_count
         assert (flavor, built) == ("671B", 671_026_419_200)
     if name == "deepseek_v2_lite":
         assert (flavor, built) == ("16B", 15_706_484_224)
+    if name == "llama4_17bx128e":  # the count conf/model/llama4_17bx128e.yaml documents
+        assert (flavor, built) == ("17bx128e", 400_711_852_032)

@@ -9,6 +9,7 @@ from omegaconf import OmegaConf
 
 from helpers.compose import run_job
 from primus_hydra.backends.architecture_support import architecture_failures
+from primus_hydra.backends.megatron.traits import MEGATRON_CORE_TRAITS
 from primus_hydra.config import model_math
 from primus_hydra.config.error_format import format_compose_error
 from primus_hydra.config.schema_model import ModelConfig
@@ -110,10 +111,10 @@ def test_a_cpu_run_of_a_hybrid_model_stops_before_launch_naming_the_gpu_kernels(
 
 def test_a_gpu_run_of_a_hybrid_model_is_sent_to_megatron_lms_pretrain_mamba(compose_config):
     model = compose_config(*HYBRID).model
-    assert architecture_failures(model, "megatron", trains=True, runs_on_gpu=True) == [
+    assert architecture_failures(model, "megatron", trains=True, runs_on_gpu=True, traits=MEGATRON_CORE_TRAITS) == [
         "model.hybrid.layer_pattern=M*-M: backend=megatron's trainers build GPT models; a hybrid model trains with "
         "Megatron-LM's own pretrain_mamba.py, given the arguments a dry run exports (backend_args.yaml)"]
-    assert architecture_failures(model, "megatron", trains=False, runs_on_gpu=False) == []
+    assert architecture_failures(model, "megatron", trains=False, runs_on_gpu=False, traits=MEGATRON_CORE_TRAITS) == []
 
 
 # -- backend=megatron's arguments -------------------------------------------------------------------------------

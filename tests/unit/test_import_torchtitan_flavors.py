@@ -85,15 +85,24 @@ def test_a_flavor_without_a_zoo_preset_imports_and_dry_runs_with_primus_values(t
                               gpus_per_node(experiment), result.passed_keys) == []
 
 
+def test_a_llama4_flavor_imports_as_its_zoo_preset_and_dry_runs_with_primus_values(tree, imported, tmp_path):
+    """torchtitan's llama4 17bx128e (interleaved MoE layers, scores on the experts' inputs) is the zoo's preset."""
+    out, results = imported
+    result = results["llama4_17Bx128E-pretrain"]
+    assert (result.failure, result.model) == ("", "llama4_17bx128e")  # its flavor follows from the name (args.py)
+    experiment = load_experiment(result.source, tree, {})
+    module = experiment.modules[0]
+    assert dry_run_mismatches(result.name, out, module.framework, module.params, tmp_path,
+                              gpus_per_node(experiment), result.passed_keys) == []
+    choice = torchtitan_flavor_model("llama4", "17bx16e", "llama4_17Bx16E.yaml")
+    assert (choice.zoo, choice.generated) == ("llama4_17bx16e", {})
+
+
 @pytest.mark.parametrize("preset, failure", [
     ("gpt_oss_20b", "model.name=gpt_oss model.flavor=20b: torchtitan's gpt_oss has attention sinks (a learned logit "
                     "per head in every softmax), sliding-window attention on every other layer, biases on the "
                     "attention and expert projections and a clamped SwiGLU (swiglu_limit), which the canonical model "
                     "(config/schema_model.py) cannot hold"),
-    ("llama4_17Bx128E", "model.name=llama4 model.flavor=17bx128e: torchtitan's llama4 17bx128e has an MoE layer every "
-                        "2 layers between dense ones (interleave_moe_layer_step), router scores applied to the "
-                        "experts' inputs (score_before_experts), which the canonical model (config/schema_model.py) "
-                        "cannot hold"),
 ])
 def test_a_family_the_canonical_model_cannot_hold_is_refused_in_one_line(imported, preset, failure):
     _, results = imported
@@ -139,7 +148,8 @@ def _torchtitan_count(name: str, flavor: str) -> int:
     return sum(parameter.numel() for parameter in model.parameters()) + bias
 
 
-@pytest.mark.parametrize("name, flavor", [("qwen3", "0.6B"), ("qwen3", "30B-A3B"), ("deepseek_v3", "236B")])
+@pytest.mark.parametrize("name, flavor", [("qwen3", "0.6B"), ("qwen3", "30B-A3B"), ("deepseek_v3", "236B"),
+                                         ("llama4", "17bx16e"), ("llama4", "17bx128e")])
 def test_the_generated_model_has_the_parameter_count_torchtitan_builds(name, flavor):
     choice = torchtitan_flavor_model(name, flavor, f"{name}_{flavor}.yaml")
     model = OmegaConf.merge(OmegaConf.structured(ModelConfig), generated_model_tree(choice))

@@ -44,6 +44,10 @@ PUBLISHED_TOTALS = {
     # is the per-tensor sum of the HF checkpoint's main-model tensors, including the 58 x 256 e_score_correction_bias
     # and excluding model.layers.61 (MTP) and the FP8 weight_scale_inv tensors.
     "deepseek_v3": (671_026_419_200, "deepseek-ai/DeepSeek-V3 README_WEIGHTS.md 671B; exact: per-tensor sum of the HF main model"),
+    # torchtitan's llama4 flavors (no iRoPE): its meta-device build, weights plus the expert-bias buffers
+    # (tests/unit/test_import_torchtitan_flavors.py builds them and compares)
+    "llama4_17bx16e": (107_769_861_888, "torchtitan 0.2 llama4 17bx16e on the meta device"),
+    "llama4_17bx128e": (400_711_852_032, "torchtitan 0.2 llama4 17bx128e on the meta device"),
 }
 
 # Published active (per-token) counts. Tolerances: the published figures are rounded to 2-3 significant digits.
@@ -54,6 +58,8 @@ PUBLISHED_ACTIVE = {
     "deepseek_v2_lite": (2.4e9, 0.03, False, "deepseek-ai/DeepSeek-V2-Lite model card: 2.4B activated"),
     "qwen3_30b_a3b": (3.3e9, 0.02, True, "Qwen/Qwen3-30B-A3B model card: 3.3B activated"),
     "deepseek_v3": (36.6e9, 0.005, False, "DeepSeek-V3 README_WEIGHTS.md: 36.6B activated incl. 0.9B output head"),
+    "llama4_17bx16e": (17e9, 0.02, True, "Meta's Llama 4 model card: 17B active parameters (Scout, 16 experts)"),
+    "llama4_17bx128e": (17e9, 0.02, True, "Meta's Llama 4 model card: 17B active parameters (Maverick, 128 experts)"),
 }
 
 
@@ -77,6 +83,7 @@ def test_zoo_holds_every_preset():
         "llama_tiny", "moe_tiny", "llama2_7b", "llama2_13b", "llama2_70b", "llama3_8b", "llama3_70b", "llama3.1_8b",
         "llama3.1_70b", "llama3.1_405b", "llama3.2_1b", "llama3.2_3b", "mixtral_8x7b", "mixtral_8x22b",
         "qwen2.5_7b", "qwen2.5_72b", "qwen3_8b", "qwen3_14b", "qwen3_30b_a3b", "deepseek_v2_lite", "deepseek_v3",
+        "llama4_17bx16e", "llama4_17bx128e",
     }
     assert expected <= set(PRESETS)
     assert set(PUBLISHED_TOTALS) == set(PRESETS) - {"llama_tiny", "moe_tiny"}
@@ -86,7 +93,7 @@ def test_zoo_holds_every_preset():
 def test_preset_composes_and_validates(name, compose_config):
     cfg = compose_config(f"model={name}")
     assert cfg.model.name == name
-    assert cfg.model.family in ("llama", "mixtral", "qwen2", "qwen3", "deepseek")
+    assert cfg.model.family in ("llama", "mixtral", "qwen2", "qwen3", "deepseek", "llama4")
     validate_config(cfg)
 
 

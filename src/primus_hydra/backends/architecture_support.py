@@ -8,16 +8,42 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from primus_hydra.backends.traits import BackendTraits
+
 # the backends whose model is megatron-core's (MambaModel for a hybrid pattern)
 MEGATRON_CORE_BACKENDS = ("megatron",)
+MEGATRON_CORE_MOE_BACKENDS = ("megatron", "megatron_bridge")  # megatron-core's MoE layers, whichever front end
 # what each mixer's layers need beyond megatron-core: kernels that exist for GPUs only
 MIXER_KERNELS = {"mamba2": "mamba_ssm and causal-conv1d (CUDA/Triton kernels)",
                  "gated_delta_net": "flash-linear-attention's Triton kernels",
                  "kimi_delta_attention": "flash-linear-attention's Triton kernels"}
 
 
-def architecture_failures(model: Any, backend: str, trains: bool, runs_on_gpu: Optional[bool]) -> list[str]:
+def architecture_failures(model: Any, backend: str, trains: bool, runs_on_gpu: Optional[bool],
+                          traits: BackendTraits) -> list[str]:
     """What `backend` cannot build of `model`; with trains, also what it cannot run where the job runs."""
+    return _moe_layer_failures(model, backend, traits) + _layer_failures(model, backend, trains, runs_on_gpu)
+
+
+def _moe_layer_failures(model: Any, backend: str, traits: BackendTraits) -> list[str]:
+    moe = model.moe
+    if not moe.num_experts:
+        return []
+    failures = []
+    if not traits.interleaved_moe:
+        failures += [f"model.moe.{key}={value}: backend={backend} does not translate Llama 4's MoE layers; "
+                     f"backend=torch, megatron, megatron_bridge and torchtitan do (model={model.name})"
+                     for key, value, plain in (("interleave_step", moe.interleave_step, 1),
+                                               ("score_before_experts", str(moe.score_before_experts).lower(), "false"))
+                     if value != plain]
+    elif moe.score_before_experts and moe.top_k != 1 and backend in MEGATRON_CORE_MOE_BACKENDS:
+        failures.append(f"model.moe.score_before_experts=true with model.moe.top_k={moe.top_k}: megatron-core weights "
+                        f"the expert's input (moe_apply_probs_on_input) with one expert per token only; set "
+                        f"model.moe.top_k=1")
+    return failures
+
+
+def _layer_failures(model: Any, backend: str, trains: bool, runs_on_gpu: Optional[bool]) -> list[str]:
     pattern = model.hybrid.layer_pattern
     if backend not in MEGATRON_CORE_BACKENDS:
         failures = [f"model.{key}={value}: backend={backend} builds {allowed} only; backend=megatron builds {value} "

@@ -60,6 +60,9 @@ class BackendTraits:
     # no other backend loads them
     weight_converter: Optional[str] = None
     lora: bool = False  # module.peft.method=lora: low-rank adapters trained, the base weights frozen
+    # Llama 4's MoE layers: dense and MoE layers interleaved (model.moe.interleave_step), the router's weight on the
+    # expert's input (model.moe.score_before_experts)
+    interleaved_moe: bool = False
 
     def state_bytes(self, precision: str) -> tuple[int, int, int]:
         """Bytes per parameter a rank holds: weights, gradients, optimizer state."""

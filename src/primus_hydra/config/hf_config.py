@@ -308,6 +308,12 @@ def hf_config_for(model: Any) -> dict:
 def hf_model_type(fields: dict) -> str:
     """The model_type a canonical model (as a dict) exports to, from its family and whether it has experts."""
     family, experts = fields["family"], fields["moe"]["num_experts"] > 0
+    moe = fields["moe"]
+    if experts and (moe.get("interleave_step", 1) > 1 or moe.get("score_before_experts")):
+        raise HFConfigError(f"model.moe.interleave_step={moe.get('interleave_step', 1)}, model.moe.score_before_experts="
+                            f"{str(bool(moe.get('score_before_experts'))).lower()}: Llama 4's routing has no Hugging "
+                            f"Face model_type here (transformers' Llama4 also has NoPE layers, chunked attention and no "
+                            f"expert bias, which this model lacks or has)")
     if family == "deepseek":
         sigmoid = str(fields["moe"]["router_score_function"]) == "sigmoid"
         return "deepseek_v3" if sigmoid or fields["moe"]["router_enable_expert_bias"] else "deepseek_v2"

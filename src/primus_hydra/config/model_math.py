@@ -10,8 +10,8 @@ Face checkpoints (names in comments):
 - MLA (DeepSeek): q_a_proj h*q_lora + q_a_layernorm q_lora + q_b_proj q_lora*(heads*(nope+rope)), or
   q_proj h*(heads*(nope+rope)) when q_lora_rank is null; kv_a_proj_with_mqa h*(kv_lora+rope),
   kv_a_layernorm kv_lora, kv_b_proj kv_lora*(heads*(nope+v)), o_proj (heads*v)*h. No biases.
-- dense SwiGLU FFN 3*h*ffn. MoE layers (index >= first_dense_layers): router h*E, plus E for the expert bias
-  when router_enable_expert_bias (DeepSeek-V3's e_score_correction_bias, stored in the checkpoint);
+- dense SwiGLU FFN 3*h*ffn. MoE layers (is_moe_layer: after first_dense_layers, every interleave_step-th): router
+  h*E, plus E for the expert bias when router_enable_expert_bias (DeepSeek-V3's e_score_correction_bias, stored in the checkpoint);
   experts E*3*h*moe_ffn; shared experts 3*h*shared_ffn (shared_expert_ffn_hidden_size, or
   shared_experts*moe_ffn). Multi-token-prediction modules are not part of the model.
 - normalization=layernorm: every norm has a bias beside its weight; position_embedding=learned_absolute: a table
@@ -73,10 +73,18 @@ def _is_hybrid(model: Any) -> bool:
     return model.hybrid.layer_pattern is not None
 
 
+def is_moe_layer(model: Any, layer: int) -> bool:
+    """Whether decoder layer `layer` (from 0) of a transformer has the MoE FFN: after the first_dense_layers, every
+    interleave_step-th layer (Llama 4 counts them from 1: with a step of 2, layers 1, 3, 5, ...)."""
+    moe = model.moe
+    step = int(getattr(moe, "interleave_step", 1) or 1)
+    return moe.num_experts > 0 and layer >= moe.first_dense_layers and (layer + 1) % step == 0
+
+
 def _num_moe_layers(model: Any) -> int:
     if _is_hybrid(model):
         return hybrid_layer_counts(model)["E"]
-    return model.num_layers - model.moe.first_dense_layers if _is_moe(model) else 0
+    return sum(is_moe_layer(model, layer) for layer in range(model.num_layers))
 
 
 def num_attention_layers(model: Any) -> int:

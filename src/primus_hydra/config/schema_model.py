@@ -59,6 +59,10 @@ class MoEConfig:
     shared_experts: int = 0  # number of always-on shared experts (DeepSeek)
     shared_expert_ffn_hidden_size: Optional[int] = None  # default: shared_experts * ffn_hidden_size
     first_dense_layers: int = 0  # leading layers with a dense FFN (DeepSeek first_k_dense_replace)
+    # after those, layer i (from 0) is an MoE layer when (i + 1) % interleave_step == 0, the others dense
+    # (Llama 4's interleave_moe_layer_step: 2 alternates dense and MoE layers)
+    interleave_step: int = 1
+    score_before_experts: bool = False  # the router's weight scales the expert's input, not its output (Llama 4)
     router_score_function: RouterScoreFunction = RouterScoreFunction.softmax
     router_topk_scaling_factor: float = 1.0  # DeepSeek routed_scaling_factor
     router_num_groups: int = 1  # device-limited routing: groups of experts (DeepSeek n_group)

@@ -180,6 +180,9 @@ def _mixture_of_experts(cfg: DictConfig, failures: list[str], warnings: list[str
         failures.append(
             f"model.moe.first_dense_layers={moe.first_dense_layers}: must be between 0 and model.num_layers={cfg.model.num_layers}"
         )
+    if moe.interleave_step < 1:
+        failures.append(f"model.moe.interleave_step={moe.interleave_step}: must be >= 1 (1: every layer after "
+                        f"model.moe.first_dense_layers is an MoE layer)")
     if moe.router_num_groups < 1 or moe.num_experts % moe.router_num_groups:
         failures.append(
             f"model.moe.router_num_groups={moe.router_num_groups} must divide model.moe.num_experts={moe.num_experts}"

@@ -86,11 +86,6 @@ def flavor_args(name: str, flavor: str) -> Any:
 
 def _llama4_features(args: Any) -> list[str]:
     features = []
-    if args.interleave_moe_layer_step > 1:
-        features.append(f"an MoE layer every {args.interleave_moe_layer_step} layers between dense ones "
-                        f"(interleave_moe_layer_step)")
-    if args.moe_args.score_before_experts:
-        features.append("router scores applied to the experts' inputs (score_before_experts)")
     if args.every_n_layers_nope:
         features.append(f"chunked attention without rope on every {args.every_n_layers_nope}th layer (iRoPE)")
     return features
@@ -114,6 +109,27 @@ def _llama3_fields(args: Any) -> dict:
             "rope_scaling.low_freq_factor": float(scaling.low_freq_factor),
             "rope_scaling.high_freq_factor": float(scaling.high_freq_factor),
             "rope_scaling.original_max_position_embeddings": scaling.original_max_position_embeddings}
+
+
+def _llama4_fields(args: Any) -> dict:
+    """Llama 4: every interleave_moe_layer_step-th layer MoE (top-1, a shared expert, the score on the expert's
+    input), the others llama3's dense FFN; the experts' width derived from the dense one (torchtitan's model.py)."""
+    from primus_hydra.backends.torchtitan.args import llama4_expert_width, llama_ffn_hidden_dim
+
+    moe = args.moe_args
+    denominator = moe.top_k + moe.num_shared_experts if args.auto_scale_hidden_dim else 1
+    expert_width = llama4_expert_width(args.dim, args.multiple_of, args.ffn_dim_multiplier, denominator)
+    scaling = args.rope_scaling_args
+    rope = ({"rope_scaling.type": "llama3", "rope_scaling.factor": float(scaling.scaling_factor),
+             "rope_scaling.low_freq_factor": float(scaling.low_freq_factor),
+             "rope_scaling.high_freq_factor": float(scaling.high_freq_factor),
+             "rope_scaling.original_max_position_embeddings": scaling.original_max_position_embeddings}
+            if scaling is not None else {"rope_scaling.type": "none"})
+    return {**_plain_attention(args), "head_dim": None, "qk_norm": False, "tie_embeddings": False,
+            "ffn_hidden_size": llama_ffn_hidden_dim(args.dim, args.multiple_of, args.ffn_dim_multiplier), **rope,
+            **_moe_fields(moe, expert_width, first_dense_layers=0),
+            "moe.interleave_step": args.interleave_moe_layer_step,
+            "moe.score_before_experts": bool(moe.score_before_experts)}
 
 
 def _qwen3_fields(args: Any) -> dict:
@@ -153,7 +169,8 @@ def _moe_fields(moe: Any, expert_width: int, first_dense_layers: int) -> dict:
             "moe.load_balancing_type": "none", "moe.aux_loss_coeff": 0.0}
 
 
-FIELDS = {"llama3": _llama3_fields, "qwen3": _qwen3_fields, "deepseek_v3": _deepseek_v3_fields}
+FIELDS = {"llama3": _llama3_fields, "qwen3": _qwen3_fields, "deepseek_v3": _deepseek_v3_fields,
+          "llama4": _llama4_fields}
 
 
 def _closest_zoo(family: str, fields: dict) -> str:
@@ -181,12 +198,19 @@ _ABSENT = object()
 
 
 def _normalized(name: str, args: dict) -> dict:
-    """What torchtitan derives in place of what it derives it from: llama3's FFN width for its (multiple_of,
-    ffn_dim_multiplier) pair (pairs differ, the width is the architecture), n_kv_heads for None (one per head)."""
-    if name != "llama3":
+    """What torchtitan derives in place of what it derives it from: llama3's and llama4's FFN widths for their
+    (multiple_of, ffn_dim_multiplier) pair (pairs differ, the widths are the architecture; llama4's experts' width
+    also comes from auto_scale_hidden_dim), n_kv_heads for None (one per head)."""
+    if name not in ("llama3", "llama4"):
         return args
-    from primus_hydra.backends.torchtitan.args import llama_ffn_hidden_dim
+    from primus_hydra.backends.torchtitan.args import llama4_expert_width, llama_ffn_hidden_dim
 
-    rest = {key: value for key, value in args.items() if key not in ("multiple_of", "ffn_dim_multiplier")}
-    return {**rest, "n_kv_heads": args["n_kv_heads"] or args["n_heads"],
-            "ffn_width": llama_ffn_hidden_dim(args["dim"], args["multiple_of"], args["ffn_dim_multiplier"])}
+    derived_from = ("multiple_of", "ffn_dim_multiplier", "auto_scale_hidden_dim")
+    rest = {key: value for key, value in args.items() if key not in derived_from}
+    widths = {"ffn_width": llama_ffn_hidden_dim(args["dim"], args["multiple_of"], args["ffn_dim_multiplier"])}
+    if name == "llama4":
+        moe = args["moe_args"]
+        denominator = moe["top_k"] + moe["num_shared_experts"] if args["auto_scale_hidden_dim"] else 1
+        widths["expert_width"] = llama4_expert_width(args["dim"], args["multiple_of"], args["ffn_dim_multiplier"],
+                                                     denominator)
+    return {**rest, "n_kv_heads": args["n_kv_heads"] or args["n_heads"], **widths}

@@ -124,7 +124,8 @@ def prepare(cfg: DictConfig, *, run_dir: Optional[Path] = None, world_size: Opti
     if plan is not None:
         adapter.runs_on_gpu = _runs_on_gpu(job, plan)
     failures += adapter.validate()
-    failures += architecture_failures(job.model, adapter.name, on_this_machine and trains, adapter.runs_on_gpu)
+    failures += architecture_failures(job.model, adapter.name, on_this_machine and trains, adapter.runs_on_gpu,
+                                      adapter.traits)
     warnings += adapter.warnings()
     failures += patch_failures(job)
     if on_this_machine and trains:

@@ -47,10 +47,6 @@ def widths(model: Any) -> Widths:
     return Widths(model.hidden_size, heads * hd, model.num_kv_heads * hd, model.num_kv_heads * hd, heads * hd, heads, 0, 0)
 
 
-def _is_moe_layer(model: Any, layer: int) -> bool:
-    return model.moe.num_experts > 0 and layer >= model.moe.first_dense_layers
-
-
 def megatron_layer(model: Any, layer: int, *, tokens: float, seq: int, tp: int, sp: bool, recompute: str,
                    flash: bool, act_bytes: int, etp: int) -> float:
     """Bytes of one layer for `tokens` tokens of one rank's micro-batch (its cp chunk)."""
@@ -66,7 +62,7 @@ def megatron_layer(model: Any, layer: int, *, tokens: float, seq: int, tp: int, 
     if not flash and recompute != "selective":
         scores = w.heads * seq  # the softmax output, which the product with v keeps (Korthikanti's 2 a s^2 b)
     elements = replicated / rep_div + (split + scores) / tp
-    if _is_moe_layer(model, layer):
+    if model_math.is_moe_layer(model, layer):
         moe = model.moe
         f_e, f_s = moe.ffn_hidden_size, model_math.shared_expert_ffn_hidden_size(model)
         routed = moe.top_k * (2 * w.h + 3 * f_e / etp)  # permuted input, FC1 (2 f), act (f), output before combine
@@ -85,7 +81,7 @@ def native_layer(model: Any, layer: int, *, tokens: float, tp: int, act_bytes: i
         elements += 3 * (w.q_lora + w.kv_lora) + (2 * w.q + w.v + 2 * w.out) / tp
     else:
         elements += (w.q + w.k + w.v + 2 * w.out) / tp  # q, k after rotary, v, the output and its flat copy
-    if _is_moe_layer(model, layer):
+    if model_math.is_moe_layer(model, layer):
         moe = model.moe
         elements += 3 * moe.num_experts  # router logits, scores and their selection
         elements += moe.top_k * (2 * w.h + 4 * moe.ffn_hidden_size)

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from primus_hydra.config.model_math import is_moe_layer
+
 DENSE_LAYER_OPS = 80
 ATTENTION_OPS = 60  # the attention half of a layer, norms and residuals included
 ROUTING_OPS = 25
@@ -29,16 +31,12 @@ class HostOps:
     dtensor: float  # ops on DTensors per step
 
 
-def _is_moe(model: Any, layer: int) -> bool:
-    return model.moe.num_experts > 0 and layer >= model.moe.first_dense_layers
-
-
 def _layer_tensors(model: Any, layer: int) -> int:
     """Parameter tensors of one native layer (2 norms, 4 attention projections, FFN)."""
     attention = 4 + (2 if model.qk_norm else 0) + (3 if model.qkv_bias else 0)
     if model.mla.enabled:
         attention = 5 + (2 if model.mla.q_lora_rank else 0)
-    if not _is_moe(model, layer):
+    if not is_moe_layer(model, layer):
         return 2 + attention + 3
     return 2 + attention + 4 + (3 if model.moe.shared_experts else 0)
 
@@ -47,7 +45,7 @@ def step_host_ops(model: Any, layer_ids: list[int], micro_batches: int, *, tp: i
                   first: bool, last: bool) -> HostOps:
     forward_backward = 0.0
     for layer in layer_ids:
-        if _is_moe(model, layer):
+        if is_moe_layer(model, layer):
             forward_backward += ATTENTION_OPS + ROUTING_OPS + OPS_PER_EXPERT * model.moe.num_experts
         else:
             forward_backward += DENSE_LAYER_OPS

@@ -54,8 +54,12 @@ def attention_parameters(model: Any) -> tuple[int, int]:
 def ffn_parameters(model: Any, layer: int) -> tuple[int, int, int]:
     """(weights split over tp, replicated weights, routed-expert weights of all experts) of layer `layer`'s FFN
     block, its input norm included."""
+    return _ffn_block(model, model_math.is_moe_layer(model, layer))
+
+
+def _ffn_block(model: Any, moe_layer: bool) -> tuple[int, int, int]:
     h, moe = model.hidden_size, model.moe
-    if moe.num_experts == 0 or layer < moe.first_dense_layers:
+    if not moe_layer:
         return model_math.SWIGLU_MATRICES * h * model.ffn_hidden_size, h, 0
     shared = model_math.SWIGLU_MATRICES * h * model_math.shared_expert_ffn_hidden_size(model)
     replicated = h + h * moe.num_experts + (moe.num_experts if moe.router_enable_expert_bias else 0)
@@ -77,7 +81,7 @@ def layer_parameters(model: Any, layer: int) -> tuple[int, int, int]:
         return matmul + other - norm, norm, 0
     if letter == "*":
         return (*attention_parameters(model), 0)
-    return ffn_parameters(model, model.moe.first_dense_layers if letter == "E" else -1)
+    return _ffn_block(model, moe_layer=letter == "E")  # a hybrid's letter decides, not the layer's index
 
 
 def rank_parameters(model: Any, *, tp: int, ep: int, layer_ids: Sequence[int], first_stage: bool, last_stage: bool,

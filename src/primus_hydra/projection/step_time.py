@@ -153,7 +153,7 @@ def step_time(model: Any, layout: Layout, seq: int, stage: StageMemory, layer_id
 
     # expert parallel: dispatch and combine, forward and backward, per MoE layer
     ep_bw, ep_lat = _link(hardware, layout, layout.etp, layout.ep)
-    moe_layers = sum(1 for layer in layer_ids if model.moe.num_experts and layer >= model.moe.first_dense_layers)
+    moe_layers = sum(1 for layer in layer_ids if model_math.is_moe_layer(model, layer))
     ep = moe_layers * 4 * collective_seconds("all_to_all", h_bytes * model.moe.top_k, layout.ep, ep_bw, ep_lat) * m
 
     # data parallel (dp x cp ranks hold the same dense weights)

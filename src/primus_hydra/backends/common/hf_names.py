@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from primus_hydra.config.model_math import shared_expert_ffn_hidden_size
+from primus_hydra.config.model_math import is_moe_layer, shared_expert_ffn_hidden_size
 
 # canonical gate / up / down of a SwiGLU -> native names
 _SWIGLU = (("gate", "w1"), ("up", "w3"), ("down", "w2"))
@@ -124,7 +124,7 @@ def hf_tensor_table(model: Any, rope_interleave: bool = False) -> list[HfTensor]
         table += [HfTensor(f"{layer}.input_layernorm.weight", (h,), f"{native}.attention_norm.weight"),
                   HfTensor(f"{layer}.post_attention_layernorm.weight", (h,), f"{native}.ffn_norm.weight")]
         table += _attention(model, f"{layer}.self_attn", f"{native}.attention", rope_interleave)
-        if model.moe.num_experts > 0 and i >= model.moe.first_dense_layers:
+        if is_moe_layer(model, i):
             table += _moe(model, layer, f"{native}.feed_forward")
         else:
             table += _swiglu(f"{layer}.mlp", f"{native}.feed_forward", h, int(model.ffn_hidden_size))

@@ -15,7 +15,7 @@ from primus_hydra.backends.external import checkpoint_load_path, merge_extra_arg
 from primus_hydra.backends.megatron.hybrid_args import architecture_variant_args
 from primus_hydra.backends.megatron.keys import MEGATRON_KEYS
 from primus_hydra.config.layout import ParallelLayout
-from primus_hydra.config.model_math import attention_head_dim, shared_expert_ffn_hidden_size
+from primus_hydra.config.model_math import attention_head_dim, is_moe_layer, shared_expert_ffn_hidden_size
 
 
 def build_megatron_args(cfg: DictConfig, layout: ParallelLayout) -> dict:
@@ -91,13 +91,17 @@ def moe_args(model: DictConfig) -> dict:
     score_function = str(moe.router_score_function)
     shared_ffn = shared_expert_ffn_hidden_size(model)
     dense, sparse = moe.first_dense_layers, model.num_layers - moe.first_dense_layers
+    if moe.interleave_step > 1:  # Megatron's own every-n-th (layer % n == 0) starts at layer 0: a whole pattern
+        layer_freq = "[" + ",".join(str(int(is_moe_layer(model, i))) for i in range(model.num_layers)) + "]"
+    else:  # a leading run of dense layers is written as Megatron's layer pattern (1 = MoE layer)
+        layer_freq = f"([0]*{dense}+[1]*{sparse})" if dense else 1
     return {
         "num_experts": moe.num_experts,
         "moe_router_topk": moe.top_k,
         "moe_ffn_hidden_size": moe.ffn_hidden_size,
         "moe_shared_expert_intermediate_size": shared_ffn or None,
-        # a leading run of dense layers is written as Megatron's layer pattern (1 = MoE layer)
-        "moe_layer_freq": f"([0]*{dense}+[1]*{sparse})" if dense else 1,
+        "moe_layer_freq": layer_freq,
+        **({"moe_apply_probs_on_input": True} if moe.score_before_experts else {}),  # Llama 4's routing
         "moe_router_score_function": score_function,
         # softmax over all experts without renormalising the top-k (DeepSeek-V2, Qwen2-MoE) is Megatron's
         # pre-softmax routing; sigmoid scores are always renormalised by Megatron

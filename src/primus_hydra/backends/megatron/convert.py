@@ -14,6 +14,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from primus_hydra.config.model_math import is_moe_layer
+
 Tensors = Sequence[torch.Tensor]
 
 
@@ -79,10 +81,6 @@ def _routed_experts(ffn: str, mlp: str, experts: int) -> list[Move]:
                  lambda t: tuple(t[0][e] for e in range(experts)), lambda t: (torch.stack(list(t)),))]
 
 
-def _is_moe_layer(model: Any, index: int) -> bool:
-    return model.moe.num_experts > 0 and index >= model.moe.first_dense_layers
-
-
 def _layer_moves(model: Any, i: int) -> list[Move]:
     src, dst = f"layers.{i}.", f"decoder.layers.{i}."
     attn, ffn, mlp = src + "attention.", src + "feed_forward.", dst + "mlp."
@@ -95,7 +93,7 @@ def _layer_moves(model: Any, i: int) -> list[Move]:
                   _renamed(attn + "k_norm.weight", dst + "self_attention.k_layernorm.weight")]
     moves += [_renamed(attn + "wo.weight", dst + "self_attention.linear_proj.weight"),
               _renamed(src + "ffn_norm.weight", dst + "pre_mlp_layernorm.weight")]
-    if not _is_moe_layer(model, i):
+    if not is_moe_layer(model, i):
         return moves + [_swiglu(ffn + "w1.weight", ffn + "w3.weight", mlp + "linear_fc1.weight"),
                         _renamed(ffn + "w2.weight", mlp + "linear_fc2.weight")]
     return moves + [_renamed(ffn + "router.weight", mlp + "router.weight"),

@@ -10,4 +10,5 @@ MEGATRON_CORE_TRAITS = BackendTraits(
     searched_recompute=RECOMPUTE_MODES, vocab_pad_multiple=128,  # make_vocab_size_divisible_by
     bf16_state_bytes=(2, 4, 12),  # bf16 weights, fp32 main gradients, fp32 master weights and two Adam moments
     bf16_gradient_reduction=True,
+    interleaved_moe=True,  # moe_layer_freq as a pattern, moe_apply_probs_on_input
 )

@@ -28,6 +28,7 @@ class TorchAdapter(BackendAdapter):
         frees_gradients_between_steps=True,
         loader_processes=False,  # each step's batch is built from (seed, step) in the training process
         lora=True,  # lora.py
+        interleaved_moe=True,  # model.py, moe.py
     )
 
     def validate(self) -> list[str]:

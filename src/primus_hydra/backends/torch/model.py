@@ -17,6 +17,7 @@ from torch import nn
 from primus_hydra.backends.common.weights import normal_
 from primus_hydra.backends.torch.layers import FeedForward, RMSNorm
 from primus_hydra.backends.torch.moe import MoE
+from primus_hydra.config.model_math import is_moe_layer
 
 
 # -- rotary position embeddings -----------------------------------------------------------------------------
@@ -242,7 +243,7 @@ class Block(nn.Module):
         self.attention_norm = RMSNorm(args.hidden_size, args.norm_eps)
         self.attention = LatentAttention(args) if args.mla.enabled else Attention(args)
         self.ffn_norm = RMSNorm(args.hidden_size, args.norm_eps)
-        uses_moe = args.moe.num_experts > 0 and layer_index >= args.moe.first_dense_layers
+        uses_moe = is_moe_layer(args, layer_index)
         self.feed_forward = MoE(args) if uses_moe else FeedForward(args.hidden_size, args.ffn_hidden_size)
 
     def forward(self, x: torch.Tensor, cache: LayerKV | None = None,

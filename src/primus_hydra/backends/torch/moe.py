@@ -1,5 +1,5 @@
 """Mixture of experts with top-k routing (Mixtral: softmax; DeepSeek-V3: sigmoid, group-limited, bias-balanced;
-DeepSeek-V4: sqrtsoftplus).
+DeepSeek-V4: sqrtsoftplus; Llama 4: the router's weight scales the expert's input, not its output).
 
 Experts are stored as stacked weights (experts, ...) so that even DeepSeek-V3 builds quickly on the meta device.
 Dispatch is a plain loop over experts: clear and exact, which is what a CPU reference needs.
@@ -47,6 +47,7 @@ class MoE(nn.Module):
         # aux-loss-free balancing (DeepSeek-V3): a per-expert bias that shifts selection, updated by rule, not by grads
         self.expert_bias = nn.Parameter(torch.zeros(self.num_experts), requires_grad=False) if moe.router_enable_expert_bias else None
         self.bias_update_rate = moe.router_bias_update_rate
+        self.score_before_experts = bool(getattr(moe, "score_before_experts", False))  # Llama 4: weight the input
         f = moe.ffn_hidden_size
         self.w1 = nn.Parameter(torch.empty(self.num_experts, f, h))
         self.w3 = nn.Parameter(torch.empty(self.num_experts, f, h))
@@ -127,9 +128,13 @@ class MoE(nn.Module):
             token_idx, slot = (indices == expert).nonzero(as_tuple=True)
             if token_idx.numel() == 0:
                 continue
-            chosen = tokens[token_idx]
+            chosen, weight = tokens[token_idx], weights[token_idx, slot, None].to(tokens.dtype)
+            if self.score_before_experts:
+                chosen = chosen * weight
             hidden = F.silu(chosen @ self.w1[expert].t()) * (chosen @ self.w3[expert].t())
-            expert_out = (hidden @ self.w2[expert].t()) * weights[token_idx, slot, None].to(chosen.dtype)
+            expert_out = hidden @ self.w2[expert].t()
+            if not self.score_before_experts:
+                expert_out = expert_out * weight
             out.index_add_(0, token_idx, expert_out.to(out.dtype))
         if self.expert_bias is not None and self.training and self.bias_update_rate > 0:
             with torch.no_grad():  # push under-loaded experts up, over-loaded down

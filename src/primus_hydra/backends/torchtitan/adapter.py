@@ -10,7 +10,12 @@ from primus_hydra.backends.common.data_sources import data_source_failures, data
 from primus_hydra.backends.common.run_dir_checks import checkpoint_load_warnings, existing_run_failures
 from primus_hydra.backends.external import ExternalBackendAdapter
 from primus_hydra.backends.extra_args_types import dataclass_annotations, extra_args_type_failures
-from primus_hydra.backends.torchtitan.args import TORCHTITAN_MODEL_NAMES, build_torchtitan_job_config
+from primus_hydra.backends.torchtitan.args import (
+    TORCHTITAN_MODEL_NAMES,
+    build_torchtitan_job_config,
+    llama4_expert_width,
+    llama_ffn_rounding,
+)
 from primus_hydra.backends.torchtitan.job_file import TOML_FILE, job_sections, parse_job_file, toml_text, write_job_file
 from primus_hydra.backends.torchtitan.patches import cpu_support_failure
 from primus_hydra.backends.traits import RECOMPUTE_MODES, BackendTraits
@@ -22,7 +27,7 @@ from primus_hydra.patches.versions import any_version_matches
 TRAINER = "primus_hydra.backends.torchtitan.trainer.TorchTitanTrainer"
 SUPPORTED_VERSIONS = ("0.2.*",)
 CONFIG_FUNCTION_VERSIONS = (">=0.3",)  # torchtitan's generation of Python config functions (no TOML JobConfig)
-TRAINED_FAMILIES = ("llama", "qwen3", "deepseek")  # torchtitan's llama3, qwen3 (dense and MoE) and deepseek_v3
+TRAINED_FAMILIES = ("llama", "qwen3", "deepseek", "llama4")  # torchtitan's llama3, qwen3 (dense, MoE), deepseek_v3, llama4
 JOB_CONFIG_MODULE = "torchtitan.config.job_config"  # its JobConfig dataclass: one field per section
 
 
@@ -35,6 +40,7 @@ class TorchTitanAdapter(ExternalBackendAdapter):
     traits = BackendTraits(
         recompute_key="activation_checkpoint", searched_recompute=RECOMPUTE_MODES, shortens_long_warmup=True,
         weight_converter="primus_hydra.backends.torchtitan.convert.write_native_copy",
+        interleaved_moe=True,  # its llama4 (adapter rules: the other models' MoE layers are not interleaved)
     )
     stages = ("pretrain",)
     library = "torchtitan"
@@ -55,6 +61,8 @@ class TorchTitanAdapter(ExternalBackendAdapter):
         failures += extra_args_type_failures(self.cfg.backend.extra_args, self._declared_type, failures)
         if self.run_dir is not None:  # what the run would find on disk and refuse
             failures += existing_run_failures(self.cfg, self.run_dir, self.checkpoint_dir(), self.name)
+        if self.cfg.model.family == "llama4" and self.cfg.model.moe.num_experts:  # what its translation derives
+            failures += _llama4_width_failures(self.cfg.model)
         if not self.cfg.task.get("dry_run", False):  # a dry run exports any model's arguments
             failures += self._trainer_rules()
         return failures
@@ -65,8 +73,8 @@ class TorchTitanAdapter(ExternalBackendAdapter):
         p, model = self.cfg.module.parallel, self.cfg.model
         if model.family not in TRAINED_FAMILIES:
             failures.append(f"model={model.name}: backend=torchtitan trains the {', '.join(TRAINED_FAMILIES)} families "
-                            f"(torchtitan's llama3, qwen3 and deepseek_v3) in this release, not {model.family}; "
-                            f"torchtitan 0.2 also ships llama4 and gpt_oss, not wired here yet (task.dry_run=true "
+                            f"(torchtitan's llama3, qwen3, deepseek_v3 and llama4) in this release, not "
+                            f"{model.family}; torchtitan 0.2 also ships gpt_oss, not wired here yet (task.dry_run=true "
                             f"exports any model's arguments)")
         failures += self._moe_rules()
         if model.tie_embeddings and model.family == "llama":
@@ -102,9 +110,13 @@ class TorchTitanAdapter(ExternalBackendAdapter):
         if str(moe.router_score_function) not in ("softmax", "sigmoid"):  # torchtitan's MoEArgs.score_func
             failures.append(f"model.moe.router_score_function={moe.router_score_function}: torchtitan's MoE scores "
                             f"with softmax or sigmoid only; train this model with backend=torch")
-        if model.family == "qwen3" and moe.first_dense_layers:
-            failures.append(f"model.moe.first_dense_layers={moe.first_dense_layers}: torchtitan's qwen3 makes every "
-                            f"layer MoE (model={model.name}); set it to 0")
+        if model.family in ("qwen3", "llama4") and moe.first_dense_layers:
+            failures.append(f"model.moe.first_dense_layers={moe.first_dense_layers}: torchtitan's "
+                            f"{TORCHTITAN_MODEL_NAMES[model.family]} has no leading dense layers (model={model.name}); "
+                            f"set it to 0")
+        if moe.interleave_step > 1 and model.family != "llama4":
+            failures.append(f"model.moe.interleave_step={moe.interleave_step}: of torchtitan's models only llama4 "
+                            f"interleaves dense and MoE layers (model={model.name}, family {model.family})")
         if moe.router_enable_expert_bias and not moe.router_bias_update_rate:
             failures.append(f"model.moe.router_bias_update_rate={moe.router_bias_update_rate}: torchtitan's MoE keeps "
                             f"its expert bias only while it updates it (load_balance_coeff > 0), so the routing would "
@@ -221,3 +233,20 @@ class TorchTitanAdapter(ExternalBackendAdapter):
             return {f"{MODULE_NAME}.py": render_config_function(backend_args, self.layout.world_size)}
 
         return {TOML_FILE: toml_text(job_sections(backend_args))}
+
+
+def _llama4_width_failures(model) -> list[str]:
+    """torchtitan's llama4 derives its experts' width from the dense one: with auto_scale_hidden_dim (divided among
+    the top_k + shared experts a token meets) or without; a width neither gives is one line."""
+    moe = model.moe
+    try:
+        multiple_of, multiplier = llama_ffn_rounding(model.hidden_size, model.ffn_hidden_size)
+    except ValueError as error:
+        return [f"{error} (torchtitan's llama4 derives it from multiple_of and ffn_dim_multiplier)"]
+    widths = {llama4_expert_width(model.hidden_size, multiple_of, multiplier, denominator)
+              for denominator in (moe.top_k + moe.shared_experts, 1)}
+    if moe.ffn_hidden_size in widths:
+        return []
+    return [f"model.moe.ffn_hidden_size={moe.ffn_hidden_size}: torchtitan's llama4 derives its experts' width from "
+            f"model.ffn_hidden_size={model.ffn_hidden_size}: {' or '.join(str(w) for w in sorted(widths))} "
+            f"(model={model.name})"]

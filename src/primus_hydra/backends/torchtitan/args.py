@@ -19,9 +19,10 @@ from primus_hydra.backends.torchtitan.byte_tokenizer import TOKENIZER_DIR
 from primus_hydra.backends.torchtitan.keys import TORCHTITAN_KEYS
 from primus_hydra.config.layout import ParallelLayout
 
-TORCHTITAN_MODEL_NAMES = {"llama": "llama3", "deepseek": "deepseek_v3", "qwen3": "qwen3"}  # by model.family
+TORCHTITAN_MODEL_NAMES = {"llama": "llama3", "deepseek": "deepseek_v3", "qwen3": "qwen3", "llama4": "llama4"}  # by family
 # torchtitan's deepseek_v3 "16B" flavor is DeepSeek-V2-Lite's shape, "671B" DeepSeek-V3's
-KNOWN_FLAVORS = {"deepseek_v2_lite": "16B", "deepseek_v3": "671B"}
+KNOWN_FLAVORS = {"deepseek_v2_lite": "16B", "deepseek_v3": "671B", "llama4_17bx16e": "17bx16e",
+                 "llama4_17bx128e": "17bx128e"}
 DECAY_TYPES = {"cosine": "cosine", "linear": "linear", "constant": "linear"}  # constant: see lr_scheduler_section
 MULTIPLE_OF_CANDIDATES = (1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1)
 
@@ -102,6 +103,8 @@ ATTENTION = {"attn_type": "sdpa", "attn_mask_type": "causal"}
 def model_args_section(model: DictConfig, seq_length: int) -> dict:
     if model.family == "qwen3":
         return {**_qwen3_model_args(model, seq_length), **ATTENTION}
+    if model.family == "llama4":
+        return {**_llama4_model_args(model, seq_length), **ATTENTION}
     if model.family == "deepseek" or model.mla.enabled or model.moe.num_experts:
         return {**_deepseek_v3_model_args(model, seq_length), **ATTENTION}
     multiple_of, multiplier = llama_ffn_rounding(model.hidden_size, model.ffn_hidden_size)
@@ -118,17 +121,45 @@ def model_args_section(model: DictConfig, seq_length: int) -> dict:
         "max_seq_len": seq_length,
         **ATTENTION,
     }
-    scaling = model.rope_scaling
-    if str(scaling.type) == "llama3":
-        args["rope_scaling_args"] = {
-            "scaling_factor": scaling.factor,
-            "low_freq_factor": scaling.low_freq_factor,
-            "high_freq_factor": scaling.high_freq_factor,
-            "original_max_position_embeddings": scaling.original_max_position_embeddings,
-        }
-    else:  # torchtitan's llama3 always applies Llama-3.1 scaling: a factor of 1 leaves every frequency as it is
-        args["rope_scaling_args"] = {"scaling_factor": 1.0}
+    # torchtitan's llama3 always applies Llama-3.1 scaling: a factor of 1 leaves every frequency as it is
+    args["rope_scaling_args"] = _llama_rope_scaling(model) or {"scaling_factor": 1.0}
     return args
+
+
+def _llama_rope_scaling(model: DictConfig) -> Optional[dict]:
+    scaling = model.rope_scaling
+    if str(scaling.type) != "llama3":
+        return None
+    return {"scaling_factor": scaling.factor, "low_freq_factor": scaling.low_freq_factor,
+            "high_freq_factor": scaling.high_freq_factor,
+            "original_max_position_embeddings": scaling.original_max_position_embeddings}
+
+
+def _llama4_model_args(model: DictConfig, seq_length: int) -> dict:
+    """torchtitan's llama4 TransformerModelArgs: the dense width from (multiple_of, ffn_dim_multiplier) as llama3's,
+    the experts' from the same pair, divided among the experts a token meets (auto_scale_hidden_dim) or not."""
+    moe = model.moe
+    multiple_of, multiplier = llama_ffn_rounding(model.hidden_size, model.ffn_hidden_size)
+    auto_scale = llama4_expert_width(model.hidden_size, multiple_of, multiplier, moe.top_k + moe.shared_experts) == \
+        moe.ffn_hidden_size
+    return {
+        "dim": model.hidden_size, "n_layers": model.num_layers, "n_heads": model.num_attention_heads,
+        "n_kv_heads": model.num_kv_heads, "vocab_size": model.vocab_size, "multiple_of": multiple_of,
+        "ffn_dim_multiplier": multiplier, "norm_eps": model.norm_eps, "rope_theta": model.rope_theta,
+        "rope_scaling_args": _llama_rope_scaling(model), "max_seq_len": seq_length, "every_n_layers_nope": None,
+        "moe_args": moe_args_section(moe), "interleave_moe_layer_step": moe.interleave_step,
+        "auto_scale_hidden_dim": auto_scale,
+    }
+
+
+def llama4_expert_width(dim: int, multiple_of: int, ffn_dim_multiplier: Optional[float], denominator: int) -> int:
+    """torchtitan's llama4 expert width: the dense width before rounding, divided by `denominator` (top_k + shared
+    experts with auto_scale_hidden_dim, else 1), rounded up to multiple_of."""
+    hidden = int(2 * 4 * dim / 3)
+    if ffn_dim_multiplier is not None:
+        hidden = int(ffn_dim_multiplier * hidden)
+    hidden = int(hidden / denominator)
+    return hidden + -hidden % multiple_of
 
 
 def _qwen3_model_args(model: DictConfig, seq_length: int) -> dict:
@@ -181,7 +212,7 @@ def _deepseek_v3_model_args(model: DictConfig, seq_length: int) -> dict:
 
 
 def moe_args_section(moe: DictConfig) -> dict:
-    """torchtitan's MoEArgs: DeepSeek's routing (the scores weight the experts' outputs, not their inputs)."""
+    """torchtitan's MoEArgs (the scores weight the experts' outputs, or their inputs: Llama 4)."""
     return {
         "num_experts": moe.num_experts,
         "num_shared_experts": moe.shared_experts,
@@ -189,7 +220,7 @@ def moe_args_section(moe: DictConfig) -> dict:
         "score_func": str(moe.router_score_function),
         "route_norm": moe.router_norm_topk_prob and moe.top_k > 1,  # one expert's weight stays its score
         "route_scale": moe.router_topk_scaling_factor,
-        "score_before_experts": False,
+        "score_before_experts": bool(moe.score_before_experts),
         # aux-loss-free balancing: the expert bias and its update rate
         "load_balance_coeff": (moe.router_bias_update_rate or None) if moe.router_enable_expert_bias else None,
         # node-limited routing (0.2.0 named these n_expert_groups / n_limited_groups: key_moves.py)
