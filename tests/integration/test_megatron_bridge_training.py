@@ -16,7 +16,7 @@ from helpers.cli import primus
 from helpers.curves import assert_same_curve, losses
 from helpers.hf_models import needs_transformers
 from helpers.libraries import needs_megatron_bridge
-from helpers.overrides import SHORT_RUN
+from helpers.overrides import LLAMA4_TINY, SHORT_RUN
 
 pytestmark = [pytest.mark.slow, needs_megatron_bridge]
 
@@ -52,6 +52,21 @@ def test_bridge_follows_the_native_curve_from_the_same_seed(tmp_path, torch_curv
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [record["step"] for record in records] == list(range(1, 31))
     assert all(record["tokens_per_s"] > 0 and record["grad_norm"] > 0 for record in records)
+
+
+def test_bridges_moe_with_llama4s_layers_follows_the_native_curve(tmp_path):
+    """megatron-core's MoE layers under Bridge (megatron_bridge.moe.router_gemm_without_te): Llama 4's interleaved
+    layers and scores on the experts' inputs, 5 steps on one micro-batch per step (the expert bias moves per step)."""
+    five = [*SHORT_RUN, "module.micro_batch_size=8", "module.weight_decay=0", *LLAMA4_TINY]
+    runs = {}
+    for backend in ("torch", "megatron_bridge"):
+        run_dir = tmp_path / backend
+        result = primus(f"hydra.run.dir={run_dir}", *five, f"backend={backend}",
+                        *(["backend.dataset=native"] if backend == "megatron_bridge" else []), cwd=tmp_path)
+        assert result.returncode == 0, result.stderr[-3000:]
+        runs[backend] = losses(run_dir)
+    assert_same_curve(runs["megatron_bridge"], runs["torch"])
+    assert runs["torch"][5] < runs["torch"][1]
 
 
 def test_a_bridge_checkpoint_loads_into_backend_torch_as_the_megatron_one_of_the_same_training(tmp_path):

@@ -41,3 +41,13 @@ def in_process_save(ctx: PatchContext) -> None:
         return library_default(backend, *args, **kwargs)
 
     checkpointing.get_default_save_sharded_strategy = save_strategy
+
+
+@register_patch("megatron_bridge.moe.router_gemm_without_te", backend="megatron_bridge", phase="setup",
+                backend_versions=CPU_PATCH_VERSIONS, condition=lambda ctx: bool(ctx.cfg.model.moe.num_experts))
+def router_gemm_without_te(ctx: PatchContext) -> None:
+    """Bridge's MoE layers are megatron-core's: the same fix as megatron.moe.router_gemm_without_te (megatron-core
+    0.16's router names te_general_gemm only where Transformer Engine imports)."""
+    from primus_hydra.backends.megatron.patches import router_gemm_without_te as megatron_cores
+
+    megatron_cores(ctx)
