@@ -40,9 +40,17 @@ EXPERIMENT = META + """\
     ({"moe_router_score_function": "sqrtsoftplus", "moe_router_enable_expert_bias": True,
       "moe_router_bias_update_rate": 0.001, "moe_router_load_balancing_type": "seq_aux_loss"},
      {"router_score_function": "sqrtsoftplus", "router_enable_expert_bias": True}),
-], ids=["global_aux_loss", "sqrtsoftplus"])
+    # sigmoid scores, a shared expert, the expert bias: the closest zoo shape is Llama 4's, whose scores on the
+    # experts' inputs and interleaved layers must not come along
+    ({"moe_router_topk": 1, "moe_router_score_function": "sigmoid", "moe_router_enable_expert_bias": True,
+      "moe_router_bias_update_rate": 0.001, "moe_shared_expert_intermediate_size": 128},
+     {"router_score_function": "sigmoid", "score_before_experts": False, "interleave_step": 1}),
+    ({"moe_router_topk": 1, "moe_apply_probs_on_input": True, "moe_router_score_function": "sigmoid",
+      "moe_shared_expert_intermediate_size": 128}, {"top_k": 1, "score_before_experts": True}),
+], ids=["global_aux_loss", "sqrtsoftplus", "sigmoid_shared", "probs_on_input"])
 def test_a_routing_variant_imports_onto_the_canonical_model_and_exports_exactly(tmp_path, keys, expected):
-    preset = MOE.rstrip(" ") + "".join(f"    {key}: {str(value).lower()}\n" for key, value in keys.items())
+    lines = [line for line in MOE.splitlines(keepends=True) if line.split(":")[0].strip() not in keys]
+    preset = "".join(lines).rstrip(" ") + "".join(f"    {key}: {str(value).lower()}\n" for key, value in keys.items())
     tree = write_primus_tree(tmp_path / "primus", {"primus/configs/models/megatron/routed.yaml": preset,
                                                    "examples/megatron/routed-pretrain.yaml": EXPERIMENT})
     out = tmp_path / "conf"

@@ -36,7 +36,7 @@ MEGATRON_ARCHITECTURE = (
     "qk_pos_emb_head_dim", "v_head_dim", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
     "moe_shared_expert_intermediate_size", "moe_layer_freq", "moe_router_score_function", "moe_router_pre_softmax",
     "moe_router_topk_scaling_factor", "moe_router_num_groups", "moe_router_group_topk",
-    "moe_router_enable_expert_bias", "hybrid_override_pattern", "mamba_state_dim", "mamba_head_dim",
+    "moe_router_enable_expert_bias", "moe_apply_probs_on_input", "hybrid_override_pattern", "mamba_state_dim", "mamba_head_dim",
     "mamba_num_groups", "mamba_num_heads", "linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim",
     "linear_num_key_heads", "linear_num_value_heads", "is_hybrid_model", "hybrid_attention_ratio", "hybrid_mlp_ratio",
     "model_type", "spec", "mamba_expand", "mamba_d_conv")
@@ -95,6 +95,7 @@ MODEL_FIELDS: dict[str, tuple[str, Callable[[Any, dict], Any]]] = {
     "moe_shared_expert_intermediate_size": ("moe.shared_expert_ffn_hidden_size", lambda v, a: v),
     "moe_layer_freq": ("moe.first_dense_layers", lambda v, a: v),  # megatron_architecture made it a count
     "moe_router_score_function": ("moe.router_score_function", lambda v, a: v),
+    "moe_apply_probs_on_input": ("moe.score_before_experts", lambda v, a: bool(v)),
     "moe_router_pre_softmax": ("moe.router_norm_topk_prob", lambda v, a: not v),
     "moe_router_topk_scaling_factor": ("moe.router_topk_scaling_factor", lambda v, a: float(v)),
     "moe_router_num_groups": ("moe.router_num_groups", lambda v, a: v or 1),
@@ -169,8 +170,10 @@ def megatron_architecture(args: dict) -> dict:
         for key in [k for k in arch if k.startswith("moe_")]:
             arch[key] = None
         arch["num_experts"] = None
-    elif arch["moe_z_loss_coeff"] is None:
-        arch["moe_z_loss_coeff"] = 0
+    else:
+        arch["moe_apply_probs_on_input"] = bool(arch["moe_apply_probs_on_input"])  # Megatron-LM's default: off
+        if arch["moe_z_loss_coeff"] is None:
+            arch["moe_z_loss_coeff"] = 0
     if arch["rope_type"] != "yarn" and not arch["multi_latent_attention"]:
         arch["mscale"] = arch["mscale_all_dim"] = None
     elif arch["moe_ffn_hidden_size"] is None:
@@ -239,6 +242,8 @@ def megatron_model(preset_args: dict, run_args: dict, preset_name: str) -> Model
     wanted = megatron_architecture(with_megatron_lm_defaults(preset_args))
     candidates = []
     for name, ours in _megatron_zoo().items():
+        if zoo_models()[name].moe.interleave_step != 1:  # a layer pattern Megatron imports do not read back
+            continue
         structure = sum(bool(wanted[key]) != bool(ours[key]) if key == "num_experts" else wanted[key] != ours[key]
                         for key in STRUCTURE)
         differ = [key for key in MEGATRON_ARCHITECTURE if wanted[key] != ours[key]]

@@ -101,7 +101,7 @@ def moe_args(model: DictConfig) -> dict:
         "moe_ffn_hidden_size": moe.ffn_hidden_size,
         "moe_shared_expert_intermediate_size": shared_ffn or None,
         "moe_layer_freq": layer_freq,
-        **({"moe_apply_probs_on_input": True} if moe.score_before_experts else {}),  # Llama 4's routing
+        "moe_apply_probs_on_input": bool(moe.score_before_experts),  # the router's weight on the input (Llama 4)
         "moe_router_score_function": score_function,
         # softmax over all experts without renormalising the top-k (DeepSeek-V2, Qwen2-MoE) is Megatron's
         # pre-softmax routing; sigmoid scores are always renormalised by Megatron
