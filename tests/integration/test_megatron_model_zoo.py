@@ -51,6 +51,7 @@ counts = {}
 for name in sys.argv[1:]:
     cfg = compose_primus("backend=megatron", f"model={name}", "module.data.source=mock")
     args = build_megatron_args(cfg, parallel_layout(cfg, 1))
+    args["make_vocab_size_divisible_by"] = 1  # the vocabulary as published, not padded (Llama 4's 202,048)
     counts[name] = [built_count(args, name == "deepseek_v3"), count_parameters(cfg.model)]
 print(json.dumps(counts))
 """
@@ -65,7 +66,8 @@ def megatron_counts() -> dict[str, list[int]]:
 
 
 def test_every_preset_is_counted():
-    assert len(PRESETS) == 21 and {"llama3_8b", "deepseek_v3", "mixtral_8x22b", "moe_tiny", "qwen3_30b_a3b"} <= set(PRESETS)
+    assert len(PRESETS) == 23 and {"llama3_8b", "deepseek_v3", "mixtral_8x22b", "moe_tiny", "qwen3_30b_a3b",
+                                   "llama4_17bx16e", "llama4_17bx128e"} <= set(PRESETS)
 
 
 @pytest.mark.parametrize("name", PRESETS)
