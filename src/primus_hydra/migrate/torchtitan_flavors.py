@@ -100,25 +100,13 @@ def _plain_attention(args: Any) -> dict:
 
 
 def _llama3_fields(args: Any) -> dict:
+    return _llama_fields(args)  # torchtitan's llama3 always scales its rope frequencies (Llama 3.1's way)
+
+
+def _llama_fields(args: Any) -> dict:
+    """llama3's and llama4's attention, dense FFN width and rope (scaled the Llama 3.1 way, or not at all)."""
     from primus_hydra.backends.torchtitan.args import llama_ffn_hidden_dim
 
-    scaling = args.rope_scaling_args  # torchtitan's llama3 always scales its rope frequencies (Llama 3.1's way)
-    return {**_plain_attention(args), "head_dim": None, "qk_norm": False, "tie_embeddings": False,
-            "ffn_hidden_size": llama_ffn_hidden_dim(args.dim, args.multiple_of, args.ffn_dim_multiplier),
-            "rope_scaling.type": "llama3", "rope_scaling.factor": float(scaling.scaling_factor),
-            "rope_scaling.low_freq_factor": float(scaling.low_freq_factor),
-            "rope_scaling.high_freq_factor": float(scaling.high_freq_factor),
-            "rope_scaling.original_max_position_embeddings": scaling.original_max_position_embeddings}
-
-
-def _llama4_fields(args: Any) -> dict:
-    """Llama 4: every interleave_moe_layer_step-th layer MoE (top-1, a shared expert, the score on the expert's
-    input), the others llama3's dense FFN; the experts' width derived from the dense one (torchtitan's model.py)."""
-    from primus_hydra.backends.torchtitan.args import llama4_expert_width, llama_ffn_hidden_dim
-
-    moe = args.moe_args
-    denominator = moe.top_k + moe.num_shared_experts if args.auto_scale_hidden_dim else 1
-    expert_width = llama4_expert_width(args.dim, args.multiple_of, args.ffn_dim_multiplier, denominator)
     scaling = args.rope_scaling_args
     rope = ({"rope_scaling.type": "llama3", "rope_scaling.factor": float(scaling.scaling_factor),
              "rope_scaling.low_freq_factor": float(scaling.low_freq_factor),
@@ -126,10 +114,26 @@ def _llama4_fields(args: Any) -> dict:
              "rope_scaling.original_max_position_embeddings": scaling.original_max_position_embeddings}
             if scaling is not None else {"rope_scaling.type": "none"})
     return {**_plain_attention(args), "head_dim": None, "qk_norm": False, "tie_embeddings": False,
-            "ffn_hidden_size": llama_ffn_hidden_dim(args.dim, args.multiple_of, args.ffn_dim_multiplier), **rope,
-            **_moe_fields(moe, expert_width, first_dense_layers=0),
+            "ffn_hidden_size": llama_ffn_hidden_dim(args.dim, args.multiple_of, args.ffn_dim_multiplier), **rope}
+
+
+def _llama4_fields(args: Any) -> dict:
+    """Llama 4: every interleave_moe_layer_step-th layer MoE (top-1, a shared expert, the score on the expert's
+    input), the others llama3's dense FFN; the experts' width derived from the dense one (torchtitan's model.py)."""
+    moe = args.moe_args
+    return {**_llama_fields(args),
+            **_moe_fields(moe, _llama4_expert_width(dataclasses.asdict(args)), first_dense_layers=0),
             "moe.interleave_step": args.interleave_moe_layer_step,
             "moe.score_before_experts": bool(moe.score_before_experts)}
+
+
+def _llama4_expert_width(args: dict) -> int:
+    """The experts' width a llama4 flavor's args (as a dict) make."""
+    from primus_hydra.backends.torchtitan.args import llama4_expert_widths
+
+    moe = args["moe_args"]
+    return llama4_expert_widths(args["dim"], args["multiple_of"], args["ffn_dim_multiplier"],
+                                moe["top_k"] + moe["num_shared_experts"])[bool(args["auto_scale_hidden_dim"])]
 
 
 def _qwen3_fields(args: Any) -> dict:
@@ -203,14 +207,11 @@ def _normalized(name: str, args: dict) -> dict:
     also comes from auto_scale_hidden_dim), n_kv_heads for None (one per head)."""
     if name not in ("llama3", "llama4"):
         return args
-    from primus_hydra.backends.torchtitan.args import llama4_expert_width, llama_ffn_hidden_dim
+    from primus_hydra.backends.torchtitan.args import llama_ffn_hidden_dim
 
     derived_from = ("multiple_of", "ffn_dim_multiplier", "auto_scale_hidden_dim")
     rest = {key: value for key, value in args.items() if key not in derived_from}
     widths = {"ffn_width": llama_ffn_hidden_dim(args["dim"], args["multiple_of"], args["ffn_dim_multiplier"])}
     if name == "llama4":
-        moe = args["moe_args"]
-        denominator = moe["top_k"] + moe["num_shared_experts"] if args["auto_scale_hidden_dim"] else 1
-        widths["expert_width"] = llama4_expert_width(args["dim"], args["multiple_of"], args["ffn_dim_multiplier"],
-                                                     denominator)
+        widths["expert_width"] = _llama4_expert_width(args)
     return {**rest, "n_kv_heads": args["n_kv_heads"] or args["n_heads"], **widths}

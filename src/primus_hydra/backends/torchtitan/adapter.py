@@ -13,7 +13,7 @@ from primus_hydra.backends.extra_args_types import dataclass_annotations, extra_
 from primus_hydra.backends.torchtitan.args import (
     TORCHTITAN_MODEL_NAMES,
     build_torchtitan_job_config,
-    llama4_expert_width,
+    llama4_expert_widths,
     llama_ffn_rounding,
 )
 from primus_hydra.backends.torchtitan.job_file import TOML_FILE, job_sections, parse_job_file, toml_text, write_job_file
@@ -243,8 +243,8 @@ def _llama4_width_failures(model) -> list[str]:
         multiple_of, multiplier = llama_ffn_rounding(model.hidden_size, model.ffn_hidden_size)
     except ValueError as error:
         return [f"{error} (torchtitan's llama4 derives it from multiple_of and ffn_dim_multiplier)"]
-    widths = {llama4_expert_width(model.hidden_size, multiple_of, multiplier, denominator)
-              for denominator in (moe.top_k + moe.shared_experts, 1)}
+    widths = set(llama4_expert_widths(model.hidden_size, multiple_of, multiplier,
+                                      moe.top_k + moe.shared_experts).values())
     if moe.ffn_hidden_size in widths:
         return []
     return [f"model.moe.ffn_hidden_size={moe.ffn_hidden_size}: torchtitan's llama4 derives its experts' width from "

@@ -140,8 +140,8 @@ def _llama4_model_args(model: DictConfig, seq_length: int) -> dict:
     the experts' from the same pair, divided among the experts a token meets (auto_scale_hidden_dim) or not."""
     moe = model.moe
     multiple_of, multiplier = llama_ffn_rounding(model.hidden_size, model.ffn_hidden_size)
-    auto_scale = llama4_expert_width(model.hidden_size, multiple_of, multiplier, moe.top_k + moe.shared_experts) == \
-        moe.ffn_hidden_size
+    auto_scale = llama4_expert_widths(model.hidden_size, multiple_of, multiplier, moe.top_k + moe.shared_experts)[True] \
+        == moe.ffn_hidden_size
     return {
         "dim": model.hidden_size, "n_layers": model.num_layers, "n_heads": model.num_attention_heads,
         "n_kv_heads": model.num_kv_heads, "vocab_size": model.vocab_size, "multiple_of": multiple_of,
@@ -152,14 +152,15 @@ def _llama4_model_args(model: DictConfig, seq_length: int) -> dict:
     }
 
 
-def llama4_expert_width(dim: int, multiple_of: int, ffn_dim_multiplier: Optional[float], denominator: int) -> int:
-    """torchtitan's llama4 expert width: the dense width before rounding, divided by `denominator` (top_k + shared
-    experts with auto_scale_hidden_dim, else 1), rounded up to multiple_of."""
+def llama4_expert_widths(dim: int, multiple_of: int, ffn_dim_multiplier: Optional[float],
+                         experts_per_token: int) -> dict[bool, int]:
+    """torchtitan's llama4 expert width by auto_scale_hidden_dim: the dense width before rounding, divided among the
+    experts a token meets (top_k + shared) or not, rounded up to multiple_of."""
     hidden = int(2 * 4 * dim / 3)
     if ffn_dim_multiplier is not None:
         hidden = int(ffn_dim_multiplier * hidden)
-    hidden = int(hidden / denominator)
-    return hidden + -hidden % multiple_of
+    return {auto_scale: int(hidden / denominator) + -int(hidden / denominator) % multiple_of
+            for auto_scale, denominator in ((True, experts_per_token), (False, 1))}
 
 
 def _qwen3_model_args(model: DictConfig, seq_length: int) -> dict:
