@@ -20,3 +20,9 @@ TINY_RUN = ["module.train_iters=2", "module.warmup_iters=0", "module.seq_length=
 LLAMA4_TINY = ["model=llama4_17bx128e", "model.num_layers=2", "model.hidden_size=64", "model.num_attention_heads=4",
                "model.num_kv_heads=2", "model.ffn_hidden_size=192", "model.vocab_size=256", "model.moe.num_experts=4",
                "model.moe.ffn_hidden_size=128", "model.max_position_embeddings=1024"]
+# gpt-oss at toy size: sinks, a 4-token window on layer 0 (layer 1 full), the attention, router and expert biases,
+# the clamped SwiGLU, YaRN (its ramp over the 8-wide head's frequency pairs 1 to 2)
+GPT_OSS_TINY = ["model=gpt_oss_20b", "model.num_layers=2", "model.hidden_size=64", "model.num_attention_heads=4",
+                "model.num_kv_heads=2", "model.head_dim=8", "model.vocab_size=256", "model.moe.num_experts=4",
+                "model.moe.top_k=2", "model.moe.ffn_hidden_size=32", "model.sliding_window=4",
+                "model.max_position_embeddings=1024"]

@@ -18,7 +18,8 @@ from helpers.libraries import needs_megatron_core
 
 pytestmark = [pytest.mark.slow, needs_megatron_core]
 
-PRESETS = sorted(path.stem for path in (CONF_DIR / "model").glob("*.yaml"))
+# gpt-oss's layers are torchtitan's only (backend=megatron refuses them: test_gpt_oss_layers)
+PRESETS = sorted(path.stem for path in (CONF_DIR / "model").glob("*.yaml") if not path.stem.startswith("gpt_oss"))
 # one process for all presets: a gloo group of one, megatron-core's parallel state, the CPU patches
 COUNT_ALL = """
 import json, sys

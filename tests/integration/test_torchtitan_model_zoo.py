@@ -1,5 +1,5 @@
 """Every llama-family zoo preset torchtitan's llama3 can build (untied embeddings), and every qwen3 and deepseek one
-(torchtitan's qwen3, deepseek_v3 and llama4, MoE and latent attention included), translated (args.py model_args over the flavor, as the trainer does) and built by torchtitan itself on the
+(torchtitan's qwen3, deepseek_v3, llama4 and gpt_oss, MoE, latent attention and gpt-oss's biases and sinks included), translated (args.py model_args over the flavor, as the trainer does) and built by torchtitan itself on the
 meta device, has exactly the parameter count of the project's model math; the tied llamas are refused in one line
 before any worker."""
 from __future__ import annotations
@@ -25,6 +25,8 @@ DEEPSEEK = sorted(path.stem for path in (CONF_DIR / "model").glob("*.yaml")
                   if yaml.safe_load(path.read_text())["family"] == "deepseek")
 LLAMA4 = sorted(path.stem for path in (CONF_DIR / "model").glob("*.yaml")
                 if yaml.safe_load(path.read_text())["family"] == "llama4")
+GPT_OSS = sorted(path.stem for path in (CONF_DIR / "model").glob("*.yaml")
+                 if yaml.safe_load(path.read_text())["family"] == "gpt_oss")
 COUNT_ALL = """
 import json, sys
 sys.path.insert(0, "tests")
@@ -56,7 +58,7 @@ print(json.dumps(counts))
 
 @pytest.fixture(scope="module")
 def torchtitan_counts() -> dict[str, list]:
-    result = subprocess.run([sys.executable, "-c", COUNT_ALL, *UNTIED, *QWEN3, *DEEPSEEK, *LLAMA4], capture_output=True, text=True, cwd=REPO,
+    result = subprocess.run([sys.executable, "-c", COUNT_ALL, *UNTIED, *QWEN3, *DEEPSEEK, *LLAMA4, *GPT_OSS], capture_output=True, text=True, cwd=REPO,
                             timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.splitlines()[-1])
@@ -67,7 +69,7 @@ def test_the_llama_family_is_counted():
     assert set(LLAMAS) - set(UNTIED) == {"llama3.2_1b", "llama3.2_3b"}
 
 
-@pytest.mark.parametrize("name", UNTIED + QWEN3 + DEEPSEEK + LLAMA4)
+@pytest.mark.parametrize("name", UNTIED + QWEN3 + DEEPSEEK + LLAMA4 + GPT_OSS)
 def test_torchtitan_builds_the_preset_with_its_model_math_count(torchtitan_counts, name):
     flavor, built, model_math = torchtitan_counts[name]
     assert built == model_math, f"{name} (flavor {flavor}): torchtitan {built:,} vs model math {model_math:,}"

@@ -3,6 +3,8 @@ backend=torch: from the same seed both start from the same weights and read the 
 loss curve (fp32, 5 steps, 1e-4 relative); FSDP, TP and DDP layouts follow the one-process curve; a checkpoint
 written with FSDP resumes with TP on the uninterrupted curve. The same holds for torchtitan's qwen3 (dense and MoE),
 deepseek_v3 (MoE with latent attention) and llama4 (dense and MoE layers interleaved, scores on the experts' inputs).
+gpt_oss, which backend=torch does not build, trains on the CPU (its flex attention in eager ops) with FSDP on its
+one-process curve.
 
 torchtitan 0.2 decays every parameter (backend=torch spares norms): the cross-backend runs set weight_decay=0."""
 from __future__ import annotations
@@ -15,7 +17,7 @@ import pytest
 from helpers.cli import primus
 from helpers.curves import assert_same_curve, eval_losses, losses
 from helpers.libraries import needs_torchtitan
-from helpers.overrides import LLAMA4_TINY, SHORT_RUN
+from helpers.overrides import GPT_OSS_TINY, LLAMA4_TINY, SHORT_RUN
 
 pytestmark = [pytest.mark.slow, needs_torchtitan]
 
@@ -119,6 +121,14 @@ def test_torchtitans_llama4_follows_the_native_curve_in_one_process_and_with_fsd
     assert native[5] < native[1]
 
 
+def test_torchtitans_gpt_oss_trains_on_the_cpu_and_fsdp_follows_its_one_process_curve(tmp_path):
+    """gpt_oss (sinks, a window on layer 0, biases, the clamped SwiGLU, YaRN): torchtitan's own init and layers, its
+    flex attention through torchtitan.cpu.flex_attention; two FSDP ranks give the one-process losses."""
+    one = train(tmp_path / "one", "backend=torchtitan", *GPT_OSS_TINY, "module.micro_batch_size=8")
+    assert one[5] < one[1] - 0.3, one
+    assert_same_curve(train(tmp_path / "fsdp2", "backend=torchtitan", *GPT_OSS_TINY, *LAYOUTS["fsdp2"]), one)
+
+
 def test_an_fsdp_checkpoint_resumes_with_tp_on_the_uninterrupted_curve(tmp_path, torchtitan_curve):
     saving = [a for a in QUICK if not a.startswith("module.checkpoint.interval")] + ["module.checkpoint.interval=3"]
     run_dir = tmp_path / "run"
@@ -159,7 +169,7 @@ def test_a_default_torchtitan_run_writes_the_project_run_files(tmp_path):
     (QWEN3_TINY + ["launch.nproc_per_node=2", "module.parallel.tp=2"],
      "error: module.parallel.tp=2: torchtitan's qwen3 runs attention on tensor-parallel DTensors"),
     (["model=mixtral_8x7b", "launch.allow_oversubscribe=true"],
-     "error: model=mixtral_8x7b: backend=torchtitan trains the llama, qwen3, deepseek, llama4 families"),
+     "error: model=mixtral_8x7b: backend=torchtitan trains the llama, qwen3, deepseek, llama4, gpt_oss families"),
     (DEEPSEEK_TINY + ["launch.nproc_per_node=2", "module.parallel.fsdp=true", "module.parallel.ep=2",
                       "module.micro_batch_size=4", "module.global_batch_size=8"],
      "error: module.parallel.ep=2: torchtitan's expert parallelism permutes tokens with triton GPU kernels"),

@@ -63,3 +63,37 @@ def test_a_routing_variant_imports_onto_the_canonical_model_and_exports_exactly(
     loaded = load_experiment(result.source, tree, {})
     assert dry_run_mismatches(result.name, out, "megatron", loaded.modules[0].params, tmp_path / "run",
                               gpus_per_node(loaded)) == []
+
+
+def test_a_megatron_preset_named_gpt_oss_keeps_megatrons_layers(tmp_path):
+    """Primus's Megatron gpt_oss_20B preset is a plain GQA MoE of gpt-oss-20b's sizes (no sinks, windows or biases):
+    it is never based on the zoo's gpt_oss_20b, the closest shape, whose layers megatron does not build, and exports
+    exactly Primus's values."""
+    preset = """\
+    extends:
+      - language_model.yaml
+    num_layers: 24
+    hidden_size: 2880
+    ffn_hidden_size: 10944
+    num_attention_heads: 64
+    group_query_attention: true
+    num_query_groups: 8
+    kv_channels: 64
+    num_experts: 32
+    moe_router_topk: 4
+    moe_ffn_hidden_size: 2880
+    moe_layer_freq: 1
+    rotary_base: 10000
+    max_position_embeddings: 4096
+    """
+    tree = write_primus_tree(tmp_path / "primus", {"primus/configs/models/megatron/gpt_oss_20B.yaml": preset,
+                                                   "examples/megatron/gpt_oss-pretrain.yaml":
+                                                       EXPERIMENT.replace("routed.yaml", "gpt_oss_20B.yaml")})
+    out = tmp_path / "conf"
+    (result,) = import_files([tree / "examples/megatron/gpt_oss-pretrain.yaml"], tree / "examples", tree, out, {})
+    assert result.failure == "", result.failure
+    model = yaml.safe_load((out / "model" / "gpt_oss_20b_primus.yaml").read_text())
+    assert model["family"] != "gpt_oss" and not model.get("attention_sinks") and model.get("sliding_window") is None
+    loaded = load_experiment(result.source, tree, {})
+    assert dry_run_mismatches(result.name, out, "megatron", loaded.modules[0].params, tmp_path / "run",
+                              gpus_per_node(loaded)) == []

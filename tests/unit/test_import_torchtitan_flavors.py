@@ -98,15 +98,19 @@ def test_a_llama4_flavor_imports_as_its_zoo_preset_and_dry_runs_with_primus_valu
     assert (choice.zoo, choice.generated) == ("llama4_17bx16e", {})
 
 
-@pytest.mark.parametrize("preset, failure", [
-    ("gpt_oss_20b", "model.name=gpt_oss model.flavor=20b: torchtitan's gpt_oss has attention sinks (a learned logit "
-                    "per head in every softmax), sliding-window attention on every other layer, biases on the "
-                    "attention and expert projections and a clamped SwiGLU (swiglu_limit), which the canonical model "
-                    "(config/schema_model.py) cannot hold"),
-])
-def test_a_family_the_canonical_model_cannot_hold_is_refused_in_one_line(imported, preset, failure):
-    _, results = imported
-    assert results[f"{preset}-pretrain"].failure == failure
+def test_a_gpt_oss_flavor_imports_as_its_zoo_preset_and_dry_runs_with_primus_values(tree, imported, tmp_path):
+    """torchtitan's gpt_oss 20b (sinks, the window on every other layer, biases, the clamped SwiGLU, YaRN) is the
+    zoo's preset; its debug flavor is generated over it."""
+    out, results = imported
+    result = results["gpt_oss_20b-pretrain"]
+    assert (result.failure, result.model) == ("", "gpt_oss_20b")
+    experiment = load_experiment(result.source, tree, {})
+    module = experiment.modules[0]
+    assert dry_run_mismatches(result.name, out, module.framework, module.params, tmp_path,
+                              gpus_per_node(experiment), result.passed_keys) == []
+    assert torchtitan_flavor_model("gpt_oss", "120b", "gpt_oss_120b.yaml").zoo == "gpt_oss_120b"
+    debug = torchtitan_flavor_model("gpt_oss", "debugmodel", "gpt_oss_debug.yaml")
+    assert debug.generated == {"hidden_size": 256, "num_layers": 4, "moe.num_experts": 8}
 
 
 def test_a_flavor_torchtitan_lacks_names_the_flavors_it_has():
@@ -149,7 +153,8 @@ def _torchtitan_count(name: str, flavor: str) -> int:
 
 
 @pytest.mark.parametrize("name, flavor", [("qwen3", "0.6B"), ("qwen3", "30B-A3B"), ("deepseek_v3", "236B"),
-                                         ("llama4", "17bx16e"), ("llama4", "17bx128e")])
+                                         ("llama4", "17bx16e"), ("llama4", "17bx128e"), ("gpt_oss", "20b"),
+                                         ("gpt_oss", "120b"), ("gpt_oss", "debugmodel")])
 def test_the_generated_model_has_the_parameter_count_torchtitan_builds(name, flavor):
     choice = torchtitan_flavor_model(name, flavor, f"{name}_{flavor}.yaml")
     model = OmegaConf.merge(OmegaConf.structured(ModelConfig), generated_model_tree(choice))

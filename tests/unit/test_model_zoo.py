@@ -48,6 +48,10 @@ PUBLISHED_TOTALS = {
     # (tests/unit/test_import_torchtitan_flavors.py builds them and compares)
     "llama4_17bx16e": (107_769_861_888, "torchtitan 0.2 llama4 17bx16e on the meta device"),
     "llama4_17bx128e": (400_711_852_032, "torchtitan 0.2 llama4 17bx128e on the meta device"),
+    # torchtitan's gpt_oss flavors: Hugging Face's openai/gpt-oss weights (20,914,757,184 and 116,829,156,672) plus
+    # torchtitan's expert-bias buffers (built on the meta device in tests/unit/test_import_torchtitan_flavors.py)
+    "gpt_oss_20b": (20_914_757_952, "torchtitan 0.2 gpt_oss 20b on the meta device"),
+    "gpt_oss_120b": (116_829_161_280, "torchtitan 0.2 gpt_oss 120b on the meta device"),
 }
 
 # Published active (per-token) counts. Tolerances: the published figures are rounded to 2-3 significant digits.
@@ -60,6 +64,8 @@ PUBLISHED_ACTIVE = {
     "deepseek_v3": (36.6e9, 0.005, False, "DeepSeek-V3 README_WEIGHTS.md: 36.6B activated incl. 0.9B output head"),
     "llama4_17bx16e": (17e9, 0.02, True, "Meta's Llama 4 model card: 17B active parameters (Scout, 16 experts)"),
     "llama4_17bx128e": (17e9, 0.02, True, "Meta's Llama 4 model card: 17B active parameters (Maverick, 128 experts)"),
+    "gpt_oss_20b": (3.6e9, 0.01, False, "openai/gpt-oss-20b model card: 3.6B active parameters"),
+    "gpt_oss_120b": (5.1e9, 0.01, False, "openai/gpt-oss-120b model card: 5.1B active parameters"),
 }
 
 
@@ -83,7 +89,7 @@ def test_zoo_holds_every_preset():
         "llama_tiny", "moe_tiny", "llama2_7b", "llama2_13b", "llama2_70b", "llama3_8b", "llama3_70b", "llama3.1_8b",
         "llama3.1_70b", "llama3.1_405b", "llama3.2_1b", "llama3.2_3b", "mixtral_8x7b", "mixtral_8x22b",
         "qwen2.5_7b", "qwen2.5_72b", "qwen3_8b", "qwen3_14b", "qwen3_30b_a3b", "deepseek_v2_lite", "deepseek_v3",
-        "llama4_17bx16e", "llama4_17bx128e",
+        "llama4_17bx16e", "llama4_17bx128e", "gpt_oss_20b", "gpt_oss_120b",
     }
     assert expected <= set(PRESETS)
     assert set(PUBLISHED_TOTALS) == set(PRESETS) - {"llama_tiny", "moe_tiny"}
@@ -91,9 +97,10 @@ def test_zoo_holds_every_preset():
 
 @pytest.mark.parametrize("name", PRESETS)
 def test_preset_composes_and_validates(name, compose_config):
-    cfg = compose_config(f"model={name}")
+    gpt_oss = name.startswith("gpt_oss")  # its layers are torchtitan's gpt_oss's only
+    cfg = compose_config(f"model={name}", *(["backend=torchtitan"] if gpt_oss else []))
     assert cfg.model.name == name
-    assert cfg.model.family in ("llama", "mixtral", "qwen2", "qwen3", "deepseek", "llama4")
+    assert cfg.model.family in ("llama", "mixtral", "qwen2", "qwen3", "deepseek", "llama4", "gpt_oss")
     validate_config(cfg)
 
 

@@ -10,7 +10,8 @@ from primus_hydra.backends.torch.model import build_model_on_meta, materialize, 
 from primus_hydra.config.model_math import count_parameters
 
 
-@pytest.mark.parametrize("name", PRESETS)
+# gpt_oss's layers are torchtitan's only (backend=torch refuses them; test_gpt_oss_layers)
+@pytest.mark.parametrize("name", [name for name in PRESETS if not name.startswith("gpt_oss")])
 def test_meta_model_has_the_closed_form_parameter_count(name, compose_config):
     model_cfg = compose_config(f"model={name}").model
     model = build_model_on_meta(model_cfg)

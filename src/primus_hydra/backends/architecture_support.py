@@ -22,7 +22,26 @@ MIXER_KERNELS = {"mamba2": "mamba_ssm and causal-conv1d (CUDA/Triton kernels)",
 def architecture_failures(model: Any, backend: str, trains: bool, runs_on_gpu: Optional[bool],
                           traits: BackendTraits) -> list[str]:
     """What `backend` cannot build of `model`; with trains, also what it cannot run where the job runs."""
-    return _moe_layer_failures(model, backend, traits) + _layer_failures(model, backend, trains, runs_on_gpu)
+    return (_moe_layer_failures(model, backend, traits) + _gpt_oss_failures(model, backend, traits)
+            + _layer_failures(model, backend, trains, runs_on_gpu))
+
+
+def gpt_oss_features(model: Any) -> list[tuple[str, Any]]:
+    """(key, value) of each gpt-oss layer feature `model` turns on."""
+    values = (("attention_sinks", model.attention_sinks), ("sliding_window", model.sliding_window),
+              ("attention_output_bias", model.attention_output_bias), ("swiglu_limit", model.swiglu_limit),
+              ("moe.router_bias", model.moe.router_bias), ("moe.experts_bias", model.moe.experts_bias))
+    return [(key, str(value).lower() if isinstance(value, bool) else value) for key, value in values
+            if value not in (None, False)]
+
+
+def _gpt_oss_failures(model: Any, backend: str, traits: BackendTraits) -> list[str]:
+    features = gpt_oss_features(model)
+    if traits.gpt_oss_layers or not features:
+        return []
+    keys = ", ".join(f"model.{key}={value}" for key, value in features)
+    return [f"{keys}: backend={backend} does not build gpt-oss's layers (model={model.name}); backend=torchtitan does "
+            f"(its gpt_oss model), or unset them"]
 
 
 def _moe_layer_failures(model: Any, backend: str, traits: BackendTraits) -> list[str]:

@@ -63,6 +63,10 @@ class BackendTraits:
     # Llama 4's MoE layers: dense and MoE layers interleaved (model.moe.interleave_step), the router's weight on the
     # expert's input (model.moe.score_before_experts)
     interleaved_moe: bool = False
+    # gpt-oss's layers: attention sinks, sliding-window layers, biases on the attention output, the router and the
+    # experts, the clamped SwiGLU (model.attention_sinks, sliding_window, attention_output_bias, swiglu_limit,
+    # moe.router_bias, moe.experts_bias)
+    gpt_oss_layers: bool = False
 
     def state_bytes(self, precision: str) -> tuple[int, int, int]:
         """Bytes per parameter a rank holds: weights, gradients, optimizer state."""

@@ -35,6 +35,10 @@ MOE_TYPES = ("qwen3_moe", "mixtral", *DEEPSEEK_TYPES)
 # ModelConfig keys a config.json does not describe: they stay the model preset's (or the command line's)
 NOT_IN_HF_CONFIG = ("from_hf", "moe.router_bias_update_rate", "moe.z_loss_coeff", "moe.capacity_factor")
 # keys a config.json carries that are the training's choice: taken from the file unless the command line sets them
+# what no model_type read or written here has: gpt-oss's layer features (canonical key -> its off value)
+WITHOUT_GPT_OSS_LAYERS = {"attention_output_bias": False, "attention_sinks": False, "sliding_window": None,
+                          "full_attention_every": 0, "swiglu_limit": None, "moe.router_bias": False,
+                          "moe.experts_bias": False}
 TRAINING_KEYS = ("name", "init_std", "moe.aux_loss_coeff", "moe.load_balancing_type")
 # a hub id such as meta-llama/Llama-3.1-8B: two names and one slash
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -101,8 +105,10 @@ def model_fields_from_hf(config: dict, where: str) -> dict:
     fields["rope_theta"], fields["rope_scaling"] = _rope_from_hf(config, model_type, read)
     fields["moe"] = _moe_from_hf(config, model_type, read)
     fields["mla"] = _mla_from_hf(read) if model_type in DEEPSEEK_TYPES else _defaults(MLAConfig)
-    # every family read here is a transformer with RMSNorm and rotary positions (none of a preset's hybrid layers)
-    fields.update(normalization="rmsnorm", position_embedding="rope", hybrid=_defaults(HybridConfig))
+    # every family read here is a transformer with RMSNorm and rotary positions (none of a preset's hybrid layers),
+    # whole-prefix attention, and none of gpt-oss's layer features
+    fields.update(normalization="rmsnorm", position_embedding="rope", hybrid=_defaults(HybridConfig),
+                  **{key: value for key, value in WITHOUT_GPT_OSS_LAYERS.items() if "." not in key})
     return fields
 
 
@@ -333,6 +339,7 @@ def _refuse_unexportable(fields: dict, model_type: str) -> None:
         "qkv_bias": model_type == "qwen2",
         "qk_norm": model_type in ("qwen3", "qwen3_moe"),
         "mla.enabled": model_type in DEEPSEEK_TYPES,
+        **WITHOUT_GPT_OSS_LAYERS,
     }
     if model_type in ("mixtral", "qwen3_moe"):
         expected.update({"moe.shared_experts": 0, "moe.router_score_function": "softmax",

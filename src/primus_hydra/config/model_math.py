@@ -5,15 +5,16 @@ the dataclass, a SimpleNamespace). The counts follow the layout of the native Py
 Face checkpoints (names in comments):
 
 - embeddings V*h; output layer V*h unless tie_embeddings; final norm h; two RMSNorm weights (h each) per layer.
-- GQA attention: q h*(heads*hd), k and v h*(kv*hd) each, o (heads*hd)*h; biases on q/k/v only when qkv_bias;
-  qk_norm adds two RMSNorm weights of size hd. hd = head_dim or hidden_size // num_attention_heads.
+- GQA attention: q h*(heads*hd), k and v h*(kv*hd) each, o (heads*hd)*h; biases on q/k/v only when qkv_bias,
+  on o (h) when attention_output_bias; qk_norm adds two RMSNorm weights of size hd; attention_sinks one logit per
+  head. hd = head_dim or hidden_size // num_attention_heads.
 - MLA (DeepSeek): q_a_proj h*q_lora + q_a_layernorm q_lora + q_b_proj q_lora*(heads*(nope+rope)), or
   q_proj h*(heads*(nope+rope)) when q_lora_rank is null; kv_a_proj_with_mqa h*(kv_lora+rope),
   kv_a_layernorm kv_lora, kv_b_proj kv_lora*(heads*(nope+v)), o_proj (heads*v)*h. No biases.
 - dense SwiGLU FFN 3*h*ffn. MoE layers (is_moe_layer: after first_dense_layers, every interleave_step-th): router
-  h*E, plus E for the expert bias when router_enable_expert_bias (DeepSeek-V3's e_score_correction_bias, stored in the checkpoint);
-  experts E*3*h*moe_ffn; shared experts 3*h*shared_ffn (shared_expert_ffn_hidden_size, or
-  shared_experts*moe_ffn). Multi-token-prediction modules are not part of the model.
+  h*E (+E with router_bias), +E when router_enable_expert_bias (DeepSeek-V3's e_score_correction_bias, stored in
+  the checkpoint); experts E*3*h*moe_ffn (+E*(2*moe_ffn + h) with experts_bias); shared experts 3*h*shared_ffn
+  (shared_expert_ffn_hidden_size, or shared_experts*moe_ffn). Multi-token-prediction modules are not counted.
 - normalization=layernorm: every norm has a bias beside its weight; position_embedding=learned_absolute: a table
   max_position_embeddings*h beside the embeddings.
 - a hybrid model (model.hybrid.layer_pattern): config/hybrid_math.py; its attention FLOPs come from the * layers
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from primus_hydra.config.attention_window import attended_keys
 from primus_hydra.config.hybrid_math import hybrid_layer_counts, mixer_layer_weights, norm_weights
 
 SWIGLU_MATRICES = 3  # gate, up and down projections
@@ -62,11 +64,7 @@ def _attention_weights(model: Any) -> tuple[int, int]:
     q_width, kv_width = heads * hd, model.num_kv_heads * hd
     matmul = h * q_width + 2 * h * kv_width + q_width * h
     other = (q_width + 2 * kv_width if model.qkv_bias else 0) + (2 * norm_weights(model, hd) if model.qk_norm else 0)
-    return matmul, other
-
-
-def _is_moe(model: Any) -> bool:
-    return model.moe.num_experts > 0
+    return matmul, other + (h if model.attention_output_bias else 0) + (heads if model.attention_sinks else 0)
 
 
 def _is_hybrid(model: Any) -> bool:
@@ -105,7 +103,8 @@ def _moe_layer_weights(model: Any, experts: int) -> tuple[int, int]:
     matmul = h * moe.num_experts  # router
     matmul += experts * SWIGLU_MATRICES * h * moe.ffn_hidden_size
     matmul += SWIGLU_MATRICES * h * shared_expert_ffn_hidden_size(model)
-    return matmul, moe.num_experts if moe.router_enable_expert_bias else 0
+    biases = moe.num_experts * (moe.router_enable_expert_bias + moe.router_bias)  # the expert bias, the router's
+    return matmul, biases + (experts * (2 * moe.ffn_hidden_size + h) if moe.experts_bias else 0)
 
 
 def _transformer_weights(model: Any, active: bool) -> tuple[int, int]:
@@ -191,9 +190,10 @@ def training_flops_per_token(model: Any, seq_length: int) -> float:
     6 = 2 FLOPs per multiply-add x 3 (forward, and backward for inputs and weights). The second term is the
     attention score (q.k) and context (p.v) products over T = seq_length keys; with qk = v = Q head width it is
     PaLM's 12 * L * H * Q * T (Chowdhery et al. 2022, appendix B). No causal-mask halving is applied (as in
-    PaLM and Megatron-LM); activation recomputation is not counted. Norms, softmax and rotary are ignored.
+    PaLM and Megatron-LM); a sliding-window layer counts min(T, window) keys; activation recomputation is not
+    counted. Norms, softmax and rotary are ignored.
     """
-    attention = 6 * num_attention_layers(model) * seq_length * model.num_attention_heads * (
-        query_key_head_dim(model) + value_head_dim(model)
-    )
+    keys = sum(attended_keys(model, layer, seq_length) for layer in range(num_attention_layers(model)))
+    attention = 6 * keys * model.num_attention_heads * (query_key_head_dim(model) + value_head_dim(model))
     return float(6 * count_active_matmul_parameters(model) + attention)
+

@@ -69,6 +69,8 @@ class MoEConfig:
     router_group_topk: int = 1  # groups a token may route to (DeepSeek topk_group)
     router_norm_topk_prob: bool = True  # renormalise the top-k weights to sum to one
     router_enable_expert_bias: bool = False  # aux-loss-free balancing bias (DeepSeek-V3)
+    router_bias: bool = False  # a learned bias on the router's logits (gpt-oss)
+    experts_bias: bool = False  # a bias on each routed expert's two projections (gpt-oss)
     router_bias_update_rate: float = 0.0
     load_balancing_type: LoadBalancingType = LoadBalancingType.aux_loss
     aux_loss_coeff: float = 0.01
@@ -147,6 +149,16 @@ class ModelConfig:
     tie_embeddings: bool = False
     qkv_bias: bool = False
     qk_norm: bool = False  # RMSNorm on per-head q and k (Qwen3)
+    attention_output_bias: bool = False  # a bias on the attention's output projection (gpt-oss)
+    attention_sinks: bool = False  # a learned logit per head that joins every softmax and takes no value (gpt-oss)
+    # the keys a sliding-window layer attends to (itself included); null: every layer attends to the whole prefix
+    sliding_window: Optional[int] = None
+    # with sliding_window: layer i (from 0) attends to the whole prefix when (i + 1) % full_attention_every == 0, the
+    # others through the window (gpt-oss: 2 alternates window and full, from layer 0); 0: every layer has the window
+    full_attention_every: int = 0
+    # null: SwiGLU (silu(gate) * up); a number: gpt-oss's clamped variant, gate clamped above and up to +-limit,
+    # gate * sigmoid(1.702 * gate) * (up + 1)
+    swiglu_limit: Optional[float] = None
     init_std: float = 0.02
     normalization: Normalization = Normalization.rmsnorm
     position_embedding: PositionEmbedding = PositionEmbedding.rope

@@ -20,13 +20,13 @@ POSITIVE = (  # > 0 (floats) or >= 1 (integers); `null` stays allowed where the 
     "model.rope_scaling.beta_slow", "model.rope_scaling.mscale",
     "model.mla.q_lora_rank", "model.mla.kv_lora_rank", "model.mla.qk_rope_head_dim", "model.mla.qk_nope_head_dim",
     "model.mla.v_head_dim", "model.moe.router_topk_scaling_factor", "model.moe.capacity_factor",
-    "model.moe.shared_expert_ffn_hidden_size",
+    "model.moe.shared_expert_ffn_hidden_size", "model.sliding_window", "model.swiglu_limit",
     "module.lr", "module.lr_decay_iters", "backend.num_threads", "sweep.probe_steps", "module.eval_interval", "module.eval_iters",
     "task.objective_window",
 )
 NON_NEGATIVE = (
     "model.rope_scaling.mscale_all_dim", "model.moe.shared_experts", "model.moe.aux_loss_coeff",
-    "model.moe.z_loss_coeff", "model.moe.router_bias_update_rate",
+    "model.moe.z_loss_coeff", "model.moe.router_bias_update_rate", "model.full_attention_every",
     "module.exit_interval",  # 0 or null: no early exit (Megatron's meaning)
 )
 

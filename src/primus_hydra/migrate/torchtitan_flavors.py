@@ -26,8 +26,6 @@ FLAVOR_TABLE_RELEASES = ("0.2.",)
 # model args a run decides (the backend writes its own sequence length and attention kernel), not the architecture
 RUN_CHOICES = {"max_seq_len", "attn_type", "attn_mask_type", "max_batch_size", "eos_id", "depth_init",
                "use_grouped_mm", "_debug_force_load_balance", "expert_parallel_comm_backend"}
-GPT_OSS = ("attention sinks (a learned logit per head in every softmax), sliding-window attention on every other "
-           "layer, biases on the attention and expert projections and a clamped SwiGLU (swiglu_limit)")
 
 
 def torchtitan_flavor_model(name: str, flavor: str, preset_name: str) -> ModelChoice:
@@ -37,9 +35,6 @@ def torchtitan_flavor_model(name: str, flavor: str, preset_name: str) -> ModelCh
     from primus_hydra.backends.torchtitan.args import TORCHTITAN_MODEL_NAMES
 
     where = f"model.name={name} model.flavor={flavor}"
-    if name == "gpt_oss":
-        raise PrimusError(f"{where}: torchtitan's gpt_oss has {GPT_OSS}, which the canonical model "
-                          f"(config/schema_model.py) cannot hold")
     args = flavor_args(name, flavor)
     if name == "llama4" and _llama4_features(args):
         raise PrimusError(f"{where}: torchtitan's llama4 {flavor} has {', '.join(_llama4_features(args))}, which "
@@ -173,8 +168,24 @@ def _moe_fields(moe: Any, expert_width: int, first_dense_layers: int) -> dict:
             "moe.load_balancing_type": "none", "moe.aux_loss_coeff": 0.0}
 
 
+def _gpt_oss_fields(args: Any) -> dict:
+    """gpt_oss: every layer MoE with biased experts and router, sinks and biases in the attention, the window on
+    even layers, the clamped SwiGLU and YaRN (ntk_alpha/ntk_beta are YaRN's beta_slow/beta_fast)."""
+    return {**_plain_attention(args), "head_dim": args.head_dim, "ffn_hidden_size": args.moe_inter_dim,
+            "qkv_bias": True, "attention_output_bias": True, "attention_sinks": True, "qk_norm": False,
+            "tie_embeddings": False, "sliding_window": args.sliding_window_size, "full_attention_every": 2,
+            "swiglu_limit": float(args.swiglu_limit),
+            "rope_scaling.type": "yarn" if args.rope_factor > 1 else "none",
+            "rope_scaling.factor": float(args.rope_factor),
+            "rope_scaling.original_max_position_embeddings": args.original_seq_len,
+            "rope_scaling.beta_fast": float(args.ntk_beta), "rope_scaling.beta_slow": float(args.ntk_alpha),
+            "rope_scaling.mscale": 1.0, "rope_scaling.mscale_all_dim": 0.0,
+            **_moe_fields(args.moe_args, args.moe_inter_dim, first_dense_layers=0),
+            "moe.router_bias": bool(args.moe_args.gate_bias), "moe.experts_bias": True}
+
+
 FIELDS = {"llama3": _llama3_fields, "qwen3": _qwen3_fields, "deepseek_v3": _deepseek_v3_fields,
-          "llama4": _llama4_fields}
+          "llama4": _llama4_fields, "gpt_oss": _gpt_oss_fields}
 
 
 def _closest_zoo(family: str, fields: dict) -> str:

@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 from typing import Optional
 
+from primus_hydra.backends.architecture_support import gpt_oss_features
 from primus_hydra.backends.common.data_sources import data_source_failures, data_source_warnings
 from primus_hydra.backends.common.run_dir_checks import checkpoint_load_warnings, existing_run_failures
 from primus_hydra.backends.external import ExternalBackendAdapter
@@ -27,7 +28,8 @@ from primus_hydra.patches.versions import any_version_matches
 TRAINER = "primus_hydra.backends.torchtitan.trainer.TorchTitanTrainer"
 SUPPORTED_VERSIONS = ("0.2.*",)
 CONFIG_FUNCTION_VERSIONS = (">=0.3",)  # torchtitan's generation of Python config functions (no TOML JobConfig)
-TRAINED_FAMILIES = ("llama", "qwen3", "deepseek", "llama4")  # torchtitan's llama3, qwen3 (dense, MoE), deepseek_v3, llama4
+# torchtitan's llama3, qwen3 (dense, MoE), deepseek_v3, llama4, gpt_oss
+TRAINED_FAMILIES = ("llama", "qwen3", "deepseek", "llama4", "gpt_oss")
 JOB_CONFIG_MODULE = "torchtitan.config.job_config"  # its JobConfig dataclass: one field per section
 
 
@@ -41,6 +43,7 @@ class TorchTitanAdapter(ExternalBackendAdapter):
         recompute_key="activation_checkpoint", searched_recompute=RECOMPUTE_MODES, shortens_long_warmup=True,
         weight_converter="primus_hydra.backends.torchtitan.convert.write_native_copy",
         interleaved_moe=True,  # its llama4 (adapter rules: the other models' MoE layers are not interleaved)
+        gpt_oss_layers=True,  # its gpt_oss (adapter rules: that model has them all, the others none)
     )
     stages = ("pretrain",)
     library = "torchtitan"
@@ -63,6 +66,7 @@ class TorchTitanAdapter(ExternalBackendAdapter):
             failures += existing_run_failures(self.cfg, self.run_dir, self.checkpoint_dir(), self.name)
         if self.cfg.model.family == "llama4" and self.cfg.model.moe.num_experts:  # what its translation derives
             failures += _llama4_width_failures(self.cfg.model)
+        failures += _gpt_oss_failures(self.cfg.model)  # its gpt_oss's fixed architecture
         if not self.cfg.task.get("dry_run", False):  # a dry run exports any model's arguments
             failures += self._trainer_rules()
         return failures
@@ -73,9 +77,8 @@ class TorchTitanAdapter(ExternalBackendAdapter):
         p, model = self.cfg.module.parallel, self.cfg.model
         if model.family not in TRAINED_FAMILIES:
             failures.append(f"model={model.name}: backend=torchtitan trains the {', '.join(TRAINED_FAMILIES)} families "
-                            f"(torchtitan's llama3, qwen3, deepseek_v3 and llama4) in this release, not "
-                            f"{model.family}; torchtitan 0.2 also ships gpt_oss, not wired here yet (task.dry_run=true "
-                            f"exports any model's arguments)")
+                            f"(torchtitan's llama3, qwen3, deepseek_v3, llama4 and gpt_oss) in this release, not "
+                            f"{model.family} (task.dry_run=true exports any model's arguments)")
         failures += self._moe_rules()
         if model.tie_embeddings and model.family == "llama":
             failures.append(f"model.tie_embeddings=true: torchtitan's llama3 has no tied embeddings (model={model.name}); "
@@ -89,7 +92,7 @@ class TorchTitanAdapter(ExternalBackendAdapter):
         if model.family == "qwen3" and str(model.rope_scaling.type) != "none":
             failures.append(f"model.rope_scaling.type={model.rope_scaling.type}: torchtitan's qwen3 has no rope "
                             f"scaling (model={model.name}); set model.rope_scaling.type=none")
-        if model.qkv_bias:
+        if model.qkv_bias and model.family != "gpt_oss":
             failures.append(f"model.qkv_bias=true: torchtitan's {TORCHTITAN_MODEL_NAMES.get(model.family, model.family)} "
                             f"has no attention biases (model={model.name}); set model.qkv_bias=false")
         if p.pp > 1:
@@ -250,3 +253,34 @@ def _llama4_width_failures(model) -> list[str]:
     return [f"model.moe.ffn_hidden_size={moe.ffn_hidden_size}: torchtitan's llama4 derives its experts' width from "
             f"model.ffn_hidden_size={model.ffn_hidden_size}: {' or '.join(str(w) for w in sorted(widths))} "
             f"(model={model.name})"]
+
+
+def _gpt_oss_failures(model) -> list[str]:
+    """torchtitan's gpt_oss has every gpt-oss layer feature, fixed (sinks, biases, the window on even layers, the
+    clamped SwiGLU, every layer MoE without shared experts); its other models have none. One line per difference."""
+    features = gpt_oss_features(model)
+    if model.family != "gpt_oss":
+        return [f"model.{key}={value}: of torchtitan's models only gpt_oss has it (model={model.name}, family "
+                f"{model.family})" for key, value in features]
+    moe, scaling = model.moe, model.rope_scaling
+    fixed = [("qkv_bias", model.qkv_bias, True), ("attention_output_bias", model.attention_output_bias, True),
+             ("attention_sinks", model.attention_sinks, True), ("full_attention_every", model.full_attention_every, 2),
+             ("qk_norm", model.qk_norm, False), ("tie_embeddings", model.tie_embeddings, False),
+             ("mla.enabled", model.mla.enabled, False), ("moe.router_bias", moe.router_bias, True),
+             ("moe.experts_bias", moe.experts_bias, True), ("moe.first_dense_layers", moe.first_dense_layers, 0),
+             ("moe.interleave_step", moe.interleave_step, 1), ("moe.shared_experts", moe.shared_experts, 0),
+             ("moe.score_before_experts", moe.score_before_experts, False)]
+    failures = [f"model.{key}={str(value).lower() if isinstance(value, bool) else value}: torchtitan's gpt_oss has "
+                f"{str(wanted).lower() if isinstance(wanted, bool) else wanted} (model={model.name})"
+                for key, value, wanted in fixed if value != wanted]
+    if not moe.num_experts:
+        failures.append(f"model.moe.num_experts=0: every layer of torchtitan's gpt_oss is MoE (model={model.name})")
+    for key, value in (("sliding_window", model.sliding_window), ("swiglu_limit", model.swiglu_limit)):
+        if value is None:
+            failures.append(f"model.{key}=null: torchtitan's gpt_oss needs one (gpt-oss: "
+                            f"{128 if key == 'sliding_window' else 7.0}; model={model.name})")
+    if str(scaling.type) not in ("none", "yarn") or (str(scaling.type) == "yarn" and (
+            scaling.mscale != 1.0 or scaling.mscale_all_dim)):
+        failures.append(f"model.rope_scaling.type={scaling.type}: torchtitan's gpt_oss scales rope by YaRN with its "
+                        f"own softmax factor (mscale 1, mscale_all_dim 0) or not at all (model={model.name})")
+    return failures

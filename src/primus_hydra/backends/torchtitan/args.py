@@ -19,10 +19,11 @@ from primus_hydra.backends.torchtitan.byte_tokenizer import TOKENIZER_DIR
 from primus_hydra.backends.torchtitan.keys import TORCHTITAN_KEYS
 from primus_hydra.config.layout import ParallelLayout
 
-TORCHTITAN_MODEL_NAMES = {"llama": "llama3", "deepseek": "deepseek_v3", "qwen3": "qwen3", "llama4": "llama4"}  # by family
+TORCHTITAN_MODEL_NAMES = {"llama": "llama3", "deepseek": "deepseek_v3", "qwen3": "qwen3", "llama4": "llama4",
+                          "gpt_oss": "gpt_oss"}  # by family
 # torchtitan's deepseek_v3 "16B" flavor is DeepSeek-V2-Lite's shape, "671B" DeepSeek-V3's
 KNOWN_FLAVORS = {"deepseek_v2_lite": "16B", "deepseek_v3": "671B", "llama4_17bx16e": "17bx16e",
-                 "llama4_17bx128e": "17bx128e"}
+                 "llama4_17bx128e": "17bx128e", "gpt_oss_20b": "20b", "gpt_oss_120b": "120b"}
 DECAY_TYPES = {"cosine": "cosine", "linear": "linear", "constant": "linear"}  # constant: see lr_scheduler_section
 MULTIPLE_OF_CANDIDATES = (1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1)
 
@@ -100,7 +101,14 @@ def checkpoint_section(cfg: DictConfig) -> dict:
 ATTENTION = {"attn_type": "sdpa", "attn_mask_type": "causal"}
 
 
+# gpt_oss attends through block masks only (a window on every other layer): flex attention, on GPUs its compiled
+# kernel, on the CPU the torchtitan.cpu.flex_attention patch's
+GPT_OSS_ATTENTION = {"attn_type": "flex", "attn_mask_type": "causal"}
+
+
 def model_args_section(model: DictConfig, seq_length: int) -> dict:
+    if model.family == "gpt_oss":
+        return {**_gpt_oss_model_args(model, seq_length), **GPT_OSS_ATTENTION}
     if model.family == "qwen3":
         return {**_qwen3_model_args(model, seq_length), **ATTENTION}
     if model.family == "llama4":
@@ -183,6 +191,24 @@ def _qwen3_model_args(model: DictConfig, seq_length: int) -> dict:
     }
 
 
+def _gpt_oss_model_args(model: DictConfig, seq_length: int) -> dict:
+    """torchtitan's GptOssModelArgs: every layer MoE; sinks, biases, the window on even layers and the clamped
+    SwiGLU are its fixed architecture (the adapter refuses a model without them), the sizes are the preset's."""
+    scaling = model.rope_scaling
+    yarn = str(scaling.type) == "yarn"
+    return {
+        "dim": model.hidden_size, "n_layers": model.num_layers, "n_heads": model.num_attention_heads,
+        "n_kv_heads": model.num_kv_heads, "head_dim": model.head_dim or model.hidden_size // model.num_attention_heads,
+        "vocab_size": model.vocab_size, "norm_eps": model.norm_eps, "max_seq_len": seq_length,
+        "moe_inter_dim": model.moe.ffn_hidden_size, "moe_args": moe_args_section(model.moe),
+        "swiglu_limit": model.swiglu_limit, "sliding_window_size": model.sliding_window,
+        "rope_theta": model.rope_theta, "rope_factor": scaling.factor if yarn else 1.0,
+        "original_seq_len": scaling.original_max_position_embeddings,
+        # YaRN's ramp: torchtitan's ntk_alpha bounds the high frequencies (beta_slow), ntk_beta the low (beta_fast)
+        "ntk_alpha": scaling.beta_slow, "ntk_beta": scaling.beta_fast,
+    }
+
+
 def _deepseek_v3_model_args(model: DictConfig, seq_length: int) -> dict:
     moe, mla, scaling = model.moe, model.mla, model.rope_scaling
     return {
@@ -227,6 +253,8 @@ def moe_args_section(moe: DictConfig) -> dict:
         # node-limited routing (0.2.0 named these n_expert_groups / n_limited_groups: key_moves.py)
         "num_expert_groups": moe.router_num_groups if moe.router_num_groups > 1 else None,
         "num_limited_groups": moe.router_group_topk if moe.router_num_groups > 1 else None,
+        # a learned bias on the router's logits (gpt_oss's gate), named only when set (0.2.0 has no such field)
+        **({"gate_bias": True} if moe.router_bias else {}),
     }
 
 

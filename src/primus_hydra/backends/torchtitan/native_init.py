@@ -1,5 +1,7 @@
 """torchtitan's llama3, qwen3 and deepseek_v3 initialised with backend=torch's weights for the same seed, shard by
-shard, and the two models' names and row orders (convert.py uses the same maps for checkpoints).
+shard, and the two models' names and row orders (convert.py uses the same maps for checkpoints). gpt_oss, which the
+native model does not build, gets the same rule by its own names (biases zero, the sinks drawn as a weight), so its
+weights too are the same whatever the layout.
 
 Names: torchtitan's are the native model's (tok_embeddings, layers.<i>.attention.wq, .q_norm, .wkv_a,
 feed_forward.w1, norm, output) once its wrappers are looked through (activation checkpointing, torch.compile), except
@@ -21,6 +23,8 @@ import torch
 
 from primus_hydra.backends.common.weights import NativeDraws, shard_bounds
 
+# torchtitan models whose query/key rows are in rotate-half order, as the native model's
+ROTATE_HALF_FAMILIES = ("qwen3", "gpt_oss")
 _WRAPPERS = ("_checkpoint_wrapped_module.", "_orig_mod.", "_fsdp_wrapped_module.")
 # torchtitan name pattern, native name pattern (MoE layers; a dense layer's feed_forward.w1.weight is the same in both)
 _MOE_NAMES = ((r"\.moe\.experts\.(w[123])$", r".feed_forward.\1"), (r"\.moe\.router\.gate\.", ".feed_forward.router."),
@@ -52,7 +56,7 @@ def torchtitan_name(name: str) -> str:
 
 def rotary_rows(name: str, model_cfg: Any) -> Optional[RotaryRows]:
     """The rotary rows of native weight `name` that torchtitan orders pairwise; None: the same order."""
-    if model_cfg.family == "qwen3":
+    if model_cfg.family in ROTATE_HALF_FAMILIES:
         return None
     if model_cfg.mla.enabled:
         mla = model_cfg.mla

@@ -24,7 +24,7 @@ _DEVICE_HOLDERS = ("torchtitan.tools.utils", "torchtitan.components.metrics", "t
                    "torchtitan.distributed.parallel_dims", "torchtitan.tools.profiling")
 
 _PARALLELIZE_MODULES = tuple(f"torchtitan.models.{name}.infra.parallelize"
-                             for name in ("llama3", "llama4", "qwen3", "deepseek_v3"))
+                             for name in ("llama3", "llama4", "qwen3", "deepseek_v3", "gpt_oss"))
 
 
 def cpu_support_failure(version: Optional[str]) -> Optional[str]:
@@ -231,6 +231,42 @@ def pg_timeouts_cpu(ctx: PatchContext) -> None:
             dist.distributed_c10d._set_pg_timeout(timeout, group)
 
     utils.set_pg_timeouts = set_pg_timeouts
+
+
+@register_patch("torchtitan.cpu.flex_attention", backend="torchtitan", phase="setup", priority=16,
+                backend_versions=CPU_PATCH_VERSIONS, condition=runs_on_cpu, tags=("cpu",))
+def flex_attention_cpu(ctx: PatchContext) -> None:
+    """torchtitan's flex attention (gpt_oss's only kind, any model's with attn_type=flex) on the CPU: torch's
+    flex_attention has no CPU backward and torchtitan compiles it and create_block_mask with inductor; the same
+    attention in eager ops (cpu_attention.py) and the block masks built uncompiled."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    from primus_hydra.backends.torchtitan.cpu_attention import eager_flex_attention
+
+    attention = importlib.import_module("torchtitan.models.attention")
+    attention.FlexAttentionWrapper._compiled_flex_attn = staticmethod(eager_flex_attention)
+    attention._compiled_create_block_mask = create_block_mask
+
+
+@register_patch("torchtitan.cpu.gpt_oss_float32_layers", backend="torchtitan", phase="setup", priority=17,
+                backend_versions=CPU_PATCH_VERSIONS, condition=runs_on_cpu, tags=("cpu",))
+def gpt_oss_float32_layers_cpu(ctx: PatchContext) -> None:
+    """torchtitan's gpt_oss builds its decoder layers in bfloat16 beside a float32 embedding and output, for FSDP's
+    mixed precision to cast on GPUs; on the CPU (one process has no FSDP) the layers are float32 like every other
+    torchtitan model's, and FSDP casts them as module.precision asks."""
+    import torch
+
+    gpt_oss = importlib.import_module("torchtitan.models.gpt_oss.model.model")
+    build = gpt_oss.GptOssModel.__init__
+    if getattr(build, "_primus_float32_layers", False):
+        return
+
+    def build_float32_layers(self, model_args) -> None:
+        build(self, model_args)
+        self.layers.to(torch.float32)
+
+    build_float32_layers._primus_float32_layers = True
+    gpt_oss.GptOssModel.__init__ = build_float32_layers
 
 
 @register_patch("torchtitan.args.keys_since_0_2_1", backend="torchtitan", phase="build_args", priority=5,

@@ -79,7 +79,7 @@ class TorchTitanTrainer(StepLoopTrainer):
         job.model.name = register_train_spec(self.cfg, self.backend_args, job, self.device)
         self.titan = Trainer(job)
         self.model_parts = self.titan.model_parts
-        init_like_native(self.model_parts, self.cfg.model, self.cfg.module.seed)  # the llama family (the adapter's rule)
+        init_like_native(self.model_parts, self.cfg.model, self.cfg.module.seed)  # the same whatever the layout
         self.step_metrics = StepMetrics()
         self.titan.metrics_processor.logger = self.step_metrics
         # the MFU denominator: platform.peak_tflops_per_device, else torchtitan's (its table on GPUs, the measured
