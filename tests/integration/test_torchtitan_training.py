@@ -121,12 +121,14 @@ def test_torchtitans_llama4_follows_the_native_curve_in_one_process_and_with_fsd
     assert native[5] < native[1]
 
 
-def test_torchtitans_gpt_oss_trains_on_the_cpu_and_fsdp_follows_its_one_process_curve(tmp_path):
-    """gpt_oss (sinks, a window on layer 0, biases, the clamped SwiGLU, YaRN): torchtitan's own init and layers, its
-    flex attention through torchtitan.cpu.flex_attention; two FSDP ranks give the one-process losses."""
+def test_torchtitans_gpt_oss_trains_on_the_cpu_and_fsdp_and_tp_follow_its_one_process_curve(tmp_path):
+    """gpt_oss (sinks, a window on layer 0, biases, the clamped SwiGLU, YaRN): its flex attention through
+    torchtitan.cpu.flex_attention; two FSDP ranks and two tensor-parallel ranks give the one-process losses (tp: only
+    with the router's score gradient summed over tp, torchtitan.moe.tp_router_gradients: 1e-3 off by step 4 without)."""
     one = train(tmp_path / "one", "backend=torchtitan", *GPT_OSS_TINY, "module.micro_batch_size=8")
     assert one[5] < one[1] - 0.3, one
-    assert_same_curve(train(tmp_path / "fsdp2", "backend=torchtitan", *GPT_OSS_TINY, *LAYOUTS["fsdp2"]), one)
+    for layout in ("fsdp2", "tp2"):
+        assert_same_curve(train(tmp_path / layout, "backend=torchtitan", *GPT_OSS_TINY, *LAYOUTS[layout]), one)
 
 
 def test_an_fsdp_checkpoint_resumes_with_tp_on_the_uninterrupted_curve(tmp_path, torchtitan_curve):

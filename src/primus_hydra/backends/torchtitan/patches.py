@@ -180,10 +180,14 @@ def tp_router_gradients(ctx: PatchContext) -> None:
     """Tensor-parallel MoE with the scores weighting the experts' outputs (score_before_experts=false: DeepSeek's
     routing, every torchtitan DeepSeek flavor): each tp rank holds a partial sum of the routed output, so the scores'
     gradient, and through it the router's, was a partial sum treated as the whole (measured: the step-1 grad norm
-    off by 6e-5 and the curve by 5e-4 after 3 steps on 2 ranks). The scores' gradient is summed over tp."""
-    llama4 = importlib.import_module("torchtitan.models.llama4.infra.parallelize")
-    apply_moe_ep_tp = llama4.apply_moe_ep_tp
+    off by 6e-5 and the curve by 5e-4 after 3 steps on 2 ranks). The scores' gradient is summed over tp. llama4's
+    function (which qwen3 and deepseek_v3 import) and gpt_oss's own are both wrapped."""
+    for owner in ("llama4", "gpt_oss"):
+        apply_moe_ep_tp = importlib.import_module(f"torchtitan.models.{owner}.infra.parallelize").apply_moe_ep_tp
+        _replace_everywhere("apply_moe_ep_tp", apply_moe_ep_tp, _summing_score_gradients(apply_moe_ep_tp))
 
+
+def _summing_score_gradients(apply_moe_ep_tp):
     def apply_moe_ep_tp_summing_score_gradients(model, tp_mesh, ep_mesh, *args, **kwargs):
         result = apply_moe_ep_tp(model, tp_mesh, ep_mesh, *args, **kwargs)
         if tp_mesh is None or ep_mesh is not None:  # experts tensor-parallel over tp only
@@ -199,7 +203,7 @@ def tp_router_gradients(ctx: PatchContext) -> None:
                 block.moe.router.register_forward_hook(full_score_gradients)
         return result
 
-    _replace_everywhere("apply_moe_ep_tp", apply_moe_ep_tp, apply_moe_ep_tp_summing_score_gradients)
+    return apply_moe_ep_tp_summing_score_gradients
 
 
 @register_patch("torchtitan.cpu.peak_flops", backend="torchtitan", phase="setup", priority=13,
