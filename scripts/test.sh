@@ -13,7 +13,7 @@
 # PRIMUS_LOCAL_SLURM=0, one warning line is printed and the Slurm tests skip with a reason.
 #
 # Sessions side by side (each prints its own summary; the exit status is non-zero when any fails):
-# - the unit tier starts no process, so it runs as two sessions, every other file each, one per core;
+# - the unit tier starts no process, so it runs as two sessions sharing its modules, one per core;
 # - `all` with a cluster runs the Slurm tier (it mostly waits on the cluster) in the background beside the unit
 #   tier, then the integration tier's tests that measure no time as two sessions side by side (one after the unit
 #   tier, one after the Slurm tier; a session takes the next module the other has not: tests/integration/conftest.py,
@@ -101,20 +101,21 @@ stop_tiers() {
   for pid in "${beside_pid[@]}"; do kill "$pid" 2>/dev/null || true; done
   for out in "${beside_out[@]}"; do rm -f "$out"; done
   [[ -n "${share:-}" ]] && rm -rf "$share"
+  [[ -n "${unit_share:-}" ]] && rm -rf "$unit_share"
   stop_slurm
 }
 trap stop_tiers EXIT
 
-# The unit tier as two sessions side by side (it starts no process: one session keeps one core busy), every other
-# file of tests/unit each.
+# The unit tier as two sessions side by side (it starts no process: one session keeps one core busy), sharing its
+# modules: each takes the next one the other has not (tests/helpers/module_share.py), so that both end together.
 unit_tier() {
-  local files=("$root"/tests/unit/test_*.py) first=() second=() i
-  for i in "${!files[@]}"; do
-    if (( i % 2 )); then second+=("${files[i]}"); else first+=("${files[i]}"); fi
-  done
-  beside "unit tier, its other half" "$python" -m pytest "${second[@]}" "$@"
-  tier_pytest "${first[@]}" "$@" || rc=$?
-  collect "unit tier, its other half" || rc=$?
+  unit_share="$(mktemp -d "${TMPDIR:-/tmp}/primus-test-unit-share.XXXXXX")"
+  beside "unit tier, the modules its other session took" env PRIMUS_TEST_SHARE="$unit_share" \
+    "$python" -m pytest "$root/tests/unit" "$@"
+  PRIMUS_TEST_SHARE="$unit_share" tier_pytest "$root/tests/unit" "$@" || rc=$?
+  collect "unit tier, the modules its other session took" || rc=$?
+  rm -rf "$unit_share"
+  unit_share=""
 }
 
 # The Slurm tier, then this session's share of the integration tier's tests that measure no time (run in the
@@ -135,13 +136,13 @@ slurm_then_integration() {
 
 case "$tier" in
   unit)
-    echo "[test] unit tier, half of its files (the other half runs beside it)" >&2
+    echo "[test] unit tier, the modules this session took (the other session runs beside it)" >&2
     unit_tier "$@" ;;
   all)
     if [[ -n "${SLURM_CONF:-}" ]]; then
       share="$(mktemp -d "${TMPDIR:-/tmp}/primus-test-share.XXXXXX")"
       beside "slurm tier, then integration tier (the modules that session took)" slurm_then_integration "$@"
-      echo "[test] unit tier, half of its files (the other half and the slurm tier run beside it)" >&2
+      echo "[test] unit tier, the modules this session took (its other session and the slurm tier run beside it)" >&2
       unit_tier "$@"
       echo "[test] integration tier but its timing tests, the modules this session took (the slurm tier or the" \
            "other integration session runs beside it)" >&2
@@ -150,7 +151,7 @@ case "$tier" in
       echo "[test] integration tier: its timing tests, alone" >&2
       PRIMUS_TEST_TIMING=only tier_pytest "$root/tests/integration" "$@" || rc=$?
     else
-      echo "[test] unit tier, half of its files (the other half runs beside it)" >&2
+      echo "[test] unit tier, the modules this session took (the other session runs beside it)" >&2
       unit_tier "$@"
       echo "[test] integration and slurm tiers" >&2
       tier_pytest "$root/tests/integration" "$root/tests/slurm" "$@" || rc=$?

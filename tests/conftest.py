@@ -9,6 +9,7 @@ import pytest
 from helpers.compose import compose_primus
 
 TIERS = ("unit", "integration", "slurm")
+pytest_plugins = ["helpers.module_share"]  # PRIMUS_TEST_SHARE: two sessions side by side share a tier
 
 
 def pytest_collection_modifyitems(items):
