@@ -74,7 +74,7 @@ def test_the_composing_process_prepares_the_job_once(tmp_path, args):
     (["backend=megatron", "model=moe_tiny", "launch.nproc_per_node=2", "module.parallel.tp=2"],
      "error: module.parallel.tp=2 with MoE (model=moe_tiny): megatron-core requires sequence parallelism"),
     (["backend=torchtitan", "model=moe_tiny", "module.data.source=mock"],
-     "error: model=moe_tiny: backend=torchtitan trains the llama, qwen3, deepseek, llama4 families"),
+     "error: model=moe_tiny: backend=torchtitan trains the llama, qwen3, deepseek, llama4, gpt_oss families"),
 ], ids=["data_path", "resume_path", "backend_rule", "patch_id", "interpolation", "patch_module", "layout",
         "backend_not_integrated", "megatron_layout", "torchtitan_family"])
 def test_a_rejected_run_leaves_no_run_dir(tmp_path, args, expected):
