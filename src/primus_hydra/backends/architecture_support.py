@@ -6,9 +6,12 @@ One line per refusal, naming the key, its value and what to do. Called once per 
 """
 from __future__ import annotations
 
+from functools import reduce
 from typing import Any, Optional
 
 from primus_hydra.backends.traits import BackendTraits
+from primus_hydra.config.schema_model import GPT_OSS_LAYERS_OFF
+from primus_hydra.config.values import override_text
 
 # the backends whose model is megatron-core's (MambaModel for a hybrid pattern)
 MEGATRON_CORE_BACKENDS = ("megatron",)
@@ -26,13 +29,10 @@ def architecture_failures(model: Any, backend: str, trains: bool, runs_on_gpu: O
             + _layer_failures(model, backend, trains, runs_on_gpu))
 
 
-def gpt_oss_features(model: Any) -> list[tuple[str, Any]]:
-    """(key, value) of each gpt-oss layer feature `model` turns on."""
-    values = (("attention_sinks", model.attention_sinks), ("sliding_window", model.sliding_window),
-              ("attention_output_bias", model.attention_output_bias), ("swiglu_limit", model.swiglu_limit),
-              ("moe.router_bias", model.moe.router_bias), ("moe.experts_bias", model.moe.experts_bias))
-    return [(key, str(value).lower() if isinstance(value, bool) else value) for key, value in values
-            if value not in (None, False)]
+def gpt_oss_features(model: Any) -> list[tuple[str, str]]:
+    """(key, value as an override writes it) of each gpt-oss layer feature `model` turns on."""
+    values = ((key, reduce(getattr, key.split("."), model)) for key in GPT_OSS_LAYERS_OFF)
+    return [(key, override_text(value)) for key, value in values if value != GPT_OSS_LAYERS_OFF[key]]
 
 
 def _gpt_oss_failures(model: Any, backend: str, traits: BackendTraits) -> list[str]:
@@ -53,7 +53,7 @@ def _moe_layer_failures(model: Any, backend: str, traits: BackendTraits) -> list
         failures += [f"model.moe.{key}={value}: backend={backend} does not translate Llama 4's MoE layers; "
                      f"backend=torch, megatron, megatron_bridge and torchtitan do (model={model.name})"
                      for key, value, plain in (("interleave_step", moe.interleave_step, 1),
-                                               ("score_before_experts", str(moe.score_before_experts).lower(), "false"))
+                                               ("score_before_experts", override_text(moe.score_before_experts), "false"))
                      if value != plain]
     elif moe.score_before_experts and moe.top_k != 1 and backend in MEGATRON_CORE_MOE_BACKENDS:
         failures.append(f"model.moe.score_before_experts=true with model.moe.top_k={moe.top_k}: megatron-core weights "

@@ -15,8 +15,14 @@ import re
 from pathlib import Path
 from typing import Any, Sequence, Union
 
-from primus_hydra.config.schema_model import HybridConfig, MLAConfig, MoEConfig, RopeScalingConfig
-from primus_hydra.config.values import to_plain
+from primus_hydra.config.schema_model import (
+    GPT_OSS_LAYERS_OFF,
+    HybridConfig,
+    MLAConfig,
+    MoEConfig,
+    RopeScalingConfig,
+)
+from primus_hydra.config.values import override_text, to_plain
 from primus_hydra.errors import ConfigValidationError
 from primus_hydra.util.omegaconf_text import escape_text
 
@@ -34,11 +40,9 @@ DEEPSEEK_TYPES = ("deepseek_v2", "deepseek_v3")
 MOE_TYPES = ("qwen3_moe", "mixtral", *DEEPSEEK_TYPES)
 # ModelConfig keys a config.json does not describe: they stay the model preset's (or the command line's)
 NOT_IN_HF_CONFIG = ("from_hf", "moe.router_bias_update_rate", "moe.z_loss_coeff", "moe.capacity_factor")
-# keys a config.json carries that are the training's choice: taken from the file unless the command line sets them
 # what no model_type read or written here has: gpt-oss's layer features (canonical key -> its off value)
-WITHOUT_GPT_OSS_LAYERS = {"attention_output_bias": False, "attention_sinks": False, "sliding_window": None,
-                          "full_attention_every": 0, "swiglu_limit": None, "moe.router_bias": False,
-                          "moe.experts_bias": False}
+WITHOUT_GPT_OSS_LAYERS = {**GPT_OSS_LAYERS_OFF, "full_attention_every": 0}
+# keys a config.json carries that are the training's choice: taken from the file unless the command line sets them
 TRAINING_KEYS = ("name", "init_std", "moe.aux_loss_coeff", "moe.load_balancing_type")
 # a hub id such as meta-llama/Llama-3.1-8B: two names and one slash
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -317,7 +321,7 @@ def hf_model_type(fields: dict) -> str:
     moe = fields["moe"]
     if experts and (moe.get("interleave_step", 1) > 1 or moe.get("score_before_experts")):
         raise HFConfigError(f"model.moe.interleave_step={moe.get('interleave_step', 1)}, model.moe.score_before_experts="
-                            f"{str(bool(moe.get('score_before_experts'))).lower()}: Llama 4's routing has no Hugging "
+                            f"{override_text(bool(moe.get('score_before_experts')))}: Llama 4's routing has no Hugging "
                             f"Face model_type here (transformers' Llama4 also has NoPE layers, chunked attention and no "
                             f"expert bias, which this model lacks or has)")
     if family == "deepseek":
@@ -354,8 +358,8 @@ def _refuse_unexportable(fields: dict, model_type: str) -> None:
     for key, needed in expected.items():
         value = _select(fields, key)
         if value != needed:
-            raise HFConfigError(f"model.{key}={_yaml(value)} cannot be written as Hugging Face {model_type} "
-                                f"(model.family={fields['family']}), which needs {_yaml(needed)}")
+            raise HFConfigError(f"model.{key}={override_text(value)} cannot be written as Hugging Face {model_type} "
+                                f"(model.family={fields['family']}), which needs {override_text(needed)}")
 
 
 def _deepseek_keys(model_type: str, moe: dict, mla: dict) -> dict:
@@ -398,10 +402,6 @@ def _select(tree: dict, dotted: str) -> Any:
     return tree
 
 
-def _yaml(value: Any) -> str:
-    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # model.from_hf=<DIR> in a composed config
 
@@ -427,8 +427,8 @@ def apply_model_from_hf(cfg: Any, overrides: Sequence[str]) -> None:
     for key in sorted(given & set(fields) - set(TRAINING_KEYS)):
         value = OmegaConf.select(cfg.model, key)
         if not _same(value, fields[key]):
-            raise HFConfigError(f"model.{key}={_yaml(value)} (command line) disagrees with {config_file}, which "
-                                f"gives {_yaml(fields[key])}: leave model.{key} out, or use another folder")
+            raise HFConfigError(f"model.{key}={override_text(value)} (command line) disagrees with {config_file}, which "
+                                f"gives {override_text(fields[key])}: leave model.{key} out, or use another folder")
     for key, value in fields.items():
         if key not in given:
             OmegaConf.update(cfg.model, key, value, merge=False)

@@ -129,6 +129,12 @@ class HybridConfig:
     linear_num_value_heads: int = 32
 
 
+# gpt-oss's layer features, each with the value that turns it off (the default of its field below); a backend
+# without BackendTraits.gpt_oss_layers refuses a model that turns any on
+GPT_OSS_LAYERS_OFF = {"attention_sinks": False, "sliding_window": None, "attention_output_bias": False,
+                      "swiglu_limit": None, "moe.router_bias": False, "moe.experts_bias": False}
+
+
 @dataclass
 class ModelConfig:
     name: str = MISSING

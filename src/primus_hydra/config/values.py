@@ -28,6 +28,11 @@ def to_plain(value: Any) -> Any:
     return str(value)
 
 
+def override_text(value: Any) -> str:
+    """A scalar as a command-line override writes it: null, true/false, else its string."""
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def without_hydra_node(cfg: DictConfig) -> DictConfig:
     """A copy of the composed config without Hydra's own node: what the job reads."""
     if "hydra" not in cfg:

@@ -22,6 +22,7 @@ from primus_hydra.backends.torchtitan.patches import cpu_support_failure
 from primus_hydra.backends.traits import RECOMPUTE_MODES, BackendTraits
 from primus_hydra.config.model_math import shared_expert_ffn_hidden_size
 from primus_hydra.config.paths import checkpoint_dir_of
+from primus_hydra.config.values import override_text
 from primus_hydra.errors import PrimusError
 from primus_hydra.patches.versions import any_version_matches
 
@@ -270,15 +271,14 @@ def _gpt_oss_failures(model) -> list[str]:
              ("moe.experts_bias", moe.experts_bias, True), ("moe.first_dense_layers", moe.first_dense_layers, 0),
              ("moe.interleave_step", moe.interleave_step, 1), ("moe.shared_experts", moe.shared_experts, 0),
              ("moe.score_before_experts", moe.score_before_experts, False)]
-    failures = [f"model.{key}={str(value).lower() if isinstance(value, bool) else value}: torchtitan's gpt_oss has "
-                f"{str(wanted).lower() if isinstance(wanted, bool) else wanted} (model={model.name})"
-                for key, value, wanted in fixed if value != wanted]
+    failures = [f"model.{key}={override_text(value)}: torchtitan's gpt_oss has {override_text(wanted)} "
+                f"(model={model.name})" for key, value, wanted in fixed if value != wanted]
     if not moe.num_experts:
         failures.append(f"model.moe.num_experts=0: every layer of torchtitan's gpt_oss is MoE (model={model.name})")
-    for key, value in (("sliding_window", model.sliding_window), ("swiglu_limit", model.swiglu_limit)):
-        if value is None:
-            failures.append(f"model.{key}=null: torchtitan's gpt_oss needs one (gpt-oss: "
-                            f"{128 if key == 'sliding_window' else 7.0}; model={model.name})")
+    for key, example in (("sliding_window", 128), ("swiglu_limit", 7.0)):  # gpt-oss's own values
+        if getattr(model, key) is None:
+            failures.append(f"model.{key}=null: torchtitan's gpt_oss needs one (gpt-oss: {example}; "
+                            f"model={model.name})")
     if str(scaling.type) not in ("none", "yarn") or (str(scaling.type) == "yarn" and (
             scaling.mscale != 1.0 or scaling.mscale_all_dim)):
         failures.append(f"model.rope_scaling.type={scaling.type}: torchtitan's gpt_oss scales rope by YaRN with its "
