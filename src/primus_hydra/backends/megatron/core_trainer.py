@@ -191,7 +191,11 @@ class MegatronCoreTrainer(StepLoopTrainer):
     @staticmethod
     def _forward_step(batches: Iterator[dict[str, torch.Tensor]], model: Any):
         batch = next(batches)
-        per_token = model(batch["tokens"], batch.get("position_ids"), None, labels=batch["labels"])
+        positions = batch.get("position_ids")
+        if positions is None:  # the native batches: positions 0..seq-1 (a learned_absolute table reads them)
+            tokens = batch["tokens"]
+            positions = torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens)
+        per_token = model(batch["tokens"], positions, None, labels=batch["labels"])
         mask = batch.get("loss_mask")
 
         def loss_function(output: torch.Tensor):

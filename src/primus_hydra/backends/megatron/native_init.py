@@ -55,6 +55,8 @@ def _values_for(name: str, shape: tuple[int, ...], draws: NativeDraws, tp: tuple
     if name in ("embedding.word_embeddings.weight", "output_layer.weight"):
         native = "tok_embeddings.weight" if name.startswith("embedding") else "output.weight"
         return _vocab_rows(draws, native, shape, tp)
+    if name == "embedding.position_embeddings.weight":  # learned_absolute: no native twin; N(0, init_std) as
+        return draws.block("pos_embeddings.weight", shape, (0, shape[0]))  # Megatron's init_method, every rank alike
     expert = _EXPERT.match(name)
     if expert:
         return _expert_values(draws, int(expert.group(1)), int(expert.group(2)), expert.group(3), shape, tp)
