@@ -186,6 +186,11 @@ FILES = {
         flavor: llama3_8b_pretrain_config
         hf_path: meta-llama/Meta-Llama-3-8B
         """,
+    # its name is no zoo preset's: the recipe's flavor names the model (Bridge's MambaModelProvider130M)
+    "primus/configs/models/megatron_bridge/mamba_130M.yaml": """\
+        recipe: mamba.mamba2
+        flavor: mamba2_130m_pretrain_config
+        """,
 }
 
 EXPERIMENTS = {
@@ -248,6 +253,14 @@ EXPERIMENTS = {
             config: pretrain_trainer.yaml
             model: llama3_8b.yaml
             overrides: {train_iters: 30, global_batch_size: 32}
+        """,
+    "examples/megatron_bridge/mamba_130M-pretrain.yaml": META + """\
+        modules:
+          pre_trainer:
+            framework: megatron_bridge
+            config: pretrain_trainer.yaml
+            model: mamba_130M.yaml
+            overrides: {train_iters: 50, global_batch_size: 32, micro_batch_size: 4, seq_length: 2048, mock: true}
         """,
     # a recipe pointer whose numbers only Primus's Megatron preset of the same name has
     "examples/megatron_bridge/odd_llama-pretrain.yaml": META + """\

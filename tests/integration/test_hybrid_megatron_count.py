@@ -17,6 +17,7 @@ import sys
 import pytest
 
 from helpers.compose import REPO
+from helpers.hf_models import needs_transformers
 from helpers.libraries import needs_megatron_core
 
 pytestmark = [pytest.mark.slow, needs_megatron_core]
@@ -33,6 +34,8 @@ FIXTURES = {
                                                 "model.hybrid.mamba_num_heads=8",
                                                 "model.hybrid.layer_pattern='MM*-M-'", "model.num_layers=6"],
     "gated_delta_net": [*MAMBA, *GDN],
+    # the presets of Megatron-Bridge's Mamba-2 providers and Primus's Zebra-Llama providers, at their full sizes
+    **{name: [f"model={name}"] for name in ("mamba2_130m", "zebra_llama_1b", "zebra_llama_3b", "zebra_llama_8b")},
 }
 
 BUILD = """
@@ -103,6 +106,22 @@ stack = ModuleSpec(module=MambaStack, submodules=MambaStackSubmodules(
                                                             linear_fc2=RowParallelLinear))))))
 
 
+def mla_stack():  # multi-latent attention layers (Zebra-Llama's): megatron-core's local MLA layer, its MLP off
+    import dataclasses
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer.identity_op import IdentityOp
+
+    from megatron.core.transformer import multi_latent_attention
+
+    multi_latent_attention.HAVE_TE = False  # its kernel is Transformer Engine's only, and holds no parameters
+    layer = get_gpt_layer_local_spec(multi_latent_attention=True, qk_layernorm=True)
+    attention_submodules = dataclasses.replace(layer.submodules.self_attention.submodules, core_attention=IdentityOp)
+    attention = dataclasses.replace(layer, submodules=dataclasses.replace(
+        layer.submodules, pre_mlp_layernorm=IdentityOp, mlp=IdentityOp, mlp_bda=IdentityOp,
+        self_attention=dataclasses.replace(layer.submodules.self_attention, submodules=attention_submodules)))
+    return dataclasses.replace(stack, submodules=dataclasses.replace(stack.submodules, attention_layer=attention))
+
+
 def built(cfg):
     args = build_megatron_args(cfg, parallel_layout(cfg, 1))
     config = transformer_config(args, fused=False, use_cpu_initialization=True)
@@ -113,7 +132,7 @@ def built(cfg):
         return [sum(p.numel() for p in mixer.parameters()) + norm_weights(cfg.model, cfg.model.hidden_size),
                 sum(mixer_layer_weights(cfg.model))]
     with torch.device("meta"):
-        model = MambaModel(config=config, mamba_stack_spec=stack, vocab_size=args["padded_vocab_size"]
+        model = MambaModel(config=config, mamba_stack_spec=mla_stack() if cfg.model.mla.enabled else stack, vocab_size=args["padded_vocab_size"]
                            if "padded_vocab_size" in args else cfg.model.vocab_size,
                            max_sequence_length=args["max_position_embeddings"],
                            hybrid_override_pattern=args["hybrid_override_pattern"],
@@ -144,3 +163,27 @@ def test_megatron_core_builds_the_hybrid_with_its_model_math_count(counts, name)
 
 def test_the_mamba_fixture_is_the_unit_tests_count(counts):
     assert counts["mamba2"][0] == 1_691_616
+
+
+@needs_transformers
+@pytest.mark.parametrize("name", ["mamba2_130m", "mamba2_370m"])
+def test_bridges_mamba2_presets_have_the_count_transformers_builds(name):
+    """Megatron-Bridge's Mamba-2 providers (untied output layer) as transformers' Mamba2ForCausalLM of the same sizes,
+    built on the meta device: the same parameter count as the preset's model math."""
+    import torch
+    from transformers import Mamba2Config, Mamba2ForCausalLM
+
+    from helpers.compose import compose_primus
+    from primus_hydra.config.hybrid_math import mamba_heads
+    from primus_hydra.config.model_math import count_parameters
+
+    model = compose_primus(f"model={name}").model
+    hybrid = model.hybrid
+    config = Mamba2Config(hidden_size=model.hidden_size, num_hidden_layers=model.num_layers, vocab_size=model.vocab_size,
+                          state_size=hybrid.mamba_state_dim, head_dim=hybrid.mamba_head_dim, n_groups=hybrid.mamba_num_groups,
+                          num_heads=mamba_heads(model), expand=mamba_heads(model) * hybrid.mamba_head_dim // model.hidden_size,
+                          conv_kernel=4, use_bias=False, use_conv_bias=True,
+                          tie_word_embeddings=model.tie_embeddings)
+    with torch.device("meta"):
+        built = sum(param.numel() for param in Mamba2ForCausalLM(config).parameters())
+    assert built == count_parameters(model)

@@ -69,6 +69,22 @@ def test_bridges_moe_with_llama4s_layers_follows_the_native_curve(tmp_path):
     assert runs["torch"][5] < runs["torch"][1]
 
 
+def test_bridge_builds_layernorm_and_learned_positions_as_megatron_does(tmp_path):
+    """Architecture choices backend=torch does not build: Bridge's provider and backend=megatron's core trainer make
+    the same megatron-core model from the same arguments (the learned position table drawn alike), so the same
+    curve."""
+    variant = [*SHORT_RUN, "model.normalization=layernorm", "model.position_embedding=learned_absolute"]
+    runs = {}
+    for backend in ("megatron", "megatron_bridge"):
+        run_dir = tmp_path / backend
+        result = primus(f"hydra.run.dir={run_dir}", *variant, f"backend={backend}", "backend.dataset=native",
+                        cwd=tmp_path)
+        assert result.returncode == 0, result.stderr[-3000:]
+        runs[backend] = losses(run_dir)
+    assert len(runs["megatron"]) == 5
+    assert_same_curve(runs["megatron_bridge"], runs["megatron"])
+
+
 def test_a_bridge_checkpoint_loads_into_backend_torch_as_the_megatron_one_of_the_same_training(tmp_path):
     """Bridge and backend=megatron train the same 5 steps (the same megatron-core model, batches and schedule) and
     save; backend=torch started from Bridge's own checkpoint (torch_dist, in Megatron's layout: no meta.json) follows
@@ -193,3 +209,29 @@ def test_a_bridge_run_stopped_by_exit_interval_resumes_on_the_uninterrupted_curv
     whole = run(tmp_path / "whole")
     assert sorted(run(tmp_path / "stopped", "module.exit_interval=3")) == [1, 2, 3]
     assert_same_curve(run(tmp_path / "stopped", "module.checkpoint.resume=auto"), whole, rel=1e-6)
+
+
+PROVIDER = """
+import json, sys, yaml
+from primus_hydra.backends.megatron_bridge.cpu_patches import allow_import_without_transformer_engine
+allow_import_without_transformer_engine()
+from primus_hydra.backends.megatron_bridge.container import model_provider
+provider = model_provider(yaml.safe_load(open(sys.argv[1]))["model"], "cpu", lambda chunks: chunks)
+print(json.dumps([type(provider).__name__, {key: getattr(provider, key) for key in json.loads(sys.argv[2])}]))
+"""
+
+
+def test_a_hybrid_model_becomes_bridges_mamba_provider_with_the_dry_runs_fields(tmp_path):
+    """The worker's provider for a hybrid pattern (its GPU path): Bridge's own MambaModelProvider, built here from
+    the model section a dry run exports (provide(), megatron-core's TE stack, runs on GPUs only)."""
+    run_dir = tmp_path / "dry"
+    result = primus(f"hydra.run.dir={run_dir}", "backend=megatron_bridge", "model=mamba2_130m", "task.dry_run=true",
+                    cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    fields = {"hybrid_override_pattern": "M" * 24, "mamba_num_groups": 1, "mamba_state_dim": 128,
+              "mamba_head_dim": 64, "position_embedding_type": "none", "normalization": "RMSNorm", "num_layers": 24,
+              "hidden_size": 768, "share_embeddings_and_output_weights": False}
+    built = subprocess.run([sys.executable, "-c", PROVIDER, str(run_dir / "backend_args.yaml"), json.dumps(list(fields))],
+                           capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr[-3000:]
+    assert json.loads(built.stdout.splitlines()[-1]) == ["MambaModelProvider", fields]

@@ -85,21 +85,22 @@ def test_a_choice_outside_its_options_fails_at_composition(compose_config, overr
 
 
 # -- the backends that refuse them ------------------------------------------------------------------------------
-@pytest.mark.parametrize("backend", ["torch", "torchtitan", "maxtext", "megatron_bridge"])
+@pytest.mark.parametrize("backend", ["torch", "torchtitan", "maxtext"])
 def test_other_backends_refuse_a_hybrid_model_in_one_line(compose_config, backend):
     failures = prepare_failures(compose_config, f"backend={backend}", "module.data.source=mock", *HYBRID,
                                 "task.dry_run=true")
     assert (f"model.hybrid.layer_pattern=M*-M: backend={backend} builds transformers only; a hybrid (state-space) "
-            f"model runs on backend=megatron (megatron-core's MambaModel)") in failures
+            f"model runs on backend=megatron or megatron_bridge (megatron-core's MambaModel)") in failures
 
 
 def test_other_backends_refuse_nope_and_layernorm(compose_config):
     failures = prepare_failures(compose_config, "backend=torch", "model.position_embedding=none",
                                 "model.normalization=layernorm", "task.dry_run=true")
     assert failures == [
-        "model.normalization=layernorm: backend=torch builds rmsnorm only; backend=megatron builds layernorm "
-        "(model=llama_tiny)",
-        "model.position_embedding=none: backend=torch builds rope only; backend=megatron builds none (model=llama_tiny)"]
+        "model.normalization=layernorm: backend=torch builds rmsnorm only; backend=megatron and megatron_bridge build "
+        "layernorm (model=llama_tiny)",
+        "model.position_embedding=none: backend=torch builds rope only; backend=megatron and megatron_bridge build none "
+        "(model=llama_tiny)"]
 
 
 def test_a_cpu_run_of_a_hybrid_model_stops_before_launch_naming_the_gpu_kernels(compose_config):
@@ -113,8 +114,25 @@ def test_a_gpu_run_of_a_hybrid_model_is_sent_to_megatron_lms_pretrain_mamba(comp
     model = compose_config(*HYBRID).model
     assert architecture_failures(model, "megatron", trains=True, runs_on_gpu=True, traits=MEGATRON_CORE_TRAITS) == [
         "model.hybrid.layer_pattern=M*-M: backend=megatron's trainers build GPT models; a hybrid model trains with "
-        "Megatron-LM's own pretrain_mamba.py, given the arguments a dry run exports (backend_args.yaml)"]
+        "Megatron-LM's own pretrain_mamba.py, given the arguments a dry run exports (backend_args.yaml), or with "
+        "backend=megatron_bridge (Bridge's MambaModelProvider) on GPUs"]
     assert architecture_failures(model, "megatron", trains=False, runs_on_gpu=False, traits=MEGATRON_CORE_TRAITS) == []
+
+
+def test_megatron_bridge_trains_a_hybrid_model_on_gpus_only(compose_config):
+    model = compose_config(*HYBRID).model
+    assert architecture_failures(model, "megatron_bridge", trains=True, runs_on_gpu=True,
+                                 traits=MEGATRON_CORE_TRAITS) == []
+    failures = prepare_failures(compose_config, "backend=megatron_bridge", "module.data.source=mock", *HYBRID)
+    assert ("model.hybrid.mixer=mamba2 (model.hybrid.layer_pattern=M*-M): its layers need mamba_ssm and causal-conv1d "
+            "(CUDA/Triton kernels), which run on GPUs only; run it on a GPU machine, or use task.dry_run=true "
+            "here") in failures
+    attention_only = compose_config(*HYBRID, "model.hybrid.layer_pattern='*-*-'").model
+    assert architecture_failures(attention_only, "megatron_bridge", trains=True, runs_on_gpu=False,
+                                 traits=MEGATRON_CORE_TRAITS) == [
+        "model.hybrid.layer_pattern=*-*-: backend=megatron_bridge builds a hybrid model with Bridge's "
+        "MambaModelProvider, whose megatron-core stack is Transformer Engine's (GPUs only); run it on a GPU machine, "
+        "or use task.dry_run=true here"]
 
 
 # -- backend=megatron's arguments -------------------------------------------------------------------------------
@@ -132,6 +150,18 @@ def test_megatron_dry_run_exports_mamba_model_arguments(compose_config, tmp_path
         "mamba_num_heads": None, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 32, "linear_value_head_dim": 32,
         "linear_num_key_heads": 4, "linear_num_value_heads": 8, "position_embedding_type": "none",
         "normalization": "LayerNorm"}
+
+
+def test_megatron_bridge_dry_run_exports_the_mamba_provider_fields(compose_config, tmp_path):
+    run_job(compose_config("backend=megatron_bridge", "task.dry_run=true", "module.data.source=mock", *HYBRID,
+                           "model.position_embedding=none", "model.normalization=layernorm"), tmp_path)
+    model = yaml.safe_load((tmp_path / "backend_args.yaml").read_text())["model"]
+    assert {key: model[key] for key in ("is_hybrid_model", "hybrid_override_pattern", "hybrid_attention_ratio",
+                                        "hybrid_mlp_ratio", "mamba_state_dim", "mamba_head_dim", "mamba_num_groups",
+                                        "position_embedding_type", "normalization")} == {
+        "is_hybrid_model": True, "hybrid_override_pattern": "M*-M", "hybrid_attention_ratio": 0.0,
+        "hybrid_mlp_ratio": 0.0, "mamba_state_dim": 16, "mamba_head_dim": 32, "mamba_num_groups": 2,
+        "position_embedding_type": "none", "normalization": "LayerNorm"}
 
 
 def test_a_transformer_exports_no_hybrid_arguments(compose_config, tmp_path):
@@ -202,3 +232,14 @@ def test_a_primus_hybrid_preset_has_its_published_size(name):
     base = dict(name=name, num_attention_heads=16, num_kv_heads=16, max_position_embeddings=4096, tie_embeddings=True)
     model = OmegaConf.merge(OmegaConf.structured(ModelConfig), {**base, **numbers})
     assert round(model_math.count_parameters(model) / precision) == round(published / precision)
+
+
+def test_megatron_bridge_dry_runs_zebra_llama_and_refuses_to_train_its_latent_attention_stack(compose_config, tmp_path):
+    from primus_hydra.backends.megatron_bridge.args import NO_HYBRID_LATENT_ATTENTION
+
+    zebra = ("backend=megatron_bridge", "model=zebra_llama_1b", "module.data.source=mock")
+    assert NO_HYBRID_LATENT_ATTENTION in prepare_failures(compose_config, *zebra)
+    run_job(compose_config(*zebra, "task.dry_run=true"), tmp_path)
+    model = yaml.safe_load((tmp_path / "backend_args.yaml").read_text())["model"]
+    assert (model["multi_latent_attention"], model["hybrid_override_pattern"], model["normalization"]) == (
+        True, "*-M-M-M-" * 4, "RMSNorm")

@@ -52,6 +52,15 @@ PUBLISHED_TOTALS = {
     # torchtitan's expert-bias buffers (built on the meta device in tests/unit/test_import_torchtitan_flavors.py)
     "gpt_oss_20b": (20_914_757_952, "torchtitan 0.2 gpt_oss 20b on the meta device"),
     "gpt_oss_120b": (116_829_161_280, "torchtitan 0.2 gpt_oss 120b on the meta device"),
+    # Megatron-Bridge's Mamba-2 providers (untied output layer): transformers' Mamba2ForCausalLM of their sizes on the
+    # meta device (tests/integration/test_hybrid_megatron_count.py builds them)
+    "mamba2_130m": (167_593_920, "Megatron-Bridge MambaModelProvider130M; transformers Mamba2ForCausalLM on meta"),
+    "mamba2_370m": (419_819_008, "Megatron-Bridge MambaModelProvider370M; transformers Mamba2ForCausalLM on meta"),
+    # Primus's Zebra-Llama providers (multi-latent attention + Mamba-2): megatron-core 0.16's MambaModel of their
+    # layers on the meta device (tests/integration/test_hybrid_megatron_count.py)
+    "zebra_llama_1b": (1_726_711_808, "Primus ZebraLlama1BModelProvider; megatron-core MambaModel on meta"),
+    "zebra_llama_3b": (4_370_893_088, "Primus ZebraLlama3BModelProvider; megatron-core MambaModel on meta"),
+    "zebra_llama_8b": (9_642_326_272, "Primus ZebraLlama8BModelProvider; megatron-core MambaModel on meta"),
 }
 
 # Published active (per-token) counts. Tolerances: the published figures are rounded to 2-3 significant digits.
@@ -89,7 +98,8 @@ def test_zoo_holds_every_preset():
         "llama_tiny", "moe_tiny", "llama2_7b", "llama2_13b", "llama2_70b", "llama3_8b", "llama3_70b", "llama3.1_8b",
         "llama3.1_70b", "llama3.1_405b", "llama3.2_1b", "llama3.2_3b", "mixtral_8x7b", "mixtral_8x22b",
         "qwen2.5_7b", "qwen2.5_72b", "qwen3_8b", "qwen3_14b", "qwen3_30b_a3b", "deepseek_v2_lite", "deepseek_v3",
-        "llama4_17bx16e", "llama4_17bx128e", "gpt_oss_20b", "gpt_oss_120b",
+        "llama4_17bx16e", "llama4_17bx128e", "gpt_oss_20b", "gpt_oss_120b", "mamba2_130m", "mamba2_370m",
+        "zebra_llama_1b", "zebra_llama_3b", "zebra_llama_8b",
     }
     assert expected <= set(PRESETS)
     assert set(PUBLISHED_TOTALS) == set(PRESETS) - {"llama_tiny", "moe_tiny"}
@@ -98,9 +108,11 @@ def test_zoo_holds_every_preset():
 @pytest.mark.parametrize("name", PRESETS)
 def test_preset_composes_and_validates(name, compose_config):
     gpt_oss = name.startswith("gpt_oss")  # its layers are torchtitan's gpt_oss's only
-    cfg = compose_config(f"model={name}", *(["backend=torchtitan"] if gpt_oss else []))
+    mamba = name.startswith(("mamba", "zebra"))  # megatron-core's MambaModel
+    cfg = compose_config(f"model={name}", *(["backend=torchtitan"] if gpt_oss else []),
+                         *(["backend=megatron"] if mamba else []))
     assert cfg.model.name == name
-    assert cfg.model.family in ("llama", "mixtral", "qwen2", "qwen3", "deepseek", "llama4", "gpt_oss")
+    assert cfg.model.family in ("llama", "mixtral", "qwen2", "qwen3", "deepseek", "llama4", "gpt_oss", "mamba", "zebra_llama")
     validate_config(cfg)
 
 

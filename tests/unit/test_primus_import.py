@@ -103,6 +103,7 @@ def test_a_model_the_zoo_lacks_is_generated_from_the_closest_preset(imported):
     ("maxtext/llama2_7B-pretrain", "maxtext", "llama2_7b"),
     ("megatron_bridge/llama3_8b-pretrain", "megatron_bridge", "llama3_8b"),
     ("megatron_bridge/odd_llama-pretrain", "megatron_bridge", "odd_llama_primus"),  # numbers: the Megatron preset's
+    ("megatron_bridge/mamba_130M-pretrain", "megatron_bridge", "mamba2_130m"),  # the flavor's model
 ])
 def test_every_imported_experiment_dry_runs_with_primus_values(tree, imported, tmp_path, name, backend, model):
     out, results = imported

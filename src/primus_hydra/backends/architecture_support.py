@@ -1,5 +1,6 @@
 """Which backend builds which architecture choice of the canonical model: hybrid (state-space) layer patterns,
-NoPE and LayerNorm are built by megatron-core only, and its hybrid layers run only on GPU kernels.
+NoPE and LayerNorm are built by megatron-core only (backend=megatron, and backend=megatron_bridge through Bridge's
+providers), and its hybrid layers run only on GPU kernels.
 
 One line per refusal, naming the key, its value and what to do. Called once per job when it is prepared
 (orchestrator/prepare.py), for every backend, before anything is translated or started.
@@ -14,7 +15,7 @@ from primus_hydra.config.schema_model import GPT_OSS_LAYERS_OFF
 from primus_hydra.config.values import override_text
 
 # the backends whose model is megatron-core's (MambaModel for a hybrid pattern)
-MEGATRON_CORE_BACKENDS = ("megatron",)
+MEGATRON_CORE_BACKENDS = ("megatron", "megatron_bridge")
 MEGATRON_CORE_MOE_BACKENDS = ("megatron", "megatron_bridge")  # megatron-core's MoE layers, whichever front end
 # what each mixer's layers need beyond megatron-core: kernels that exist for GPUs only
 MIXER_KERNELS = {"mamba2": "mamba_ssm and causal-conv1d (CUDA/Triton kernels)",
@@ -65,14 +66,14 @@ def _moe_layer_failures(model: Any, backend: str, traits: BackendTraits) -> list
 def _layer_failures(model: Any, backend: str, trains: bool, runs_on_gpu: Optional[bool]) -> list[str]:
     pattern = model.hybrid.layer_pattern
     if backend not in MEGATRON_CORE_BACKENDS:
-        failures = [f"model.{key}={value}: backend={backend} builds {allowed} only; backend=megatron builds {value} "
-                    f"(model={model.name})"
+        failures = [f"model.{key}={value}: backend={backend} builds {allowed} only; backend=megatron and "
+                    f"megatron_bridge build {value} (model={model.name})"
                     for key, value, allowed in (("normalization", model.normalization, "rmsnorm"),
                                                 ("position_embedding", model.position_embedding, "rope"))
                     if str(value) != allowed]
         if pattern is not None:
             failures.append(f"model.hybrid.layer_pattern={pattern}: backend={backend} builds transformers only; a "
-                            f"hybrid (state-space) model runs on backend=megatron (megatron-core's MambaModel)")
+                            f"hybrid (state-space) model runs on backend=megatron or megatron_bridge (megatron-core's MambaModel)")
         return failures
     if pattern is None or not trains:
         return []
@@ -80,5 +81,11 @@ def _layer_failures(model: Any, backend: str, trains: bool, runs_on_gpu: Optiona
     if "M" in str(pattern) and not runs_on_gpu:
         return [f"model.hybrid.mixer={mixer} (model.hybrid.layer_pattern={pattern}): its layers need {MIXER_KERNELS[mixer]}, "
                 f"which run on GPUs only; run it on a GPU machine, or use task.dry_run=true here"]
+    if backend == "megatron_bridge":  # Bridge's MambaModelProvider: megatron-core's Transformer Engine stack
+        return [] if runs_on_gpu else [
+            f"model.hybrid.layer_pattern={pattern}: backend=megatron_bridge builds a hybrid model with Bridge's "
+            f"MambaModelProvider, whose megatron-core stack is Transformer Engine's (GPUs only); run it on a GPU "
+            f"machine, or use task.dry_run=true here"]
     return [f"model.hybrid.layer_pattern={pattern}: backend={backend}'s trainers build GPT models; a hybrid model trains "
-            f"with Megatron-LM's own pretrain_mamba.py, given the arguments a dry run exports (backend_args.yaml)"]
+            f"with Megatron-LM's own pretrain_mamba.py, given the arguments a dry run exports (backend_args.yaml), or "
+            f"with backend=megatron_bridge (Bridge's MambaModelProvider) on GPUs"]

@@ -8,6 +8,7 @@ generated file's header with their values.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -403,17 +404,25 @@ def map_megatron_bridge(module: TrainerModule, imported: Imported) -> None:
         imported.canonical["module.stage"] = "sft"
 
 
+def _bare(name: Any) -> str:
+    return stem(name).replace("_", "").replace(".", "")
+
+
 def bridge_model(module: TrainerModule, imported: Imported, primus_root, environ: dict) -> ModelChoice:
-    """The zoo preset of the model preset's name; else the numbers of Primus's Megatron preset of that name (a
-    Bridge model preset is a recipe pointer without numbers; the recipe decides the model it trains)."""
+    """The zoo preset of the recipe's model (its flavor without _pretrain_config/_finetune_config: Bridge's
+    mamba2_130m_pretrain_config builds mamba2_130m) or of the model preset's name; else the numbers of Primus's
+    Megatron preset of that name (a Bridge model preset is a recipe pointer without numbers; the recipe decides the
+    model it trains)."""
     from pathlib import Path
 
-    wanted = stem(module.model).replace("_", "").replace(".", "")
-    for zoo in zoo_models():
-        if stem(zoo).replace("_", "").replace(".", "") == wanted:
-            return ModelChoice(zoo)
+    flavor = re.sub(r"_(pretrain|finetune)_config$", "", str(plain(module.params.get("flavor")) or ""))
+    wanted = _bare(module.model)
+    for name in (flavor, wanted) if flavor else (wanted,):
+        for zoo in zoo_models():
+            if _bare(zoo) == _bare(name):
+                return ModelChoice(zoo)
     folder = Path(primus_root) / "primus" / "configs" / "models" / "megatron"
-    twins = [path for path in folder.glob("*.yaml") if stem(path.name).replace("_", "").replace(".", "") == wanted]
+    twins = [path for path in folder.glob("*.yaml") if _bare(path.name) == wanted]
     if not twins:
         raise PrimusError(f"model {plain(module.model)}: a Megatron-Bridge recipe pointer without architecture "
                           f"numbers; no zoo preset and no Primus Megatron preset has its name")

@@ -7,7 +7,11 @@ from pathlib import Path
 from primus_hydra.backends.common.checkpoint_paths import megatron_iteration_folder
 from primus_hydra.backends.external import ExternalBackendAdapter
 from primus_hydra.backends.megatron.traits import MEGATRON_CORE_TRAITS
-from primus_hydra.backends.megatron_bridge.args import NO_LATENT_ATTENTION, build_megatron_bridge_config
+from primus_hydra.backends.megatron_bridge.args import (
+    NO_HYBRID_LATENT_ATTENTION,
+    NO_LATENT_ATTENTION,
+    build_megatron_bridge_config,
+)
 from primus_hydra.backends.megatron_bridge.cpu_patches import (
     CPU_PATCH_VERSIONS,
     allow_import_without_transformer_engine,
@@ -48,7 +52,8 @@ class MegatronBridgeAdapter(ExternalBackendAdapter):
                             f"pretrained checkpoint in Megatron's layout (module.checkpoint.load={load}); point it at a "
                             f"backend=megatron_bridge or Megatron-LM save folder (its iter_XXXXXXX or the folder above)")
         if self.cfg.model.mla.enabled:
-            failures.append(NO_LATENT_ATTENTION)
+            hybrid = self.cfg.model.hybrid.layer_pattern is not None
+            failures.append(NO_HYBRID_LATENT_ATTENTION if hybrid else NO_LATENT_ATTENTION)
         version = self.detect_backend_version()
         unsupported = cpu_support_failure(version) if self.on_cpu and version is not None else None
         if unsupported:

@@ -16,12 +16,18 @@ from omegaconf import DictConfig
 from primus_hydra.backends.common.hf_folder import is_hf_folder
 from primus_hydra.backends.external import merge_extra_args, wants_checkpoints
 from primus_hydra.backends.megatron.args import mla_args, model_args, moe_args, optimizer_args, scheduler_args
+from primus_hydra.backends.megatron.hybrid_args import architecture_variant_args
 from primus_hydra.backends.megatron_bridge.keys import MEGATRON_BRIDGE_KEYS
 from primus_hydra.config.paths import checkpoint_dir_of
 
 # what the translation cannot give Bridge (refused before launch by the adapter, guarded in the trainer)
 NO_LATENT_ATTENTION = ("backend=megatron_bridge: multi-latent attention (model.mla.enabled) takes Bridge's DeepSeek "
                        "providers, which this project does not build yet; use backend=megatron")
+# multi-latent attention inside a hybrid stack: Primus's own HybridStack spec (Zebra-Llama), not a library's
+NO_HYBRID_LATENT_ATTENTION = ("backend=megatron_bridge: multi-latent attention in a hybrid layer pattern (model.mla.enabled "
+                              "with model.hybrid.layer_pattern, Zebra-Llama's layers) is Primus's own HybridStack spec, "
+                              "which neither Megatron-Bridge nor megatron-core ships; task.dry_run=true exports its "
+                              "arguments")
 
 
 def default_recipe(model: DictConfig) -> str:
@@ -43,6 +49,7 @@ def build_megatron_bridge_config(cfg: DictConfig, run_dir: Path) -> dict:
             # the architecture in Megatron's argument names: the model provider's TransformerConfig fields are made
             # from them as megatron-core's trainer makes its own (megatron/core_config.py)
             **model_args(cfg.model), **moe_args(cfg.model), **mla_args(cfg.model),
+            **architecture_variant_args(cfg.model),  # the norm, NoPE, a hybrid pattern (MambaModelProvider)
             **MEGATRON_BRIDGE_KEYS.translate(p, "parallel"),
             "sequence_parallel": p.sequence_parallel and p.tp > 1,  # sequence parallelism splits along TP
             **MEGATRON_BRIDGE_KEYS.translate(m, "sequence"),

@@ -1,5 +1,5 @@
-"""Megatron-Bridge's ConfigContainer from the translated sections (args.py): a GPTModelProvider for the model, the
-project's batches behind a Bridge DatasetProvider, and the training, optimizer, scheduler, checkpoint, logger and
+"""Megatron-Bridge's ConfigContainer from the translated sections (args.py): a GPTModelProvider for the model (Bridge's
+MambaModelProvider for a hybrid layer pattern, on GPUs), the project's batches behind a Bridge DatasetProvider, and the training, optimizer, scheduler, checkpoint, logger and
 rng sections as Bridge's own dataclasses. Imports Megatron-Bridge (a worker, after megatron_bridge.cpu.*)."""
 from __future__ import annotations
 
@@ -21,25 +21,40 @@ from primus_hydra.errors import PrimusError
 
 # GPTModel's own arguments (core_config.gpt_model_kwargs) as the provider's fields
 _PROVIDER_NAMES = {"max_sequence_length": "seq_length"}
+# MambaModel's own arguments, as the translation writes them (megatron/hybrid_args.py)
+HYBRID_PROVIDER_FIELDS = ("hybrid_override_pattern", "hybrid_attention_ratio", "hybrid_mlp_ratio")
 
 
-def model_provider(model_args: dict, device_type: str, init_weights: Callable[[list], list]) -> GPTModelProvider:
+def model_provider(model_args: dict, device_type: str, init_weights: Callable[[list], list]) -> Any:
     """The provider of the translated architecture; megatron-core's local layer spec unless Transformer Engine is
     used (GPUs with TE), and `init_weights` (this rank's model chunks -> the same chunks) run before Bridge wraps
-    them."""
+    them. A hybrid layer pattern takes Bridge's MambaModelProvider (megatron-core's MambaModel with its default
+    Transformer Engine stack: GPUs only, refused on the CPU before launch)."""
     use_te = uses_transformer_engine(model_args, device_type)
     config_class, fields = transformer_config_fields(model_args, fused=use_te, use_cpu_initialization=device_type != "cuda")
     if config_class.__name__ != "TransformerConfig":  # refused before launch (adapter.training_failures)
         raise PrimusError(NO_LATENT_ATTENTION)
-    fields = {**_core_defaults_where_bridge_differs(config_class), **fields}
+    provider_class = mamba_provider_class() if model_args.get("is_hybrid_model") else GPTModelProvider
+    fields = {**_core_defaults_where_bridge_differs(config_class, provider_class), **fields}
     gpt = {_PROVIDER_NAMES.get(key, key): value for key, value in gpt_model_kwargs(model_args).items()}
     fields.update(gpt, should_pad_vocab=False)  # gpt_model_kwargs padded the vocabulary as backend=megatron does
     fields["seq_length"] = model_args["seq_length"]
-    if not use_te:
-        fields["transformer_layer_spec"] = _local_layer_spec
-    provider = GPTModelProvider(**fields)
+    if provider_class is GPTModelProvider:
+        if not use_te:
+            fields["transformer_layer_spec"] = _local_layer_spec
+    else:  # GPTModel's rope scaling has no MambaModel field: the provider takes the fields it has
+        fields.update({key: model_args[key] for key in HYBRID_PROVIDER_FIELDS})
+        known = {field.name for field in dataclasses.fields(provider_class)}
+        fields = {key: value for key, value in fields.items() if key in known}
+    provider = provider_class(**fields)
     provider.register_pre_wrap_hook(init_weights)
     return provider
+
+
+def mamba_provider_class() -> type:
+    from megatron.bridge.models.mamba.mamba_provider import MambaModelProvider
+
+    return MambaModelProvider
 
 
 def _default(field: dataclasses.Field) -> Any:
@@ -48,10 +63,10 @@ def _default(field: dataclasses.Field) -> Any:
     return field.default_factory() if field.default_factory is not dataclasses.MISSING else dataclasses.MISSING
 
 
-def _core_defaults_where_bridge_differs(config_class: type) -> dict:
-    """megatron-core's defaults where GPTModelProvider changes them (fused cross entropy, softmax in the input dtype,
+def _core_defaults_where_bridge_differs(config_class: type, provider_class: type) -> dict:
+    """megatron-core's defaults where Bridge's provider changes them (fused cross entropy, softmax in the input dtype,
     ...): the provider then builds the model backend=megatron builds from the same arguments."""
-    provider = {field.name: field for field in dataclasses.fields(GPTModelProvider)}
+    provider = {field.name: field for field in dataclasses.fields(provider_class)}
     wanted = {}
     for field in dataclasses.fields(config_class):
         if field.name in provider and field.init:
