@@ -18,10 +18,10 @@ from helpers.libraries import needs_megatron_core
 
 pytestmark = [pytest.mark.slow, needs_megatron_core]
 
-# gpt-oss's layers are torchtitan's only (backend=megatron refuses them: test_gpt_oss_layers); the hybrid presets
-# (mamba2_*, zebra_llama_*) are megatron-core's MambaModel, counted in test_hybrid_megatron_count.py
+# gpt-oss's layers are torchtitan's only (backend=megatron refuses them: test_gpt_oss_layers), Gemma 4's MaxText's;
+# the hybrid presets (mamba2_*, zebra_llama_*) are megatron-core's MambaModel, counted in test_hybrid_megatron_count.py
 PRESETS = sorted(path.stem for path in (CONF_DIR / "model").glob("*.yaml")
-                 if not path.stem.startswith(("gpt_oss", "mamba", "zebra")))
+                 if not path.stem.startswith(("gpt_oss", "mamba", "zebra", "gemma4")))
 # one process for all presets: a gloo group of one, megatron-core's parallel state, the CPU patches
 COUNT_ALL = """
 import json, sys

@@ -1,6 +1,7 @@
 """task=import of MaxText experiments by model_name: MaxText's qwen3-14b and qwen3-30b-a3b onto their zoo presets
 (MaxText's own value where its config is not the model card's), model_name=default as the model its base_* sizes
-give over MaxText's base.yml (the backend's translation gives every one back), and Gemma 4 refused in one line."""
+give over MaxText's base.yml (the backend's translation gives every one back), and Gemma 4 onto its zoo presets,
+whose translation is MaxText's own gemma4 model configs."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,6 +10,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
+from helpers.compose import CONF_DIR
 from helpers.primus_tree import META, write_primus_tree
 from primus_hydra.backends.maxtext.args import model_config
 from primus_hydra.config import model_math
@@ -72,6 +74,10 @@ def imported(tree, tmp_path_factory):
     files = [tree / "examples" / "maxtext" / f"{name}-pretrain.yaml" for name in PRESETS]
     results = import_files(files, tree / "examples", tree, out, {})
     return out, {result.source.name.removesuffix("-pretrain.yaml"): result for result in results}
+
+
+def zoo_model(name: str):
+    return OmegaConf.merge(OmegaConf.structured(ModelConfig), OmegaConf.load(CONF_DIR / "model" / f"{name}.yaml"))
 
 
 def written(out: Path, name: str) -> dict:
@@ -140,16 +146,33 @@ def test_a_maxtext_feature_the_canonical_model_lacks_is_one_line(imported):
                                          "features the canonical model (config/schema_model.py) cannot hold")
 
 
-@pytest.mark.parametrize("name", ["gemma4_26B", "gemma4_31B"])
-def test_gemma4_is_refused_in_one_line_naming_what_the_canonical_model_lacks(imported, name):
-    _, results = imported
-    failure = results[name].failure
-    assert "\n" not in failure and not results[name].set_apart
-    assert failure.startswith(f"model_name={name.lower().replace('_', '-')}: MaxText's Gemma 4 has five sliding-window")
-    for lacked in ("global_head_dim=512", "share_kv_projections", "GeGLU", "soft-cap"):
-        assert lacked in failure
-    assert failure.endswith("the canonical model (config/schema_model.py) holds none of these")
-    assert ("shared expert" in failure) == (name == "gemma4_26B")
+# MaxText's own model configs (src/maxtext/configs/models/gemma4-*.yml, AI-Hypercomputer/maxtext e591f30): the
+# architecture keys of the text model, as MaxText runs model_name=gemma4-31b / gemma4-26b
+GEMMA4_31B = {
+    "decoder_block": "gemma4", "base_num_decoder_layers": 60, "base_emb_dim": 5376, "base_num_query_heads": 32,
+    "base_num_kv_heads": 16, "base_mlp_dim": 21504, "mlp_activations": ["gelu", "linear"], "head_dim": 256,
+    "global_head_dim": 512, "global_num_kv_heads": 4, "vocab_size": 262144, "normalization_layer_epsilon": 1e-6,
+    "logits_via_embedding": True, "use_post_attn_norm": True, "use_post_ffw_norm": True, "sliding_window_size": 1024,
+    "share_kv_projections": True, "v_norm_with_scale": False, "local_rope_max_timescale": 10000,
+    "global_rope_max_timescale": 1_000_000, "rope_max_timescale": 1_000_000, "global_rope_proportion": 0.25,
+    "local_rope_proportion": 1.0, "final_logits_soft_cap": 30.0,
+}
+GEMMA4_26B = {
+    **GEMMA4_31B, "base_num_decoder_layers": 30, "base_emb_dim": 2816, "base_num_query_heads": 16,
+    "base_num_kv_heads": 8, "base_mlp_dim": 2112, "base_moe_mlp_dim": 704, "global_num_kv_heads": 2,
+    "num_experts": 128, "num_experts_per_tok": 8, "shared_experts": 1, "norm_topk_prob": True,
+    "load_balance_loss_weight": 0.001,
+}
+
+
+@pytest.mark.parametrize("name, maxtext", [("gemma4_26B", GEMMA4_26B), ("gemma4_31B", GEMMA4_31B)])
+def test_gemma4_imports_onto_its_zoo_preset_and_translates_back_to_maxtexts_config(tree, imported, name, maxtext):
+    out, results = imported
+    result = results[name]
+    assert (result.failure, result.model) == ("", name.lower())
+    assert no_mismatch(tree, out, result) == []
+    exported = model_config(zoo_model(name.lower()))
+    assert {key: exported[key] for key in maxtext} == maxtext
 
 
 def test_experts_on_a_dense_maxtext_block_are_one_line(imported):

@@ -61,6 +61,10 @@ PUBLISHED_TOTALS = {
     "zebra_llama_1b": (1_726_711_808, "Primus ZebraLlama1BModelProvider; megatron-core MambaModel on meta"),
     "zebra_llama_3b": (4_370_893_088, "Primus ZebraLlama3BModelProvider; megatron-core MambaModel on meta"),
     "zebra_llama_8b": (9_642_326_272, "Primus ZebraLlama8BModelProvider; megatron-core MambaModel on meta"),
+    # Gemma 4's text models (model cards: 30.7B; 25.2B total): transformers' Gemma4ForCausalLM of MaxText's sizes on
+    # the meta device (tests/integration/test_gemma4_count.py builds them)
+    "gemma4_31b": (30_697_345_280, "google/gemma-4-31B's text model; transformers Gemma4ForCausalLM on meta"),
+    "gemma4_26b": (25_233_141_760, "google/gemma-4-26B-A4B's text model; transformers Gemma4ForCausalLM on meta"),
 }
 
 # Published active (per-token) counts. Tolerances: the published figures are rounded to 2-3 significant digits.
@@ -75,6 +79,7 @@ PUBLISHED_ACTIVE = {
     "llama4_17bx128e": (17e9, 0.02, True, "Meta's Llama 4 model card: 17B active parameters (Maverick, 128 experts)"),
     "gpt_oss_20b": (3.6e9, 0.01, False, "openai/gpt-oss-20b model card: 3.6B active parameters"),
     "gpt_oss_120b": (5.1e9, 0.01, False, "openai/gpt-oss-120b model card: 5.1B active parameters"),
+    "gemma4_26b": (3.8e9, 0.01, True, "google/gemma-4-26B-A4B model card: 3.8B active parameters"),
 }
 
 
@@ -99,7 +104,7 @@ def test_zoo_holds_every_preset():
         "llama3.1_70b", "llama3.1_405b", "llama3.2_1b", "llama3.2_3b", "mixtral_8x7b", "mixtral_8x22b",
         "qwen2.5_7b", "qwen2.5_72b", "qwen3_8b", "qwen3_14b", "qwen3_30b_a3b", "deepseek_v2_lite", "deepseek_v3",
         "llama4_17bx16e", "llama4_17bx128e", "gpt_oss_20b", "gpt_oss_120b", "mamba2_130m", "mamba2_370m",
-        "zebra_llama_1b", "zebra_llama_3b", "zebra_llama_8b",
+        "zebra_llama_1b", "zebra_llama_3b", "zebra_llama_8b", "gemma4_26b", "gemma4_31b",
     }
     assert expected <= set(PRESETS)
     assert set(PUBLISHED_TOTALS) == set(PRESETS) - {"llama_tiny", "moe_tiny"}
@@ -109,10 +114,12 @@ def test_zoo_holds_every_preset():
 def test_preset_composes_and_validates(name, compose_config):
     gpt_oss = name.startswith("gpt_oss")  # its layers are torchtitan's gpt_oss's only
     mamba = name.startswith(("mamba", "zebra"))  # megatron-core's MambaModel
+    gemma4 = name.startswith("gemma4")  # MaxText's gemma4 decoder block
     cfg = compose_config(f"model={name}", *(["backend=torchtitan"] if gpt_oss else []),
-                         *(["backend=megatron"] if mamba else []))
+                         *(["backend=megatron"] if mamba else []), *(["backend=maxtext"] if gemma4 else []))
     assert cfg.model.name == name
-    assert cfg.model.family in ("llama", "mixtral", "qwen2", "qwen3", "deepseek", "llama4", "gpt_oss", "mamba", "zebra_llama")
+    assert cfg.model.family in ("llama", "mixtral", "qwen2", "qwen3", "deepseek", "llama4", "gpt_oss", "mamba", "zebra_llama",
+                                "gemma4")
     validate_config(cfg)
 
 

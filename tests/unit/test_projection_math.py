@@ -94,7 +94,7 @@ def test_mla_keeps_its_down_projections_whole_under_tp():
     h, heads = 7168, 128
     assert replicated == h * 1536 + 1536 + h * (512 + 64) + 512 + h  # q_a, its norm, kv_a, its norm, input norm
     assert split == 1536 * heads * 192 + 512 * heads * 256 + heads * 128 * h  # q_b, kv_b, o
-    matmul, other = model_math._attention_weights(model)
+    matmul, other = model_math.attention_block_weights(model)
     assert split + replicated == matmul + other + h
 
 

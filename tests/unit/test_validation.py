@@ -93,7 +93,8 @@ def test_missing_mandatory_value_names_the_key(compose_config):
 
 def test_appended_unknown_key_is_still_rejected(compose_config):
     (line,) = failures_for(compose_config, "+model.moe_load_balancing=false")
-    assert line.startswith("model.moe_load_balancing: unknown key (not in ModelConfig); allowed: attention_output_bias, attention_sinks, family")
+    assert line.startswith("model.moe_load_balancing: unknown key (not in ModelConfig); allowed: activation, "
+                           "attention_output_bias, attention_sinks, family")
 
 
 def test_appended_unknown_key_in_nested_moe_block(compose_config):

@@ -11,7 +11,7 @@ from functools import reduce
 from typing import Any, Optional
 
 from primus_hydra.backends.traits import BackendTraits
-from primus_hydra.config.schema_model import GPT_OSS_LAYERS_OFF
+from primus_hydra.config.schema_model import GEMMA4_FAMILY, GEMMA4_LAYERS_OFF, GPT_OSS_LAYERS_OFF
 from primus_hydra.config.values import override_text
 
 # the backends whose model is megatron-core's (MambaModel for a hybrid pattern)
@@ -27,17 +27,38 @@ def architecture_failures(model: Any, backend: str, trains: bool, runs_on_gpu: O
                           traits: BackendTraits) -> list[str]:
     """What `backend` cannot build of `model`; with trains, also what it cannot run where the job runs."""
     return (_moe_layer_failures(model, backend, traits) + _gpt_oss_failures(model, backend, traits)
-            + _layer_failures(model, backend, trains, runs_on_gpu))
+            + _gemma4_failures(model, backend, traits) + _layer_failures(model, backend, trains, runs_on_gpu))
+
+
+def _features_on(model: Any, off: dict) -> list[tuple[str, str]]:
+    values = ((key, reduce(getattr, key.split("."), model)) for key in off)
+    return [(key, override_text(value)) for key, value in values if value != off[key]]
 
 
 def gpt_oss_features(model: Any) -> list[tuple[str, str]]:
     """(key, value as an override writes it) of each gpt-oss layer feature `model` turns on."""
-    values = ((key, reduce(getattr, key.split("."), model)) for key in GPT_OSS_LAYERS_OFF)
-    return [(key, override_text(value)) for key, value in values if value != GPT_OSS_LAYERS_OFF[key]]
+    return _features_on(model, GPT_OSS_LAYERS_OFF)
+
+
+def gemma4_features(model: Any) -> list[tuple[str, str]]:
+    """(key, value as an override writes it) of Gemma 4's layer, family included, that `model` turns on."""
+    family = [("family", GEMMA4_FAMILY)] if str(model.family) == GEMMA4_FAMILY else []
+    return family + _features_on(model, GEMMA4_LAYERS_OFF)
+
+
+def _gemma4_failures(model: Any, backend: str, traits: BackendTraits) -> list[str]:
+    features = gemma4_features(model)
+    if traits.gemma4_layers or not features:
+        return []
+    keys = ", ".join(f"model.{key}={value}" for key, value in features)
+    return [f"{keys}: backend={backend} does not build Gemma 4's layers (model={model.name}); backend=maxtext does "
+            f"(its gemma4 decoder block), or unset them"]
 
 
 def _gpt_oss_failures(model: Any, backend: str, traits: BackendTraits) -> list[str]:
     features = gpt_oss_features(model)
+    if traits.gemma4_layers and str(model.family) == GEMMA4_FAMILY:  # Gemma 4's window layers are its own
+        features = [(key, value) for key, value in features if key != "sliding_window"]
     if traits.gpt_oss_layers or not features:
         return []
     keys = ", ".join(f"model.{key}={value}" for key, value in features)

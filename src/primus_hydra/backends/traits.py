@@ -67,6 +67,8 @@ class BackendTraits:
     # experts, the clamped SwiGLU (model.attention_sinks, sliding_window, attention_output_bias, swiglu_limit,
     # moe.router_bias, moe.experts_bias)
     gpt_oss_layers: bool = False
+    # Gemma 4's layers (model.family=gemma4 with model.activation, final_logit_softcap, global_attention.*)
+    gemma4_layers: bool = False
 
     def state_bytes(self, precision: str) -> tuple[int, int, int]:
         """Bytes per parameter a rank holds: weights, gradients, optimizer state."""

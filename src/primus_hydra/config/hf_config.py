@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any, Sequence, Union
 
 from primus_hydra.config.schema_model import (
+    GEMMA4_LAYERS_OFF,
     GPT_OSS_LAYERS_OFF,
+    GlobalAttentionConfig,
     HybridConfig,
     MLAConfig,
     MoEConfig,
@@ -40,8 +42,8 @@ DEEPSEEK_TYPES = ("deepseek_v2", "deepseek_v3")
 MOE_TYPES = ("qwen3_moe", "mixtral", *DEEPSEEK_TYPES)
 # ModelConfig keys a config.json does not describe: they stay the model preset's (or the command line's)
 NOT_IN_HF_CONFIG = ("from_hf", "moe.router_bias_update_rate", "moe.z_loss_coeff", "moe.capacity_factor")
-# what no model_type read or written here has: gpt-oss's layer features (canonical key -> its off value)
-WITHOUT_GPT_OSS_LAYERS = {**GPT_OSS_LAYERS_OFF, "full_attention_every": 0}
+# what no model_type read or written here has: gpt-oss's and Gemma 4's layer features (canonical key -> off value)
+WITHOUT_LAYER_FEATURES = {**GPT_OSS_LAYERS_OFF, "full_attention_every": 0, **GEMMA4_LAYERS_OFF}
 # keys a config.json carries that are the training's choice: taken from the file unless the command line sets them
 TRAINING_KEYS = ("name", "init_std", "moe.aux_loss_coeff", "moe.load_balancing_type")
 # a hub id such as meta-llama/Llama-3.1-8B: two names and one slash
@@ -112,7 +114,8 @@ def model_fields_from_hf(config: dict, where: str) -> dict:
     # every family read here is a transformer with RMSNorm and rotary positions (none of a preset's hybrid layers),
     # whole-prefix attention, and none of gpt-oss's layer features
     fields.update(normalization="rmsnorm", position_embedding="rope", hybrid=_defaults(HybridConfig),
-                  **{key: value for key, value in WITHOUT_GPT_OSS_LAYERS.items() if "." not in key})
+                  global_attention=_defaults(GlobalAttentionConfig),
+                  **{key: value for key, value in WITHOUT_LAYER_FEATURES.items() if "." not in key})
     return fields
 
 
@@ -343,7 +346,7 @@ def _refuse_unexportable(fields: dict, model_type: str) -> None:
         "qkv_bias": model_type == "qwen2",
         "qk_norm": model_type in ("qwen3", "qwen3_moe"),
         "mla.enabled": model_type in DEEPSEEK_TYPES,
-        **WITHOUT_GPT_OSS_LAYERS,
+        **WITHOUT_LAYER_FEATURES,
     }
     if model_type in ("mixtral", "qwen3_moe"):
         expected.update({"moe.shared_experts": 0, "moe.router_score_function": "softmax",

@@ -15,6 +15,9 @@ Face checkpoints (names in comments):
   h*E (+E with router_bias), +E when router_enable_expert_bias (DeepSeek-V3's e_score_correction_bias, stored in
   the checkpoint); experts E*3*h*moe_ffn (+E*(2*moe_ffn + h) with experts_bias); shared experts 3*h*shared_ffn
   (shared_expert_ffn_hidden_size, or shared_experts*moe_ffn). Multi-token-prediction modules are not counted.
+- per layer, a full-attention layer of a sliding-window model takes model.global_attention's head width and kv heads
+  (shared_kv: one projection for K and V); family=gemma4 adds norms after attention and after the FFN (2h per layer)
+  and, in MoE layers, three branch norms, the router's input scale (h) and per-expert scales (E).
 - normalization=layernorm: every norm has a bias beside its weight; position_embedding=learned_absolute: a table
   max_position_embeddings*h beside the embeddings.
 - a hybrid model (model.hybrid.layer_pattern): config/hybrid_math.py; its attention FLOPs come from the * layers
@@ -24,47 +27,23 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from primus_hydra.config.attention_math import (  # noqa: F401 (attention_head_dim: the callers' import)
+    attention_block_weights,
+    attention_head_dim,
+    query_key_head_dim,
+    value_head_dim,
+)
 from primus_hydra.config.attention_window import attended_keys
 from primus_hydra.config.hybrid_math import hybrid_layer_counts, mixer_layer_weights, norm_weights
+from primus_hydra.config.schema_model import GEMMA4_FAMILY
 
 SWIGLU_MATRICES = 3  # gate, up and down projections
 
 
-def attention_head_dim(model: Any) -> int:
-    """The per-head width of GQA attention: head_dim if set, else hidden_size // num_attention_heads."""
-    return int(model.head_dim) if model.head_dim is not None else model.hidden_size // model.num_attention_heads
-
-
-def query_key_head_dim(model: Any) -> int:
-    """The width of one head in the q.k dot product (MLA: nope + rope part)."""
-    if model.mla.enabled:
-        return model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim
-    return attention_head_dim(model)
-
-
-def value_head_dim(model: Any) -> int:
-    return model.mla.v_head_dim if model.mla.enabled else attention_head_dim(model)
-
-
-def _attention_weights(model: Any) -> tuple[int, int]:
-    """(matmul weights, other weights: biases and norms) of one attention block."""
-    h, heads = model.hidden_size, model.num_attention_heads
-    if model.mla.enabled:
-        mla = model.mla
-        q_width = heads * (mla.qk_nope_head_dim + mla.qk_rope_head_dim)
-        if mla.q_lora_rank:
-            query, query_norm = h * mla.q_lora_rank + mla.q_lora_rank * q_width, norm_weights(model, mla.q_lora_rank)
-        else:
-            query, query_norm = h * q_width, 0
-        key_value = h * (mla.kv_lora_rank + mla.qk_rope_head_dim)
-        key_value += mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim)
-        output = heads * mla.v_head_dim * h
-        return query + key_value + output, query_norm + norm_weights(model, mla.kv_lora_rank)
-    hd = attention_head_dim(model)
-    q_width, kv_width = heads * hd, model.num_kv_heads * hd
-    matmul = h * q_width + 2 * h * kv_width + q_width * h
-    other = (q_width + 2 * kv_width if model.qkv_bias else 0) + (2 * norm_weights(model, hd) if model.qk_norm else 0)
-    return matmul, other + (h if model.attention_output_bias else 0) + (heads if model.attention_sinks else 0)
+def is_gemma4_layer(model: Any) -> bool:
+    """Gemma 4's layer (family=gemma4): norms after attention and after the MLP; in MoE layers norms around each
+    branch, the router's input scale and a scale per expert."""
+    return str(getattr(model, "family", "")) == GEMMA4_FAMILY
 
 
 def _is_hybrid(model: Any) -> bool:
@@ -104,16 +83,18 @@ def _moe_layer_weights(model: Any, experts: int) -> tuple[int, int]:
     matmul += experts * SWIGLU_MATRICES * h * moe.ffn_hidden_size
     matmul += SWIGLU_MATRICES * h * shared_expert_ffn_hidden_size(model)
     biases = moe.num_experts * (moe.router_enable_expert_bias + moe.router_bias)  # the expert bias, the router's
+    if is_gemma4_layer(model):  # three branch norms, the router's input scale (h) and its per-expert scales (E)
+        biases += 3 * norm_weights(model, h) + h + moe.num_experts
     return matmul, biases + (experts * (2 * moe.ffn_hidden_size + h) if moe.experts_bias else 0)
 
 
 def _transformer_weights(model: Any, active: bool) -> tuple[int, int]:
     """(matmul weights, other weights) of all layers plus the final norm; active: top_k experts only."""
     h = model.hidden_size
-    attn_matmul, attn_other = _attention_weights(model)
     moe_layers = _num_moe_layers(model)
     if _is_hybrid(model):  # single-purpose layers, each with its own input norm
         counts = hybrid_layer_counts(model)
+        attn_matmul, attn_other = attention_block_weights(model)
         mixer_matmul, mixer_other = mixer_layer_weights(model) if counts["M"] else (0, 0)
         dense_layers = counts["-"]
         matmul = counts["M"] * mixer_matmul + counts["*"] * attn_matmul
@@ -121,8 +102,10 @@ def _transformer_weights(model: Any, active: bool) -> tuple[int, int]:
         other += (counts["*"] + counts["-"] + counts["E"]) * norm_weights(model, h)
     else:
         dense_layers = model.num_layers - moe_layers
-        matmul = model.num_layers * attn_matmul
-        other = model.num_layers * (attn_other + 2 * norm_weights(model, h))
+        attention = [attention_block_weights(model, layer) for layer in range(model.num_layers)]
+        matmul = sum(weights for weights, _ in attention)
+        norms_per_layer = (4 if is_gemma4_layer(model) else 2) * norm_weights(model, h)
+        other = sum(weights for _, weights in attention) + model.num_layers * norms_per_layer
     matmul += dense_layers * SWIGLU_MATRICES * h * model.ffn_hidden_size
     other += norm_weights(model, h)
     if moe_layers:
@@ -193,7 +176,8 @@ def training_flops_per_token(model: Any, seq_length: int) -> float:
     PaLM and Megatron-LM); a sliding-window layer counts min(T, window) keys; activation recomputation is not
     counted. Norms, softmax and rotary are ignored.
     """
-    keys = sum(attended_keys(model, layer, seq_length) for layer in range(num_attention_layers(model)))
-    attention = 6 * keys * model.num_attention_heads * (query_key_head_dim(model) + value_head_dim(model))
+    attention = 6 * model.num_attention_heads * sum(
+        attended_keys(model, layer, seq_length) * (query_key_head_dim(model, layer) + value_head_dim(model, layer))
+        for layer in range(num_attention_layers(model)))
     return float(6 * count_active_matmul_parameters(model) + attention)
 

@@ -95,6 +95,13 @@ class Normalization(Choice):
     layernorm = "layernorm"  # a weight and a bias per norm
 
 
+class Activation(Choice):
+    """The gated MLP's gate activation: silu(gate) * up (SwiGLU) or gelu(gate) * up, tanh approximation (GeGLU)."""
+
+    swiglu = "swiglu"
+    geglu = "geglu"  # Gemma's
+
+
 class PositionEmbedding(Choice):
     rope = "rope"
     none = "none"  # NoPE: no position signal outside the layers (latent attention keeps its own rotary part)
@@ -129,6 +136,26 @@ class HybridConfig:
     linear_num_value_heads: int = 32
 
 
+@dataclass
+class GlobalAttentionConfig:
+    """The full-attention layers of a sliding-window model, where they differ from the window layers (Gemma 4's
+    global layers); null keeps the model's own value."""
+
+    head_dim: Optional[int] = None  # Gemma 4: 512 (the window layers: model.head_dim, 256)
+    num_kv_heads: Optional[int] = None
+    shared_kv: bool = False  # one projection gives K and V (no V projection; Gemma 4's attention_k_eq_v)
+    rope_theta: Optional[float] = None  # the window layers keep model.rope_theta
+    rope_fraction: float = 1.0  # the share of each head's channels RoPE rotates (Gemma 4: 0.25)
+
+
+# Gemma 4's layer features beside family=gemma4 (whose layer it is: config/model_math.py), each with the value that
+# turns it off (the default of its field below); a backend without BackendTraits.gemma4_layers refuses them
+GEMMA4_LAYERS_OFF = {"activation": "swiglu", "final_logit_softcap": None, "global_attention.head_dim": None,
+                     "global_attention.num_kv_heads": None, "global_attention.shared_kv": False,
+                     "global_attention.rope_theta": None, "global_attention.rope_fraction": 1.0}
+GEMMA4_FAMILY = "gemma4"
+
+
 # gpt-oss's layer features, each with the value that turns it off (the default of its field below); a backend
 # without BackendTraits.gpt_oss_layers refuses a model that turns any on
 GPT_OSS_LAYERS_OFF = {"attention_sinks": False, "sliding_window": None, "attention_output_bias": False,
@@ -140,7 +167,10 @@ class ModelConfig:
     name: str = MISSING
     # a local Hugging Face folder: its config.json gives the architecture (config/hf_config.py)
     from_hf: Optional[str] = None
-    family: str = "llama"  # llama | mixtral | qwen2 | qwen3 | deepseek (informational, used by adapters)
+    # llama | mixtral | qwen2 | qwen3 | deepseek | ... (informational, used by adapters); gemma4 also says the layer is
+    # Gemma 4's: norms after attention and after the MLP, a weightless norm on V, and in MoE layers norms around each
+    # branch and the router's scaled input norm and per-expert scales (config/model_math.py counts them)
+    family: str = "llama"
     hidden_size: int = MISSING
     num_layers: int = MISSING
     num_attention_heads: int = MISSING
@@ -165,6 +195,9 @@ class ModelConfig:
     # null: SwiGLU (silu(gate) * up); a number: gpt-oss's clamped variant, gate clamped above and up to +-limit,
     # gate * sigmoid(1.702 * gate) * (up + 1)
     swiglu_limit: Optional[float] = None
+    activation: Activation = Activation.swiglu
+    final_logit_softcap: Optional[float] = None  # logits -> cap * tanh(logits / cap) (Gemma: 30)
+    global_attention: GlobalAttentionConfig = field(default_factory=GlobalAttentionConfig)
     init_std: float = 0.02
     normalization: Normalization = Normalization.rmsnorm
     position_embedding: PositionEmbedding = PositionEmbedding.rope

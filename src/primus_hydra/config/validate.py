@@ -159,6 +159,13 @@ def _attention_heads(cfg: DictConfig, failures: list[str], warnings: list[str]) 
         failures.append(
             f"module.parallel.tp={tp} does not divide model.num_kv_heads={kv_heads} (each TP rank needs whole KV heads)"
         )
+    wide = model.global_attention
+    if wide.num_kv_heads is not None and wide.num_kv_heads >= 1 and heads % wide.num_kv_heads:
+        failures.append(f"model.global_attention.num_kv_heads={wide.num_kv_heads}: must divide "
+                        f"model.num_attention_heads={heads} (GQA groups must be equal)")
+    if wide.rope_fraction > 1:
+        failures.append(f"model.global_attention.rope_fraction={wide.rope_fraction}: must be in (0, 1] (the share of "
+                        f"each head's channels RoPE rotates)")
 
 
 def _mixture_of_experts(cfg: DictConfig, failures: list[str], warnings: list[str]) -> None:

@@ -21,6 +21,8 @@ POSITIVE = (  # > 0 (floats) or >= 1 (integers); `null` stays allowed where the 
     "model.mla.q_lora_rank", "model.mla.kv_lora_rank", "model.mla.qk_rope_head_dim", "model.mla.qk_nope_head_dim",
     "model.mla.v_head_dim", "model.moe.router_topk_scaling_factor", "model.moe.capacity_factor",
     "model.moe.shared_expert_ffn_hidden_size", "model.sliding_window", "model.swiglu_limit",
+    "model.final_logit_softcap", "model.global_attention.head_dim", "model.global_attention.num_kv_heads",
+    "model.global_attention.rope_theta", "model.global_attention.rope_fraction",
     "module.lr", "module.lr_decay_iters", "backend.num_threads", "sweep.probe_steps", "module.eval_interval", "module.eval_iters",
     "task.objective_window",
 )

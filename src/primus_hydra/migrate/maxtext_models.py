@@ -27,19 +27,10 @@ MAXTEXT_MODELS = {"llama2-7b": "llama2_7b", "llama2-13b": "llama2_13b", "llama2-
                   "llama3.1-70b": "llama3.1_70b", "llama3.1-405b": "llama3.1_405b", "mixtral-8x7b": "mixtral_8x7b",
                   "mixtral-8x22b": "mixtral_8x22b", "deepseek2-16b": "deepseek_v2_lite", "deepseek3-671b": "deepseek_v3",
                   "llama3.3-70b": "llama3.1_70b",  # Llama 3.3 70B has Llama 3.1 70B's architecture
-                  "qwen3-8b": "qwen3_8b", "qwen3-14b": "qwen3_14b", "qwen3-30b-a3b": "qwen3_30b_a3b"}
+                  "qwen3-8b": "qwen3_8b", "qwen3-14b": "qwen3_14b", "qwen3-30b-a3b": "qwen3_30b_a3b",
+                  "gemma4-26b": "gemma4_26b", "gemma4-31b": "gemma4_31b"}
 # where MaxText's model config differs from the model card its zoo preset follows: MaxText's value, in the experiment
 MAXTEXT_MODEL_CHANGES = {"qwen3-30b-a3b": {"rope_theta": 10_000_000.0}}  # rope_max_timescale: 10_000_000
-_GEMMA4 = ("five sliding-window layers (1024 tokens) to each global one, whose heads are wider (global_head_dim=512, "
-           "fewer global_num_kv_heads) with one projection for K and V (share_kv_projections) and RoPE on a quarter "
-           "of each head (its own base), norms after attention and after the MLP, a norm on V, GeGLU (gelu) MLPs and a "
-           "final logit soft-cap of 30")
-# model names whose architecture the canonical model (config/schema_model.py) cannot hold: what it lacks
-MAXTEXT_UNHELD = {
-    "gemma4-26b": f"MaxText's Gemma 4 has {_GEMMA4}, and a shared expert beside its 128 routed ones with a norm of "
-                  f"its own and a scaled, weightless norm before the router",
-    "gemma4-31b": f"MaxText's Gemma 4 has {_GEMMA4}",
-}
 # base.yml's architecture keys that the canonical model holds, as model_name=default has them
 MAXTEXT_BASE_ARCHITECTURE = {
     "decoder_block": "llama2", "base_emb_dim": 2048, "base_num_query_heads": 16, "base_num_kv_heads": 16,
@@ -68,9 +59,6 @@ def maxtext_model(module: TrainerModule, imported: Imported) -> ModelChoice:
     """The zoo preset of the experiment's model_name, or the model model_name=default gives (PrimusError, one line,
     for a model the canonical model cannot hold)."""
     name = plain(module.params.get("model_name"))
-    if name in MAXTEXT_UNHELD:
-        raise PrimusError(f"model_name={name}: {MAXTEXT_UNHELD[name]}; the canonical model (config/schema_model.py) "
-                          f"holds none of these")
     if name == "default":
         imported.consumed.update(key for key in MAXTEXT_BASE_ARCHITECTURE if key in module.params)  # the model's
         try:

@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ValidationError
 
-from primus_hydra.backends.architecture_support import gpt_oss_features
+from primus_hydra.backends.architecture_support import gemma4_features, gpt_oss_features
 from primus_hydra.backends.megatron.args import mla_args, model_args, moe_args
 from primus_hydra.backends.megatron.hybrid_args import architecture_variant_args
 from primus_hydra.config.paths import find_conf_dir
@@ -244,8 +244,9 @@ def megatron_model(preset_args: dict, run_args: dict, preset_name: str) -> Model
     candidates = []
     for name, ours in _megatron_zoo().items():
         zoo = zoo_models()[name]
-        # a layer pattern Megatron imports do not read back, or gpt-oss's layers, which megatron does not build
-        if zoo.moe.interleave_step != 1 or gpt_oss_features(zoo):
+        # a layer pattern Megatron imports do not read back, or gpt-oss's or Gemma 4's layers, which megatron does
+        # not build
+        if zoo.moe.interleave_step != 1 or gpt_oss_features(zoo) or gemma4_features(zoo):
             continue
         structure = sum(bool(wanted[key]) != bool(ours[key]) if key == "num_experts" else wanted[key] != ours[key]
                         for key in STRUCTURE)

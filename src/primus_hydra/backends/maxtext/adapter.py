@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from primus_hydra.backends.external import ExternalBackendAdapter
 from primus_hydra.backends.maxtext.args import build_maxtext_config
+from primus_hydra.backends.maxtext.gemma4 import gemma4_block_failures
 from primus_hydra.backends.traits import BackendTraits
 
 
@@ -18,7 +19,10 @@ class MaxTextAdapter(ExternalBackendAdapter):
     )
     stages = ("pretrain",)
     library = "MaxText"
-    traits = BackendTraits(recompute_key="remat_policy")
+    traits = BackendTraits(recompute_key="remat_policy", gemma4_layers=True)  # its gemma4 decoder block
+
+    def validate(self) -> list[str]:
+        return super().validate() + gemma4_block_failures(self.cfg.model)
 
     def convert_config(self) -> dict:
         return build_maxtext_config(self.cfg, self.run_dir, self.layout)

@@ -13,11 +13,14 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from primus_hydra.backends.external import merge_extra_args, wants_checkpoints
+from primus_hydra.backends.maxtext.gemma4 import gemma4_config
 from primus_hydra.backends.maxtext.keys import MAXTEXT_KEYS
 from primus_hydra.config.layout import ParallelLayout
 from primus_hydra.config.model_math import attention_head_dim
+from primus_hydra.config.schema_model import GEMMA4_FAMILY
 
 DECODER_BLOCKS = {"llama": "llama2", "mixtral": "mixtral", "deepseek": "deepseek", "qwen3": "qwen3"}  # by family
+MLP_GATES = {"swiglu": "silu", "geglu": "gelu"}  # model.activation -> the first of MaxText's mlp_activations
 ROPE_TYPES = {"none": "default", "linear": "default", "llama3": "llama3.1", "yarn": "yarn"}
 
 
@@ -50,7 +53,7 @@ def model_config(model: DictConfig) -> dict:
         "base_num_decoder_layers": model.num_layers,
         "head_dim": attention_head_dim(model),
         "vocab_size": model.vocab_size,
-        "mlp_activations": ["silu", "linear"],  # SwiGLU
+        "mlp_activations": [MLP_GATES[str(model.activation)], "linear"],  # SwiGLU or GeGLU
         "normalization_layer_epsilon": model.norm_eps,
         "logits_via_embedding": model.tie_embeddings,
         "use_qk_norm": model.qk_norm,
@@ -75,6 +78,10 @@ def model_config(model: DictConfig) -> dict:
         )
     if model.moe.num_experts:
         config.update(moe_config(model.moe))
+    if model.final_logit_softcap is not None:
+        config["final_logits_soft_cap"] = model.final_logit_softcap
+    if str(model.family) == GEMMA4_FAMILY:
+        config.update(gemma4_config(model))
     return config
 
 
