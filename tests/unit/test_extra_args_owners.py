@@ -37,3 +37,18 @@ def test_what_the_canonical_config_does_not_own_passes_through(compose_config, t
                   run_dir=tmp_path, trains=False)
     key, value = extra[len("+backend.extra_args."):].split("=")
     assert str(job.cfg.backend.extra_args[key]) == value
+
+
+@pytest.mark.parametrize("backend", ["megatron", "torchtitan", "maxtext", "megatron_bridge", "hummingbirdxt"])
+def test_the_plain_copy_the_owners_are_searched_on_translates_as_the_config_does(compose_config, tmp_path, backend):
+    """The owner search translates a plain copy of the config (backends/extra_args_owners.PlainTree): for every
+    external backend it gives exactly the config's translation, so the fast path is the one taken."""
+    from primus_hydra.backends.base import load_adapter
+    from primus_hydra.backends.extra_args_owners import PlainTree, _translate
+
+    stage = ["module=post_trainer"] if backend == "hummingbirdxt" else []  # its one stage: sft
+    job = prepare(compose_config(f"backend={backend}", "model=moe_tiny", "module.data.source=mock", *stage,
+                                 "task.dry_run=true"), run_dir=tmp_path, trains=False)
+    adapter = load_adapter(job.cfg, job.layout, tmp_path)
+    translated = _translate(adapter, adapter.cfg, adapter.layout)
+    assert translated and _translate(adapter, PlainTree.of(adapter.cfg), adapter.layout) == translated

@@ -33,18 +33,22 @@ def owned_extra_args_failures(adapter) -> list[str]:
     extra = flatten(to_plain(adapter.cfg.backend.extra_args) or {})
     if not extra:
         return []
-    base = copy.deepcopy(adapter.cfg)
-    with open_dict(base.backend):
-        base.backend.extra_args = {}
-    with contextlib.suppress(Exception):  # each translation below would otherwise parse every interpolation again
-        OmegaConf.resolve(base)
+    # the translations run on a plain copy (attribute reads on plain dicts cost a fraction of OmegaConf's, and no
+    # deep copy of the config is needed) where it translates exactly as the config does; else on a copy of the
+    # config, as does a variant the plain copy cannot translate
+    light = PlainTree.of(adapter.cfg)
+    plain_translates = _translate(adapter, light, adapter.layout) == _translate(adapter, adapter.cfg, adapter.layout)
+    light.backend["extra_args"] = {}
+    base = light if plain_translates else _without_extra_args(adapter.cfg)
     baseline = _translate(adapter, base, adapter.layout)
-    if baseline is None:
-        return []
-    wanted = [path for path in extra if path in baseline]
+    wanted = [path for path in extra if path in baseline] if baseline is not None else []
     owners: dict[str, list[str]] = {path: [] for path in wanted}
+    config_base = None
     for key, variant, layout in _variants(base, adapter.layout) if wanted else ():
         translated = _translate(adapter, variant, layout)
+        if translated is None and plain_translates:
+            config_base = config_base or _without_extra_args(adapter.cfg)
+            translated = _translate_changed(adapter, config_base, key, variant, layout)
         if translated is None:
             continue
         for path in wanted:
@@ -53,6 +57,15 @@ def owned_extra_args_failures(adapter) -> list[str]:
     return [f"backend.extra_args.{path}={extra[path]}: backend={adapter.name} sets {path} from "
             f"{' and '.join(keys)}; set {'it' if len(keys) == 1 else 'them'} instead (extra_args passes through only "
             f"what the canonical config does not own)" for path, keys in owners.items() if keys]
+
+
+def _without_extra_args(cfg: DictConfig) -> DictConfig:
+    base = copy.deepcopy(cfg)
+    with open_dict(base.backend):
+        base.backend.extra_args = {}
+    with contextlib.suppress(Exception):  # each translation would otherwise parse every interpolation again
+        OmegaConf.resolve(base)
+    return base
 
 
 _ABSENT = object()
@@ -82,7 +95,45 @@ def _translate(adapter, cfg: DictConfig, layout) -> Optional[dict]:
     return flatten(to_plain(native))
 
 
-def _variants(cfg: DictConfig, layout) -> Iterator[tuple[str, DictConfig, Any]]:
+class PlainTree(dict):
+    """A config's values as nested dicts read like the config (attributes, `get`, items): enum members stay members,
+    lists are lists. What the translation does with a DictConfig beyond reading makes it raise or differ, and the
+    caller then uses the config itself."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, node: Any) -> Any:
+        if isinstance(node, DictConfig):
+            return cls({key: cls.of(node._get_node(key)._value() if OmegaConf.is_missing(node, key) else node[key])
+                        for key in node.keys()})
+        if OmegaConf.is_list(node):
+            return [cls.of(item) for item in node]
+        return node
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def _translate_changed(adapter, cfg: DictConfig, key: str, light: PlainTree, layout) -> Optional[dict]:
+    """The translation of `cfg` with `key` set as in the plain variant `light`, or None."""
+    value, changed = OmegaConf.select(cfg, key), light
+    for part in key.split("."):
+        changed = changed[part]
+    try:
+        OmegaConf.update(cfg, key, changed, merge=False)
+    except Exception:  # noqa: BLE001 - a value the schema refuses is not a variant
+        return None
+    try:
+        return _translate(adapter, cfg, layout)
+    finally:
+        OmegaConf.update(cfg, key, value, merge=False)
+
+
+def _variants(cfg: Any, layout) -> Iterator[tuple[str, Any, Any]]:
     """(canonical key, the config with only that value changed, the layout that goes with it): `cfg` itself,
     changed for the moment and restored when the caller asks for the next one (a copy each would cost more than
     the translation)."""
@@ -94,29 +145,39 @@ def _variants(cfg: DictConfig, layout) -> Iterator[tuple[str, DictConfig, Any]]:
         field = key.rsplit(".", 1)[-1]
         parallel = key.startswith("module.parallel.") and field in parallel_fields
         try:
-            OmegaConf.update(cfg, key, changed, merge=False)
+            _set(cfg, key, changed)
         except Exception:  # noqa: BLE001 - a value the schema refuses is not a variant
             continue
         try:
             yield key, cfg, dataclasses.replace(layout, **{field: changed}) if parallel else layout
         finally:
-            OmegaConf.update(cfg, key, value, merge=False)
+            _set(cfg, key, value)
 
 
-def _canonical_leaves(cfg: DictConfig) -> Iterator[tuple[str, Any]]:
+def _set(cfg: Any, key: str, value: Any) -> None:
+    if isinstance(cfg, DictConfig):
+        OmegaConf.update(cfg, key, value, merge=False)
+        return
+    *parents, leaf = key.split(".")
+    for part in parents:
+        cfg = cfg[part]
+    cfg[leaf] = value
+
+
+def _canonical_leaves(cfg: Any) -> Iterator[tuple[str, Any]]:
     for section in PERTURBED_SECTIONS:
         yield from _leaves(cfg[section], section)
 
 
-def _leaves(node: DictConfig, prefix: str) -> Iterator[tuple[str, Any]]:
-    for key in node.keys():
+def _leaves(node: Any, prefix: str) -> Iterator[tuple[str, Any]]:
+    for key in list(node.keys()):
         path = f"{prefix}.{key}"
         if path in NOT_CANONICAL:
             continue
-        child = node._get_node(key)
-        if isinstance(child, DictConfig):
+        child = node._get_node(key) if isinstance(node, DictConfig) else node[key]
+        if isinstance(child, (DictConfig, PlainTree)):
             yield from _leaves(node[key], path)
-        elif not OmegaConf.is_list(child):
+        elif not (OmegaConf.is_list(child) or isinstance(child, list)):
             yield path, node[key]
 
 

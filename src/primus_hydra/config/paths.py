@@ -186,9 +186,7 @@ def checkpoint_dir_of(cfg, run_dir) -> Optional[str]:
     """Where the run keeps its checkpoints: module.checkpoint.dir with `~` expanded, made absolute (against the
     launch folder: a job that runs in its run dir has it so already, make_user_paths_absolute), else
     <run_dir>/checkpoints; None while neither is known (a job prepared before its run dir is)."""
-    from omegaconf import OmegaConf
-
-    configured = OmegaConf.select(cfg, "module.checkpoint.dir", default=None)
+    configured = cfg.module.checkpoint.get("dir")
     if configured:
         return absolute_user_path(configured)
     return os.path.join(os.path.abspath(run_dir), "checkpoints") if run_dir is not None else None
