@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 from omegaconf import OmegaConf
 
+from helpers.compose import CONF_DIR
 from primus_hydra.config import model_math
 from primus_hydra.config.layout import stage_layers
 from primus_hydra.config.model_math import padded_vocab
@@ -39,8 +40,7 @@ def layout(**changes) -> Layout:
 
 # -- parameters per rank --------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["llama_tiny", "moe_tiny", "llama3_8b", "qwen3_8b", "deepseek_v2_lite", "deepseek_v3",
-                                  "llama3.2_1b"])
+@pytest.mark.parametrize("name", sorted(path.stem for path in (CONF_DIR / "model").glob("*.yaml")))
 def test_one_rank_holds_exactly_the_model(name):
     model = preset(name)
     whole = rank_parameters(model, tp=1, ep=1, layer_ids=range(model.num_layers), first_stage=True, last_stage=True,

@@ -76,7 +76,7 @@ def shared_expert_ffn_hidden_size(model: Any) -> int:
     return moe.shared_experts * moe.ffn_hidden_size
 
 
-def _moe_layer_weights(model: Any, experts: int) -> tuple[int, int]:
+def moe_layer_weights(model: Any, experts: int) -> tuple[int, int]:
     """(matmul weights, other weights) of one MoE FFN block holding `experts` routed experts."""
     h, moe = model.hidden_size, model.moe
     matmul = h * moe.num_experts  # router
@@ -110,7 +110,7 @@ def _transformer_weights(model: Any, active: bool) -> tuple[int, int]:
     other += norm_weights(model, h)
     if moe_layers:
         experts = model.moe.top_k if active else model.moe.num_experts
-        moe_matmul, moe_other = _moe_layer_weights(model, experts)
+        moe_matmul, moe_other = moe_layer_weights(model, experts)
         matmul, other = matmul + moe_layers * moe_matmul, other + moe_layers * moe_other
     return matmul, other
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from primus_hydra.config import model_math
+from primus_hydra.config.attention_math import layer_attention_shape
 from primus_hydra.config.hybrid_math import mixer_layer_weights, norm_weights
 
 
@@ -31,8 +32,9 @@ class RankParameters:
         return self.dense + self.expert
 
 
-def attention_parameters(model: Any) -> tuple[int, int]:
-    """(weights split over tp, weights every tp rank holds) of one attention block, its input norm included."""
+def attention_parameters(model: Any, layer: int = 0) -> tuple[int, int]:
+    """(weights split over tp, weights every tp rank holds) of layer `layer`'s attention block, its input norm
+    included (and Gemma 4's norm after it)."""
     h, heads = model.hidden_size, model.num_attention_heads
     if model.mla.enabled:
         mla = model.mla
@@ -45,10 +47,12 @@ def attention_parameters(model: Any) -> tuple[int, int]:
         else:
             split += h * q_width
         return split, replicated
-    hd = model_math.attention_head_dim(model)
-    q_width, kv_width = heads * hd, model.num_kv_heads * hd
-    split = 2 * h * q_width + 2 * h * kv_width + (q_width + 2 * kv_width if model.qkv_bias else 0)
-    return split, h + (2 * hd if model.qk_norm else 0)
+    hd, kv_heads, shared_kv = layer_attention_shape(model, layer)
+    q_width, kv_width, kv_projections = heads * hd, kv_heads * hd, 1 if shared_kv else 2
+    split = 2 * h * q_width + kv_projections * h * kv_width + (q_width + kv_projections * kv_width if model.qkv_bias else 0)
+    split += heads if model.attention_sinks else 0  # one logit per head, split with the heads
+    replicated = h + (2 * hd if model.qk_norm else 0) + (h if model.attention_output_bias else 0)
+    return split, replicated + (h if model_math.is_gemma4_layer(model) else 0)
 
 
 def ffn_parameters(model: Any, layer: int) -> tuple[int, int, int]:
@@ -59,11 +63,14 @@ def ffn_parameters(model: Any, layer: int) -> tuple[int, int, int]:
 
 def _ffn_block(model: Any, moe_layer: bool) -> tuple[int, int, int]:
     h, moe = model.hidden_size, model.moe
+    norms = h * (2 if model_math.is_gemma4_layer(model) else 1)  # its input norm (and Gemma 4's after it)
     if not moe_layer:
-        return model_math.SWIGLU_MATRICES * h * model.ffn_hidden_size, h, 0
+        return model_math.SWIGLU_MATRICES * h * model.ffn_hidden_size, norms, 0
     shared = model_math.SWIGLU_MATRICES * h * model_math.shared_expert_ffn_hidden_size(model)
-    replicated = h + h * moe.num_experts + (moe.num_experts if moe.router_enable_expert_bias else 0)
-    return shared, replicated, moe.num_experts * model_math.SWIGLU_MATRICES * h * moe.ffn_hidden_size
+    matmul, other = model_math.moe_layer_weights(model, moe.num_experts)
+    experts = matmul - shared - h * moe.num_experts  # the routed experts' matrices (the router is replicated)
+    expert_biases = moe.num_experts * (2 * moe.ffn_hidden_size + h) if moe.experts_bias else 0
+    return shared, norms + h * moe.num_experts + other - expert_biases, experts + expert_biases
 
 
 def layer_parameters(model: Any, layer: int) -> tuple[int, int, int]:
@@ -72,7 +79,7 @@ def layer_parameters(model: Any, layer: int) -> tuple[int, int, int]:
     weights are split over tp by heads, its input norm replicated)."""
     pattern = model.hybrid.layer_pattern if hasattr(model, "hybrid") else None
     if pattern is None:
-        attn_split, attn_replicated = attention_parameters(model)
+        attn_split, attn_replicated = attention_parameters(model, layer)
         ffn_split, ffn_replicated, ffn_experts = ffn_parameters(model, layer)
         return attn_split + ffn_split, attn_replicated + ffn_replicated, ffn_experts
     letter, norm = pattern[layer], norm_weights(model, model.hidden_size)
