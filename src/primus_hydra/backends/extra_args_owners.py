@@ -21,7 +21,7 @@ from typing import Any, Iterator, Optional
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from primus_hydra.config.values import to_plain
+from primus_hydra.config.values import PlainTree, to_plain
 
 PERTURBED_SECTIONS = ("model", "module", "platform", "backend")
 NOT_CANONICAL = {"backend.extra_args", "backend._target_", "backend.name", "backend.path", "backend.trainer",
@@ -93,29 +93,6 @@ def _translate(adapter, cfg: DictConfig, layout) -> Optional[dict]:
     except Exception:  # noqa: BLE001 - a changed value the translation cannot take tells nothing
         return None
     return flatten(to_plain(native))
-
-
-class PlainTree(dict):
-    """A config's values as nested dicts read like the config (attributes, `get`, items): enum members stay members,
-    lists are lists. What the translation does with a DictConfig beyond reading makes it raise or differ, and the
-    caller then uses the config itself."""
-
-    __slots__ = ()
-
-    @classmethod
-    def of(cls, node: Any) -> Any:
-        if isinstance(node, DictConfig):
-            return cls({key: cls.of(node._get_node(key)._value() if OmegaConf.is_missing(node, key) else node[key])
-                        for key in node.keys()})
-        if OmegaConf.is_list(node):
-            return [cls.of(item) for item in node]
-        return node
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(name) from None
 
 
 def _translate_changed(adapter, cfg: DictConfig, key: str, light: PlainTree, layout) -> Optional[dict]:

@@ -9,18 +9,22 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict, read_write
 
+_SCALARS = frozenset({type(None), bool, int, float, str})  # exactly these types (a Choice is a str subclass)
+
 
 def to_plain(value: Any) -> Any:
     """Dicts, lists and scalars only: config nodes resolved, Choices as their names, dataclasses as dicts, paths
     and any other object as its string."""
-    if isinstance(value, (DictConfig, ListConfig)):
-        return OmegaConf.to_container(value, resolve=True, enum_to_str=True)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {field.name: to_plain(getattr(value, field.name)) for field in dataclasses.fields(value)}
+    if type(value) in _SCALARS:  # the common case first: translations are mostly scalars
+        return value
     if isinstance(value, dict):
         return {str(key): to_plain(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [to_plain(item) for item in value]
+    if isinstance(value, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(value, resolve=True, enum_to_str=True)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {field.name: to_plain(getattr(value, field.name)) for field in dataclasses.fields(value)}
     if isinstance(value, Enum):  # before str: a Choice is a str too
         return value.value
     if value is None or isinstance(value, (bool, int, float, str)):
@@ -42,3 +46,38 @@ def without_hydra_node(cfg: DictConfig) -> DictConfig:
     with read_write(job), open_dict(job):
         del job["hydra"]  # ...since the copy drops it
     return job
+
+
+class PlainTree(dict):
+    """A config's values as nested dicts read like the config (attributes, `get`, items): enum members stay members,
+    lists are lists. Reading and copying it cost a fraction of a DictConfig's; code that does more with a config
+    than read it raises on it (the callers then use the config)."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, node: Any) -> Any:
+        if isinstance(node, DictConfig):
+            return cls({key: cls.of(node._get_node(key)._value() if OmegaConf.is_missing(node, key) else node[key])
+                        for key in node.keys()})
+        if OmegaConf.is_list(node):
+            return [cls.of(item) for item in node]
+        return node
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def copied(self) -> PlainTree:
+        """A copy whose nested trees and lists are copies too (the values themselves are shared)."""
+        return PlainTree({key: value.copied() if isinstance(value, PlainTree) else
+                          list(value) if isinstance(value, list) else value for key, value in self.items()})
+
+    def set(self, dotted: str, value: Any) -> None:
+        *parents, leaf = dotted.split(".")
+        node = self
+        for part in parents:
+            node = node[part]
+        node[leaf] = value

@@ -32,12 +32,21 @@ class Interpolation(str):
     """Text the importer wrote as an interpolation on purpose (an environment read): emitted as it is."""
 
 
-class _Dumper(yaml.SafeDumper):
-    """The safe dumper, knowing what OmegaConf's loader reads as a non-string (its float rule is wider)."""
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    """The safe dumper (libyaml's emitter where PyYAML has it), knowing what OmegaConf's loader reads as a
+    non-string (its float rule is wider)."""
 
 
 _Dumper.yaml_implicit_resolvers = {key: list(value) for key, value in _LOADER.yaml_implicit_resolvers.items()}
 _Dumper.add_representer(Interpolation, lambda dumper, data: dumper.represent_str(str(data)))
+
+
+class _ReadBack(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """OmegaConf's loader's scalar rules on libyaml's parser, for reading back what `dump` wrote (a fraction of the
+    pure-Python parser's time; a dumped dict has no duplicate keys for OmegaConf's loader to refuse)."""
+
+
+_ReadBack.yaml_implicit_resolvers = {key: list(value) for key, value in _LOADER.yaml_implicit_resolvers.items()}
 
 
 def quoted(text: str) -> str:
@@ -139,7 +148,7 @@ def yaml_ready(value: Any, where: str) -> Any:
 def dump(tree: dict, where: str) -> str:
     """YAML text of a yaml_ready tree, checked by reading it back as OmegaConf does."""
     text = yaml.dump(tree, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120, allow_unicode=True)
-    if not same_value(yaml.load(text, Loader=_LOADER), tree):  # noqa: S506 - OmegaConf's own (safe) loader
+    if not same_value(yaml.load(text, Loader=_ReadBack), tree):  # noqa: S506 - a safe loader
         raise PrimusError(f"{where}: a value does not survive being written as YAML; not imported")
     return text
 

@@ -25,6 +25,7 @@ from primus_hydra.backends.megatron.args import mla_args, model_args, moe_args
 from primus_hydra.backends.megatron.hybrid_args import architecture_variant_args
 from primus_hydra.config.paths import find_conf_dir
 from primus_hydra.config.schema_model import ModelConfig
+from primus_hydra.config.values import PlainTree
 from primus_hydra.migrate.hybrid_layers import hybrid_pattern, spec_mixer, uses_primus_hybrid_stack
 from primus_hydra.migrate.primus_yaml import plain
 
@@ -231,7 +232,10 @@ def _megatron_translation(model: DictConfig) -> dict:
 
 @lru_cache(maxsize=None)
 def _megatron_zoo() -> dict[str, dict]:
-    return {name: _megatron_translation(model) for name, model in zoo_models().items()}
+    """The translation of each zoo preset a Megatron model may be generated over: not one with a layer pattern
+    Megatron imports do not read back, or with gpt-oss's or Gemma 4's layers, which megatron does not build."""
+    return {name: _megatron_translation(model) for name, model in zoo_models().items()
+            if model.moe.interleave_step == 1 and not gpt_oss_features(model) and not gemma4_features(model)}
 
 
 def stem(name: Any) -> str:
@@ -243,11 +247,6 @@ def megatron_model(preset_args: dict, run_args: dict, preset_name: str) -> Model
     wanted = megatron_architecture(with_megatron_lm_defaults(preset_args))
     candidates = []
     for name, ours in _megatron_zoo().items():
-        zoo = zoo_models()[name]
-        # a layer pattern Megatron imports do not read back, or gpt-oss's or Gemma 4's layers, which megatron does
-        # not build
-        if zoo.moe.interleave_step != 1 or gpt_oss_features(zoo) or gemma4_features(zoo):
-            continue
         structure = sum(bool(wanted[key]) != bool(ours[key]) if key == "num_experts" else wanted[key] != ours[key]
                         for key in STRUCTURE)
         differ = [key for key in MEGATRON_ARCHITECTURE if wanted[key] != ours[key]]
@@ -296,14 +295,14 @@ def _fields_reproducing(zoo: str, fields: dict, target: dict, keys: tuple) -> tu
     found = dict(fields)
     bad: list[str] = []
     for _ in range(4):
-        ours = _megatron_translation(with_fields(zoo, found))
+        ours = _translation_with(zoo, found)
         differ = [key for key in keys if target[key] is not None and target[key] != ours[key]
                   or key in MEGATRON_ARCHITECTURE and target[key] is None and ours[key] is not None]
         new, bad = _model_fields(target, [key for key in differ])
         new = {key: value for key, value in new.items() if found.get(key, _NONE) != value}
         for key, value in list(new.items()):  # a value the model schema does not allow (a choice it lacks)
             try:
-                with_fields(zoo, {key: value})
+                _typed(zoo, key, value)
             except ValidationError:
                 bad.append(f"{next(k for k in differ if MODEL_FIELDS.get(k, ('',))[0] == key)}={value}")
                 new.pop(key)
@@ -311,6 +310,37 @@ def _fields_reproducing(zoo: str, fields: dict, target: dict, keys: tuple) -> tu
             break
         found.update(new)
     return {key: value for key, value in found.items() if key not in fields or fields[key] != value}, bad
+
+
+def _translation_with(zoo: str, fields: dict) -> dict:
+    """_megatron_translation of with_fields(zoo, fields), on a plain copy of the preset (a typed copy per call is
+    most of an import's time): each value as the schema stores it."""
+    model = _plain_zoo(zoo).copied()
+    for dotted, value in fields.items():
+        model.set(dotted, _typed(zoo, dotted, value))
+    return _megatron_translation(model)
+
+
+@lru_cache(maxsize=None)
+def _plain_zoo(zoo: str) -> PlainTree:
+    return PlainTree.of(zoo_models()[zoo])
+
+
+@lru_cache(maxsize=None)
+def _scratch_zoo(zoo: str) -> DictConfig:
+    return zoo_models()[zoo].copy()  # typed: _typed sets a value on it and puts the preset's back
+
+
+def _typed(zoo: str, dotted: str, value: Any) -> Any:
+    """`value` as zoo preset `zoo`'s schema stores it at `dotted` (an enum member, a float); ValidationError for a
+    value it refuses."""
+    scratch = _scratch_zoo(zoo)
+    before = OmegaConf.select(scratch, dotted)
+    OmegaConf.update(scratch, dotted, value, merge=False)
+    try:
+        return OmegaConf.select(scratch, dotted)
+    finally:
+        OmegaConf.update(scratch, dotted, before, merge=False)
 
 
 def with_fields(zoo: str, fields: dict) -> DictConfig:
