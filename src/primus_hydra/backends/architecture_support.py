@@ -94,7 +94,8 @@ def _layer_failures(model: Any, backend: str, trains: bool, runs_on_gpu: Optiona
                     if str(value) != allowed]
         if pattern is not None:
             failures.append(f"model.hybrid.layer_pattern={pattern}: backend={backend} builds transformers only; a "
-                            f"hybrid (state-space) model runs on backend=megatron or megatron_bridge (megatron-core's MambaModel)")
+                            f"hybrid (state-space) model runs on backend=megatron or megatron_bridge (megatron-core's "
+                            f"MambaModel)")
         return failures
     if pattern is None or not trains:
         return []

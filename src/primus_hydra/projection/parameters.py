@@ -49,7 +49,8 @@ def attention_parameters(model: Any, layer: int = 0) -> tuple[int, int]:
         return split, replicated
     hd, kv_heads, shared_kv = layer_attention_shape(model, layer)
     q_width, kv_width, kv_projections = heads * hd, kv_heads * hd, 1 if shared_kv else 2
-    split = 2 * h * q_width + kv_projections * h * kv_width + (q_width + kv_projections * kv_width if model.qkv_bias else 0)
+    split = 2 * h * q_width + kv_projections * h * kv_width
+    split += q_width + kv_projections * kv_width if model.qkv_bias else 0
     split += heads if model.attention_sinks else 0  # one logit per head, split with the heads
     replicated = h + (2 * hd if model.qk_norm else 0) + (h if model.attention_output_bias else 0)
     return split, replicated + (h if model_math.is_gemma4_layer(model) else 0)

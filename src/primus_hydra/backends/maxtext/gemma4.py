@@ -29,7 +29,8 @@ def gemma4_block_failures(model: Any) -> list[str]:
     if not model.qk_norm:
         failures.append("model.qk_norm=false: MaxText's gemma4 block normalises q and k in every layer (qk_norm=true)")
     moe = model.moe
-    if moe.num_experts and (moe.shared_experts != 1 or moe.shared_expert_ffn_hidden_size not in (None, model.ffn_hidden_size)):
+    shared_width = moe.shared_expert_ffn_hidden_size
+    if moe.num_experts and (moe.shared_experts != 1 or shared_width not in (None, model.ffn_hidden_size)):
         failures.append(f"model.moe.shared_experts={moe.shared_experts}, model.moe.shared_expert_ffn_hidden_size="
                         f"{moe.shared_expert_ffn_hidden_size}: MaxText's gemma4 block has one shared expert, the dense "
                         f"MLP of model.ffn_hidden_size={model.ffn_hidden_size}")

@@ -24,10 +24,10 @@ from primus_hydra.config.paths import checkpoint_dir_of
 NO_LATENT_ATTENTION = ("backend=megatron_bridge: multi-latent attention (model.mla.enabled) takes Bridge's DeepSeek "
                        "providers, which this project does not build yet; use backend=megatron")
 # multi-latent attention inside a hybrid stack: Primus's own HybridStack spec (Zebra-Llama), not a library's
-NO_HYBRID_LATENT_ATTENTION = ("backend=megatron_bridge: multi-latent attention in a hybrid layer pattern (model.mla.enabled "
-                              "with model.hybrid.layer_pattern, Zebra-Llama's layers) is Primus's own HybridStack spec, "
-                              "which neither Megatron-Bridge nor megatron-core ships; task.dry_run=true exports its "
-                              "arguments")
+NO_HYBRID_LATENT_ATTENTION = (
+    "backend=megatron_bridge: multi-latent attention in a hybrid layer pattern (model.mla.enabled with "
+    "model.hybrid.layer_pattern, Zebra-Llama's layers) is Primus's own HybridStack spec, which neither Megatron-Bridge "
+    "nor megatron-core ships; task.dry_run=true exports its arguments")
 
 
 def default_recipe(model: DictConfig) -> str:

@@ -1,6 +1,7 @@
-"""Megatron-Bridge's ConfigContainer from the translated sections (args.py): a GPTModelProvider for the model (Bridge's
-MambaModelProvider for a hybrid layer pattern, on GPUs), the project's batches behind a Bridge DatasetProvider, and the training, optimizer, scheduler, checkpoint, logger and
-rng sections as Bridge's own dataclasses. Imports Megatron-Bridge (a worker, after megatron_bridge.cpu.*)."""
+"""Megatron-Bridge's ConfigContainer from the translated sections (args.py): a GPTModelProvider for the model
+(Bridge's MambaModelProvider for a hybrid layer pattern, on GPUs), the project's batches behind a Bridge
+DatasetProvider, and the training, optimizer, scheduler, checkpoint, logger and rng sections as Bridge's own
+dataclasses. Imports Megatron-Bridge (a worker, after megatron_bridge.cpu.*)."""
 from __future__ import annotations
 
 import dataclasses
