@@ -23,13 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict, read_write
 
 from primus_hydra.backends.schemas import register_schemas
 from primus_hydra.config.error_format import format_compose_error, is_compose_error
 from primus_hydra.config.fast_composition import install as install_fast_composition
 from primus_hydra.config.paths import find_conf_dir, writable_dir_failure
-from primus_hydra.config.values import without_hydra_node
 from primus_hydra.errors import PrimusError
 from primus_hydra.migrate.emit import comment
 from primus_hydra.migrate.ledger import Ledger, _atomic_write, digest
@@ -282,7 +281,10 @@ def compose_imported(name: str, config_dir: Path, *extra: str) -> DictConfig:
 def composition_failure(name: str, config_dir: Path) -> Optional[str]:
     """Why `experiment=<name>` from `config_dir` does not compose and validate (None: it does)."""
     try:
-        prepare(without_hydra_node(compose_imported(name, config_dir)), on_this_machine=False, trains=False)
+        composed = compose_imported(name, config_dir)
+        with read_write(composed), open_dict(composed):  # this composition is ours alone: no copy without the node
+            composed.pop("hydra", None)
+        prepare(composed, on_this_machine=False, trains=False)
     except PrimusError as error:
         return "; ".join(str(error).splitlines())
     except Exception as error:  # noqa: BLE001 - a composition error: reported as the check's result
