@@ -75,11 +75,12 @@ def test_maxtexts_dry_run_writes_its_gemma4_block(compose_config, tmp_path):
 def test_a_backend_without_them_is_one_line_naming_each_key(compose_config, backend):
     failures = failures_of(compose_config, "model=gemma4_31b", f"backend={backend}", "module.data.source=mock",
                            "task.dry_run=true")
-    assert ("model.family=gemma4, model.activation=geglu, model.final_logit_softcap=30.0, "
+    assert ("model.family=gemma4, model.sliding_window=1024, model.activation=geglu, model.final_logit_softcap=30.0, "
             "model.global_attention.head_dim=512, model.global_attention.num_kv_heads=4, "
             "model.global_attention.shared_kv=true, model.global_attention.rope_theta=1000000.0, "
             f"model.global_attention.rope_fraction=0.25: backend={backend} does not build Gemma 4's layers "
             "(model=gemma4_31b); backend=maxtext does (its gemma4 decoder block), or unset them") in failures
+    assert not any("gpt-oss" in line or "gpt_oss" in line for line in failures)  # its window is Gemma 4's
 
 
 @pytest.mark.parametrize("overrides, expected", [

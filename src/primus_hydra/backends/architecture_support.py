@@ -36,13 +36,20 @@ def _features_on(model: Any, off: dict) -> list[tuple[str, str]]:
 
 
 def gpt_oss_features(model: Any) -> list[tuple[str, str]]:
-    """(key, value as an override writes it) of each gpt-oss layer feature `model` turns on."""
-    return _features_on(model, GPT_OSS_LAYERS_OFF)
+    """(key, value as an override writes it) of each gpt-oss layer feature `model` turns on (not a Gemma 4 model's
+    sliding window: gemma4_features has it)."""
+    features = _features_on(model, GPT_OSS_LAYERS_OFF)
+    if str(model.family) == GEMMA4_FAMILY:
+        features = [(key, value) for key, value in features if key != "sliding_window"]
+    return features
 
 
 def gemma4_features(model: Any) -> list[tuple[str, str]]:
-    """(key, value as an override writes it) of Gemma 4's layer, family included, that `model` turns on."""
-    family = [("family", GEMMA4_FAMILY)] if str(model.family) == GEMMA4_FAMILY else []
+    """(key, value as an override writes it) of Gemma 4's layer, family included, that `model` turns on (a Gemma 4
+    model's sliding window is its own, not gpt-oss's)."""
+    family = []
+    if str(model.family) == GEMMA4_FAMILY:
+        family = [("family", GEMMA4_FAMILY)] + _features_on(model, {"sliding_window": None})
     return family + _features_on(model, GEMMA4_LAYERS_OFF)
 
 
@@ -57,8 +64,6 @@ def _gemma4_failures(model: Any, backend: str, traits: BackendTraits) -> list[st
 
 def _gpt_oss_failures(model: Any, backend: str, traits: BackendTraits) -> list[str]:
     features = gpt_oss_features(model)
-    if traits.gemma4_layers and str(model.family) == GEMMA4_FAMILY:  # Gemma 4's window layers are its own
-        features = [(key, value) for key, value in features if key != "sliding_window"]
     if traits.gpt_oss_layers or not features:
         return []
     keys = ", ".join(f"model.{key}={value}" for key, value in features)
