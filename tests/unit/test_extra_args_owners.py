@@ -3,6 +3,7 @@ line that names the canonical key, found from each backend's own translation."""
 from __future__ import annotations
 
 import pytest
+from omegaconf import open_dict
 
 from primus_hydra.errors import ConfigValidationError
 from primus_hydra.orchestrator.prepare import prepare
@@ -52,3 +53,37 @@ def test_the_plain_copy_the_owners_are_searched_on_translates_as_the_config_does
     adapter = load_adapter(job.cfg, job.layout, tmp_path)
     translated = _translate(adapter, adapter.cfg, adapter.layout)
     assert translated and _translate(adapter, PlainTree.of(adapter.cfg), adapter.layout) == translated
+
+
+class _PlainCopyTrips:
+    """An adapter whose translation reads the config as a DictConfig only when module.train_iters moved (as code
+    that does more than read a config, in one branch): the owner search retries that variant on the config."""
+
+    name = "plain_copy_trips"
+
+    def __init__(self, cfg, layout, run_dir=None):
+        self.cfg, self.layout, self.run_dir = cfg, layout, run_dir
+
+    def convert_config(self) -> dict:
+        from omegaconf import OmegaConf
+
+        from primus_hydra.config.values import to_plain
+
+        m = self.cfg.module
+        steps = OmegaConf.select(self.cfg, "module.train_iters") if m.train_iters != 50 else m.train_iters
+        return {"steps": steps, "sequence": m.seq_length, **(to_plain(self.cfg.backend.extra_args) or {})}
+
+
+def test_a_variant_the_plain_copy_cannot_translate_is_translated_from_the_config(compose_config, tmp_path):
+    from primus_hydra.backends.extra_args_owners import owned_extra_args_failures
+
+    job = prepare(compose_config("module.train_iters=50", "module.data.source=mock", "task.dry_run=true"),
+                  run_dir=tmp_path, trains=False)
+    adapter = _PlainCopyTrips(job.cfg, job.layout, tmp_path)
+    with open_dict(adapter.cfg.backend):
+        adapter.cfg.backend.extra_args = {"steps": 7, "sequence": 9, "free": 1}
+    assert owned_extra_args_failures(adapter) == [
+        "backend.extra_args.steps=7: backend=plain_copy_trips sets steps from module.train_iters; set it instead "
+        "(extra_args passes through only what the canonical config does not own)",
+        "backend.extra_args.sequence=9: backend=plain_copy_trips sets sequence from module.seq_length; set it "
+        "instead (extra_args passes through only what the canonical config does not own)"]

@@ -47,7 +47,8 @@ def owned_extra_args_failures(adapter) -> list[str]:
     for key, variant, layout in _variants(base, adapter.layout) if wanted else ():
         translated = _translate(adapter, variant, layout)
         if translated is None and plain_translates:
-            config_base = config_base or _without_extra_args(adapter.cfg)
+            if config_base is None:
+                config_base = _without_extra_args(adapter.cfg)
             translated = _translate_changed(adapter, config_base, key, variant, layout)
         if translated is None:
             continue
