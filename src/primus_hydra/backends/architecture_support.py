@@ -54,21 +54,23 @@ def gemma4_features(model: Any) -> list[tuple[str, str]]:
 
 
 def _gemma4_failures(model: Any, backend: str, traits: BackendTraits) -> list[str]:
-    features = gemma4_features(model)
-    if traits.gemma4_layers or not features:
-        return []
-    keys = ", ".join(f"model.{key}={value}" for key, value in features)
-    return [f"{keys}: backend={backend} does not build Gemma 4's layers (model={model.name}); backend=maxtext does "
-            f"(its gemma4 decoder block), or unset them"]
+    return _layer_family_failures(gemma4_features(model), traits.gemma4_layers, "Gemma 4's", model, backend,
+                                  "maxtext does (its gemma4 decoder block)")
 
 
 def _gpt_oss_failures(model: Any, backend: str, traits: BackendTraits) -> list[str]:
-    features = gpt_oss_features(model)
-    if traits.gpt_oss_layers or not features:
+    return _layer_family_failures(gpt_oss_features(model), traits.gpt_oss_layers, "gpt-oss's", model, backend,
+                                  "torchtitan does (its gpt_oss model)")
+
+
+def _layer_family_failures(features: list[tuple[str, str]], built: bool, whose: str, model: Any, backend: str,
+                           builder: str) -> list[str]:
+    """One line naming each of a model family's layer features that `backend` does not build."""
+    if built or not features:
         return []
     keys = ", ".join(f"model.{key}={value}" for key, value in features)
-    return [f"{keys}: backend={backend} does not build gpt-oss's layers (model={model.name}); backend=torchtitan does "
-            f"(its gpt_oss model), or unset them"]
+    return [f"{keys}: backend={backend} does not build {whose} layers (model={model.name}); backend={builder}, or "
+            f"unset them"]
 
 
 def _moe_layer_failures(model: Any, backend: str, traits: BackendTraits) -> list[str]:
