@@ -21,7 +21,7 @@ from typing import Any, Iterator, Optional
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from primus_hydra.config.values import PlainTree, to_plain
+from primus_hydra.config.values import PlainTree, get_value, set_value, to_plain, value_set
 
 PERTURBED_SECTIONS = ("model", "module", "platform", "backend")
 NOT_CANONICAL = {"backend.extra_args", "backend._target_", "backend.name", "backend.path", "backend.trainer",
@@ -98,17 +98,11 @@ def _translate(adapter, cfg: DictConfig, layout) -> Optional[dict]:
 
 def _translate_changed(adapter, cfg: DictConfig, key: str, light: PlainTree, layout) -> Optional[dict]:
     """The translation of `cfg` with `key` set as in the plain variant `light`, or None."""
-    value, changed = OmegaConf.select(cfg, key), light
-    for part in key.split("."):
-        changed = changed[part]
     try:
-        OmegaConf.update(cfg, key, changed, merge=False)
+        with value_set(cfg, key, get_value(light, key)):
+            return _translate(adapter, cfg, layout)
     except Exception:  # noqa: BLE001 - a value the schema refuses is not a variant
         return None
-    try:
-        return _translate(adapter, cfg, layout)
-    finally:
-        OmegaConf.update(cfg, key, value, merge=False)
 
 
 def _variants(cfg: Any, layout) -> Iterator[tuple[str, Any, Any]]:
@@ -123,23 +117,13 @@ def _variants(cfg: Any, layout) -> Iterator[tuple[str, Any, Any]]:
         field = key.rsplit(".", 1)[-1]
         parallel = key.startswith("module.parallel.") and field in parallel_fields
         try:
-            _set(cfg, key, changed)
+            set_value(cfg, key, changed)
         except Exception:  # noqa: BLE001 - a value the schema refuses is not a variant
             continue
         try:
             yield key, cfg, dataclasses.replace(layout, **{field: changed}) if parallel else layout
         finally:
-            _set(cfg, key, value)
-
-
-def _set(cfg: Any, key: str, value: Any) -> None:
-    if isinstance(cfg, DictConfig):
-        OmegaConf.update(cfg, key, value, merge=False)
-        return
-    *parents, leaf = key.split(".")
-    for part in parents:
-        cfg = cfg[part]
-    cfg[leaf] = value
+            set_value(cfg, key, value)
 
 
 def _canonical_leaves(cfg: Any) -> Iterator[tuple[str, Any]]:

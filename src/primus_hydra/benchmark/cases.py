@@ -124,7 +124,7 @@ def rounding_note(case: CollectiveCase) -> Optional[str]:
 def model_shapes(model: Any, tokens: int, tp: int) -> list[tuple[str, int, int, int]]:
     """(layer, M, N, K) of the configured model's matmuls for `tokens` tokens on one tp rank: QKV (column split),
     attention output (row split), FFN up (gate and up, column split), FFN down (row split), the output layer."""
-    from primus_hydra.config.model_math import attention_head_dim
+    from primus_hydra.config.attention_math import attention_head_dim
 
     h = model.hidden_size
     hd = attention_head_dim(model)
@@ -164,7 +164,7 @@ def gemm_cases(cfg: Any, dtypes: Sequence[str], on_gpu: bool) -> list[GemmCase]:
 
 
 def attention_cases(cfg: Any, dtypes: Sequence[str]) -> list[AttentionCase]:
-    from primus_hydra.config.model_math import attention_head_dim
+    from primus_hydra.config.attention_math import attention_head_dim
 
     model, module = cfg.model, cfg.module
     tp = int(module.parallel.tp)

@@ -27,13 +27,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from primus_hydra.config.attention_math import (  # noqa: F401 (attention_head_dim: the callers' import)
-    attention_block_weights,
-    attention_head_dim,
-    query_key_head_dim,
-    value_head_dim,
-)
-from primus_hydra.config.attention_window import attended_keys
+from primus_hydra.config.attention_math import attention_block_weights, query_key_head_dim, value_head_dim
+from primus_hydra.config.attention_window import attended_keys, layer_kinds
 from primus_hydra.config.hybrid_math import hybrid_layer_counts, mixer_layer_weights, norm_weights
 from primus_hydra.config.schema_model import GEMMA4_FAMILY
 
@@ -102,10 +97,11 @@ def _transformer_weights(model: Any, active: bool) -> tuple[int, int]:
         other += (counts["*"] + counts["-"] + counts["E"]) * norm_weights(model, h)
     else:
         dense_layers = model.num_layers - moe_layers
-        attention = [attention_block_weights(model, layer) for layer in range(model.num_layers)]
-        matmul = sum(weights for weights, _ in attention)
+        kinds = [(attention_block_weights(model, layer), count)
+                 for layer, count in layer_kinds(model, model.num_layers)]
+        matmul = sum(weights[0] * count for weights, count in kinds)
         norms_per_layer = (4 if is_gemma4_layer(model) else 2) * norm_weights(model, h)
-        other = sum(weights for _, weights in attention) + model.num_layers * norms_per_layer
+        other = sum(weights[1] * count for weights, count in kinds) + model.num_layers * norms_per_layer
     matmul += dense_layers * SWIGLU_MATRICES * h * model.ffn_hidden_size
     other += norm_weights(model, h)
     if moe_layers:
@@ -177,7 +173,7 @@ def training_flops_per_token(model: Any, seq_length: int) -> float:
     counted. Norms, softmax and rotary are ignored.
     """
     attention = 6 * model.num_attention_heads * sum(
-        attended_keys(model, layer, seq_length) * (query_key_head_dim(model, layer) + value_head_dim(model, layer))
-        for layer in range(num_attention_layers(model)))
+        count * attended_keys(model, layer, seq_length) * (query_key_head_dim(model, layer) + value_head_dim(model, layer))
+        for layer, count in layer_kinds(model, num_attention_layers(model)))
     return float(6 * count_active_matmul_parameters(model) + attention)
 

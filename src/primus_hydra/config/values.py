@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from contextlib import contextmanager
 from enum import Enum
-from typing import Any
+from typing import Any, Iterator
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict, read_write
 
@@ -75,9 +76,34 @@ class PlainTree(dict):
         return PlainTree({key: value.copied() if isinstance(value, PlainTree) else
                           list(value) if isinstance(value, list) else value for key, value in self.items()})
 
-    def set(self, dotted: str, value: Any) -> None:
-        *parents, leaf = dotted.split(".")
-        node = self
-        for part in parents:
-            node = node[part]
-        node[leaf] = value
+
+def get_value(cfg: Any, dotted: str) -> Any:
+    """The value at a dotted key of a DictConfig or a PlainTree."""
+    if isinstance(cfg, DictConfig):
+        return OmegaConf.select(cfg, dotted)
+    for part in dotted.split("."):
+        cfg = cfg[part]
+    return cfg
+
+
+def set_value(cfg: Any, dotted: str, value: Any) -> None:
+    """Set a dotted key of a DictConfig (its schema checks and converts the value) or a PlainTree."""
+    if isinstance(cfg, DictConfig):
+        OmegaConf.update(cfg, dotted, value, merge=False)
+        return
+    *parents, leaf = dotted.split(".")
+    for part in parents:
+        cfg = cfg[part]
+    cfg[leaf] = value
+
+
+@contextmanager
+def value_set(cfg: Any, dotted: str, value: Any) -> Iterator[Any]:
+    """`cfg` with `dotted` set to `value` inside the block (which gets the value as stored), the value before put
+    back after; a value the schema refuses raises before anything changes."""
+    before = get_value(cfg, dotted)
+    set_value(cfg, dotted, value)
+    try:
+        yield get_value(cfg, dotted)
+    finally:
+        set_value(cfg, dotted, before)

@@ -25,7 +25,7 @@ from primus_hydra.backends.megatron.args import mla_args, model_args, moe_args
 from primus_hydra.backends.megatron.hybrid_args import architecture_variant_args
 from primus_hydra.config.paths import find_conf_dir
 from primus_hydra.config.schema_model import ModelConfig
-from primus_hydra.config.values import PlainTree
+from primus_hydra.config.values import PlainTree, set_value, value_set
 from primus_hydra.migrate.hybrid_layers import hybrid_pattern, spec_mixer, uses_primus_hybrid_stack
 from primus_hydra.migrate.primus_yaml import plain
 
@@ -317,7 +317,7 @@ def _translation_with(zoo: str, fields: dict) -> dict:
     most of an import's time): each value as the schema stores it."""
     model = _plain_zoo(zoo).copied()
     for dotted, value in fields.items():
-        model.set(dotted, _typed(zoo, dotted, value))
+        set_value(model, dotted, _typed(zoo, dotted, value))
     return _megatron_translation(model)
 
 
@@ -334,13 +334,8 @@ def _scratch_zoo(zoo: str) -> DictConfig:
 def _typed(zoo: str, dotted: str, value: Any) -> Any:
     """`value` as zoo preset `zoo`'s schema stores it at `dotted` (an enum member, a float); ValidationError for a
     value it refuses."""
-    scratch = _scratch_zoo(zoo)
-    before = OmegaConf.select(scratch, dotted)
-    OmegaConf.update(scratch, dotted, value, merge=False)
-    try:
-        return OmegaConf.select(scratch, dotted)
-    finally:
-        OmegaConf.update(scratch, dotted, before, merge=False)
+    with value_set(_scratch_zoo(zoo), dotted, value) as typed:
+        return typed
 
 
 def with_fields(zoo: str, fields: dict) -> DictConfig:

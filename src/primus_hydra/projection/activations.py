@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from primus_hydra.config import model_math
+from primus_hydra.config.attention_math import attention_head_dim
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ def widths(model: Any) -> Widths:
         v = heads * model.mla.v_head_dim
         return Widths(model.hidden_size, heads * qk, heads * qk, v, v, heads,
                       model.mla.q_lora_rank or 0, model.mla.kv_lora_rank + model.mla.qk_rope_head_dim)
-    hd = model_math.attention_head_dim(model)
+    hd = attention_head_dim(model)
     return Widths(model.hidden_size, heads * hd, model.num_kv_heads * hd, model.num_kv_heads * hd, heads * hd, heads, 0, 0)
 
 

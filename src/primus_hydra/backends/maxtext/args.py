@@ -15,8 +15,8 @@ from omegaconf import DictConfig
 from primus_hydra.backends.external import merge_extra_args, wants_checkpoints
 from primus_hydra.backends.maxtext.gemma4 import gemma4_config
 from primus_hydra.backends.maxtext.keys import MAXTEXT_KEYS
+from primus_hydra.config.attention_math import attention_head_dim
 from primus_hydra.config.layout import ParallelLayout
-from primus_hydra.config.model_math import attention_head_dim
 from primus_hydra.config.schema_model import GEMMA4_FAMILY
 
 DECODER_BLOCKS = {"llama": "llama2", "mixtral": "mixtral", "deepseek": "deepseek", "qwen3": "qwen3"}  # by family

@@ -14,8 +14,9 @@ from omegaconf import DictConfig
 from primus_hydra.backends.external import checkpoint_load_path, merge_extra_args, wants_checkpoints
 from primus_hydra.backends.megatron.hybrid_args import architecture_variant_args
 from primus_hydra.backends.megatron.keys import MEGATRON_KEYS
+from primus_hydra.config.attention_math import attention_head_dim
 from primus_hydra.config.layout import ParallelLayout
-from primus_hydra.config.model_math import attention_head_dim, is_moe_layer, shared_expert_ffn_hidden_size
+from primus_hydra.config.model_math import is_moe_layer, shared_expert_ffn_hidden_size
 
 
 def build_megatron_args(cfg: DictConfig, layout: ParallelLayout) -> dict:
