@@ -10,12 +10,14 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Optional
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import Container, DictConfig, OmegaConf
 
 from primus_hydra.backends.schemas import register_schemas
 from primus_hydra.config.fast_composition import install as install_fast_composition
+from primus_hydra.config.job_composition import compose_job_config
 from primus_hydra.config.paths import find_conf_dir
 from primus_hydra.config.secrets import redacted_stdout, warn_about_literal_secrets
 from primus_hydra.distributed_env import launch_environment_failures, stray_launch_variables
@@ -83,7 +85,8 @@ def main() -> None:
         warn_about_literal_secrets(sys.argv[1:])
     try:
         with redacted_stdout(sys.argv[1:]) if printing else contextlib.nullcontext():  # `--resolve` would print secrets
-            _hydra_main()
+            if not _printed_job_config(sys.argv[1:]):
+                _hydra_main()
         _exit_now()
     except BrokenPipeError:  # `... | head -1`: the reader has what it wanted; stop quietly, as a shell tool does
         _discard_stdout()
@@ -107,6 +110,58 @@ def main() -> None:
     finally:
         if not _USER_WANTS_TRACEBACK:
             os.environ.pop("HYDRA_FULL_ERROR", None)
+
+
+def _printed_job_config(args: list[str]) -> bool:
+    """`<overrides> --cfg job [-p PACKAGE]` printed as Hydra prints it (Hydra.show_cfg), from the job's config composed
+    without Hydra's own (config/job_composition.py); False for any other command line, or where only Hydra's own path
+    can compose or print it."""
+    request = _job_config_request(args)
+    if request is None:
+        return False
+    overrides, package = request
+    cfg = compose_job_config(find_conf_dir(), "config", overrides)
+    if cfg is None:
+        return False
+    if package in (None, "_global_"):
+        selected, package = cfg, None
+    else:
+        try:  # a leaf's interpolation is resolved here, and may need Hydra's config (${hydra:...})
+            selected = OmegaConf.select(cfg, package)
+        except Exception:  # noqa: BLE001 - Hydra's own path prints it, or words the error
+            return False
+        if selected is None:
+            return False  # Hydra's path says the package is not found
+    if not isinstance(selected, Container):
+        print(selected)
+        return True
+    if package is not None:
+        print(f"# @package {package}")
+    sys.stdout.write(OmegaConf.to_yaml(selected))
+    return True
+
+
+def _job_config_request(args: list[str]) -> Optional[tuple[list[str], Optional[str]]]:
+    """The overrides and package (-p) of a command line that is `--cfg job` with no other flag, else None."""
+    overrides: list[str] = []
+    package = None
+    job = False
+    words = iter(args)
+    for word in words:
+        flag, equals, value = word.partition("=")
+        if flag in ("--cfg", "-c", "--package", "-p") and word.startswith("-"):
+            value = value if equals else next(words, "")
+            if flag in ("--cfg", "-c"):
+                job = job or value == "job"
+                if value != "job":
+                    return None
+            else:
+                package = value
+        elif word.startswith("-"):  # another flag: --resolve, -cd, -m, --info ...
+            return None
+        else:
+            overrides.append(word)
+    return (overrides, package) if job else None
 
 
 def _launched_by_torchrun_or_srun() -> bool:

@@ -28,6 +28,7 @@ from omegaconf import DictConfig, open_dict, read_write
 from primus_hydra.backends.schemas import register_schemas
 from primus_hydra.config.error_format import format_compose_error, is_compose_error
 from primus_hydra.config.fast_composition import install as install_fast_composition
+from primus_hydra.config.job_composition import compose_job_config
 from primus_hydra.config.paths import find_conf_dir, writable_dir_failure
 from primus_hydra.errors import PrimusError
 from primus_hydra.migrate.emit import comment
@@ -273,18 +274,31 @@ def compose_imported(name: str, config_dir: Path, *extra: str) -> DictConfig:
     install_fast_composition()
     register_schemas()
     loader = ConfigLoaderImpl(config_search_path=create_config_search_path(find_conf_dir()))
-    overrides = [f"experiment={hydra_value(name)}", f"hydra.searchpath=[{hydra_value('file://' + str(Path(config_dir).resolve()))}]",
-                 *extra]
-    return loader.load_configuration("config", overrides, RunMode.RUN)
+    return loader.load_configuration("config", _imported_overrides(name, config_dir, *extra), RunMode.RUN)
+
+
+def compose_imported_job(name: str, config_dir: Path) -> DictConfig:
+    """compose_imported's config without its `hydra` node: composed without Hydra's own config where that gives the
+    same (config/job_composition.py: ~40 % of a composition), else by compose_imported."""
+    install_fast_composition()
+    register_schemas()
+    composed = compose_job_config(find_conf_dir(), "config", _imported_overrides(name, config_dir))
+    if composed is None:
+        composed = compose_imported(name, config_dir)
+        with read_write(composed), open_dict(composed):  # this composition is ours alone: no copy without the node
+            composed.pop("hydra", None)
+    return composed
+
+
+def _imported_overrides(name: str, config_dir: Path, *extra: str) -> list[str]:
+    return [f"experiment={hydra_value(name)}",
+            f"hydra.searchpath=[{hydra_value('file://' + str(Path(config_dir).resolve()))}]", *extra]
 
 
 def composition_failure(name: str, config_dir: Path) -> Optional[str]:
     """Why `experiment=<name>` from `config_dir` does not compose and validate (None: it does)."""
     try:
-        composed = compose_imported(name, config_dir)
-        with read_write(composed), open_dict(composed):  # this composition is ours alone: no copy without the node
-            composed.pop("hydra", None)
-        prepare(composed, on_this_machine=False, trains=False)
+        prepare(compose_imported_job(name, config_dir), on_this_machine=False, trains=False)
     except PrimusError as error:
         return "; ".join(str(error).splitlines())
     except Exception as error:  # noqa: BLE001 - a composition error: reported as the check's result

@@ -1,0 +1,133 @@
+"""The job's config without Hydra's own: what `--cfg job` prints and what task=import checks each experiment
+against, composed by Hydra's own defaults tree, merges and overrides with Hydra's config left out.
+
+Before the job's config Hydra scans every installed plugin and composes its own (`hydra/config`: the launcher,
+sweeper, logging, help and output groups, about ten of the ~25 configs a composition merges): ~50 ms of the ~140 ms
+`--cfg job` took over `import hydra` (docs/benchmarks.md), for a node that `--cfg job` then deletes. Here the config
+repository answers `hydra/config` with an empty node and leaves out every defaults entry of Hydra's groups
+(`override /hydra/launcher: primus_local`, `/hydra/callbacks: [primus]`); the `hydra:` sections of the configs merge
+into that untyped node, which is removed before the command line's overrides are applied. Everything else, the
+defaults tree, the packages, `_self_`, the schemas, the merges, is Hydra's own code.
+
+It answers None wherever the job's config could differ from the one Hydra composes, and the caller composes with
+Hydra as before: an override of Hydra's config (`hydra.*`, `hydra/...`; `hydra.searchpath` is read as Hydra reads
+it), a sweep, an installed plugin package this project does not know (a plugin may add a config search path), and
+any failure, so that every error is worded by Hydra's own path. What it does not check is the `hydra:` sections
+themselves (a run composes them). tests/unit/test_job_composition.py checks that every option of every group
+composes to Hydra's job config, node type for node type.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Optional, Sequence
+
+from omegaconf import DictConfig, OmegaConf, flag_override
+
+from primus_hydra.config.hf_config import apply_model_from_hf
+
+# the packages under hydra_plugins/ whose plugins add no config search path: Hydra's submitit, joblib and Optuna
+# plugins, and this project's own
+KNOWN_PLUGIN_PACKAGES = frozenset({"hydra_submitit_launcher", "hydra_joblib_launcher", "hydra_optuna_sweeper",
+                                   "primus_local_launcher", "primus_slurm_launcher", "primus_sweeper"})
+HYDRA_ROOT_CONFIG = "hydra/config"
+
+
+def compose_job_config(search_path_dir: str, config_name: str, overrides: Sequence[str]) -> Optional[DictConfig]:
+    """The config Hydra composes for `overrides` from `search_path_dir` (a folder or `pkg://` module), without its
+    `hydra` node, or None where only Hydra's own path can tell (the module's docstring)."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.defaults_list import create_defaults_list
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    if not _only_known_plugins():
+        return None
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except Exception:  # noqa: BLE001 - Hydra's path words the error
+        return None
+    if any(override.is_sweep_override() or _needs_hydras_config(override) for override in parsed):
+        return None
+    _register_config_sources()
+    loader = ConfigLoaderImpl(config_search_path=_search_path(search_path_dir))
+    repo = _without_hydras_config(loader.repository)
+    try:
+        loader._process_config_searchpath(config_name, parsed, repo)
+        defaults = create_defaults_list(repo=repo, config_name=config_name, overrides_list=parsed,
+                                        prepend_hydra=True, skip_missing=False)
+        cfg = loader._compose_config_from_defaults_list(defaults=defaults.defaults, repo=repo)
+        with flag_override(cfg, ["struct", "readonly"], False):
+            del cfg["hydra"]
+        OmegaConf.set_struct(cfg, True)
+        ConfigLoaderImpl._apply_overrides_to_config(
+            [override for override in defaults.config_overrides if not override.is_hydra_override()], cfg)
+        apply_model_from_hf(cfg, overrides)
+    except Exception:  # noqa: BLE001 - Hydra's path words the error
+        return None
+    return cfg
+
+
+def _needs_hydras_config(override: Any) -> bool:
+    return override.is_hydra_override() and override.get_key_element() != "hydra.searchpath"
+
+
+def _only_known_plugins() -> bool:
+    import pkgutil
+
+    try:
+        import hydra_plugins
+    except ImportError:
+        return True
+    return {module.name for module in pkgutil.iter_modules(hydra_plugins.__path__)} <= KNOWN_PLUGIN_PACKAGES
+
+
+def _register_config_sources() -> None:
+    """The config sources Hydra's plugin scan registers (file://, pkg://, structured://), without the scan."""
+    from hydra._internal.core_plugins.file_config_source import FileConfigSource
+    from hydra._internal.core_plugins.importlib_resources_config_source import ImportlibResourcesConfigSource
+    from hydra._internal.core_plugins.structured_config_source import StructuredConfigSource
+    from hydra._internal.sources_registry import SourcesRegistry
+
+    for source in (FileConfigSource, ImportlibResourcesConfigSource, StructuredConfigSource):
+        SourcesRegistry.instance().register(source)
+
+
+def _search_path(search_path_dir: str) -> Any:
+    """Hydra's search path for a primary config folder (hydra._internal.utils.create_config_search_path) where no
+    installed plugin adds to it."""
+    from hydra._internal.config_search_path_impl import ConfigSearchPathImpl
+
+    search_path = ConfigSearchPathImpl()
+    search_path.append("hydra", "pkg://hydra.conf")
+    search_path.append("main", search_path_dir)
+    search_path.append("schema", "structured://")
+    return search_path
+
+
+def _without_hydras_config(repository: Any) -> Any:
+    from hydra._internal.config_repository import CachingConfigRepository
+    from hydra.plugins.config_source import ConfigResult
+
+    class JobConfigRepository(CachingConfigRepository):
+        """Hydra's caching repository, with `hydra/config` an empty node and no defaults entry of Hydra's groups."""
+
+        def load_config(self, config_path: str) -> Optional[ConfigResult]:
+            if config_path == HYDRA_ROOT_CONFIG:
+                return ConfigResult(provider="primus_hydra", path="job_composition", config=OmegaConf.create(),
+                                    header={"package": None}, defaults_list=[], is_schema_source=True)
+            result = super().load_config(config_path)
+            if result is not None and result.defaults_list:
+                result.defaults_list = [entry for entry in result.defaults_list
+                                        if not _names_hydras_group(entry, config_path)]
+            return result
+
+    return JobConfigRepository(repository)
+
+
+def _names_hydras_group(entry: Any, config_path: str) -> bool:
+    """Whether a defaults entry of the config at `config_path` names one of Hydra's groups (hydra/...)."""
+    name = getattr(entry, "group", None) or getattr(entry, "path", None) or ""
+    if name.startswith("/"):
+        name = name[1:]
+    else:
+        name = os.path.join(os.path.dirname(config_path), name)
+    return name == "hydra" or name.startswith("hydra/")
