@@ -39,6 +39,17 @@ def torch_curve(tmp_path_factory) -> dict[int, float]:
     return train(tmp_path_factory.mktemp("torch") / "run", "backend=torch")
 
 
+@pytest.fixture(scope="module")
+def bridge_saved(tmp_path_factory) -> Path:
+    """Bridge's 5 short steps, its final step saved: what a checkpoint, a LoRA start and a resume are measured against
+    (one Bridge run for three tests: Bridge's import alone takes ~8 s)."""
+    run_dir = tmp_path_factory.mktemp("bridge_saved") / "run"
+    result = primus(f"hydra.run.dir={run_dir}", *SHORT_RUN, "backend=megatron_bridge",
+                    "module.checkpoint.save_final=true", cwd=run_dir.parent)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return run_dir
+
+
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_bridge_follows_the_native_curve_from_the_same_seed(tmp_path, torch_curve, layout):
     run_dir = tmp_path / "run"
@@ -85,7 +96,7 @@ def test_bridge_builds_layernorm_and_learned_positions_as_megatron_does(tmp_path
     assert_same_curve(runs["megatron_bridge"], runs["megatron"])
 
 
-def test_a_bridge_checkpoint_loads_into_backend_torch_as_the_megatron_one_of_the_same_training(tmp_path):
+def test_a_bridge_checkpoint_loads_into_backend_torch_as_the_megatron_one_of_the_same_training(tmp_path, bridge_saved):
     """Bridge and backend=megatron train the same 5 steps (the same megatron-core model, batches and schedule) and
     save; backend=torch started from Bridge's own checkpoint (torch_dist, in Megatron's layout: no meta.json) follows
     the curve of backend=torch started from megatron's."""
@@ -94,9 +105,8 @@ def test_a_bridge_checkpoint_loads_into_backend_torch_as_the_megatron_one_of_the
         assert result.returncode == 0, result.stderr[-3000:]
         return losses(tmp_path / name)
 
-    saving = "module.checkpoint.save_final=true"
-    assert_same_curve(run("bridge", "backend=megatron_bridge", saving), run("megatron", "backend=megatron", saving))
-    bridge_save = tmp_path / "bridge" / "checkpoints"
+    assert_same_curve(losses(bridge_saved), run("megatron", "backend=megatron", "module.checkpoint.save_final=true"))
+    bridge_save = bridge_saved / "checkpoints"
     assert (bridge_save / "latest_checkpointed_iteration.txt").read_text().strip() == "5"
     assert (bridge_save / "iter_0000005" / ".metadata").is_file()  # torch_dist: Bridge's own format
     from_bridge = run("torch_from_bridge", "backend=torch", f"module.checkpoint.load={bridge_save}")
@@ -161,14 +171,11 @@ def test_autobridge_loads_a_tiny_hugging_face_folder_and_exports_the_same_tensor
     assert "exported 21 tensors, all equal" in result.stdout
 
 
-def test_lora_fine_tuning_through_bridges_peft_trains_the_adapters_only(tmp_path):
+def test_lora_fine_tuning_through_bridges_peft_trains_the_adapters_only(tmp_path, bridge_saved):
     """module.peft.method=lora on backend=megatron_bridge: Bridge's LoRA wraps the four linear layers of each of
     llama_tiny's 4 layers (rank 8) on top of a Bridge save; the base weights are frozen (the trained count is the
     adapters' exactly) and Bridge saves the adapters only, trained away from their zero start."""
-    base = tmp_path / "base"
-    result = primus(f"hydra.run.dir={base}", *SHORT_RUN, "backend=megatron_bridge", "module.checkpoint.save_final=true",
-                    cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
+    base = bridge_saved
     lora = tmp_path / "lora"
     result = primus(f"hydra.run.dir={lora}", *SHORT_RUN, "backend=megatron_bridge", "module.stage=sft",
                     f"module.checkpoint.load={base / 'checkpoints'}", "module.peft.method=lora", "module.peft.rank=8",
@@ -196,19 +203,19 @@ def test_lora_needs_a_megatron_format_checkpoint_to_start_from(tmp_path):
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
-def test_a_bridge_run_stopped_by_exit_interval_resumes_on_the_uninterrupted_curve(tmp_path):
+def test_a_bridge_run_stopped_by_exit_interval_resumes_on_the_uninterrupted_curve(tmp_path, bridge_saved):
     """Bridge's own save and load of its torch_dist step (model, distributed optimizer with torch's Adam, scheduler,
-    data position): resumed, steps 4..6 are those of the run that never stopped."""
-    six = [*SHORT_RUN, "backend=megatron_bridge", "module.train_iters=6", "module.checkpoint.interval=3"]
-
-    def run(run_dir: Path, *args: str) -> dict[int, float]:
-        result = primus(f"hydra.run.dir={run_dir}", *six, *args, cwd=tmp_path)
+    data position): stopped after step 3 and resumed, steps 4 and 5 are those of the run that never stopped."""
+    def run(*args: str) -> dict[int, float]:
+        result = primus(f"hydra.run.dir={tmp_path / 'stopped'}", *SHORT_RUN, "backend=megatron_bridge",
+                        "module.checkpoint.interval=3", *args, cwd=tmp_path)
         assert result.returncode == 0, result.stderr[-3000:]
-        return losses(run_dir)
+        return losses(tmp_path / "stopped")
 
-    whole = run(tmp_path / "whole")
-    assert sorted(run(tmp_path / "stopped", "module.exit_interval=3")) == [1, 2, 3]
-    assert_same_curve(run(tmp_path / "stopped", "module.checkpoint.resume=auto"), whole, rel=1e-6)
+    assert sorted(run("module.exit_interval=3")) == [1, 2, 3]
+    resumed = run("module.checkpoint.resume=auto")
+    assert sorted(resumed) == [1, 2, 3, 4, 5]  # one record per step: the resumed steps appended
+    assert_same_curve(resumed, losses(bridge_saved), rel=1e-6)
 
 
 PROVIDER = """
