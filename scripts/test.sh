@@ -15,9 +15,9 @@
 # Sessions side by side (each prints its own summary; the exit status is non-zero when any fails):
 # - the unit tier starts no process, so it runs as two sessions sharing its modules, one per core;
 # - `all` with a cluster runs the Slurm tier (it mostly waits on the cluster) in the background beside the unit
-#   tier, then, still beside it, the integration tier's tests that measure no time as two sessions side by side (a
-#   session takes the next module the other has not: tests/helpers/module_share.py, each reports what it ran); the
-#   integration tests marked `timing` (tokens/s, timeouts of seconds) run last, alone.
+#   tier, then the integration tier's tests that measure no time as two sessions side by side (one after the unit
+#   tier, one after the Slurm tier; a session takes the next module the other has not: tests/integration/conftest.py,
+#   each reports what it ran); the integration tests marked `timing` (tokens/s, timeouts of seconds) run last, alone.
 # `scripts/test.sh integration` runs the whole integration tier in one session.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -118,6 +118,22 @@ unit_tier() {
   unit_share=""
 }
 
+# The Slurm tier, then this session's share of the integration tier's tests that measure no time (run in the
+# background: a TERM stops the pytest it waits for).
+slurm_then_integration() {
+  local pid="" code=0 first=0
+  trap '[[ -n "$pid" ]] && kill "$pid" 2>/dev/null; exit 143' TERM
+  "$python" -m pytest "$root/tests/slurm" "$@" & pid=$!
+  wait "$pid" || first=$?
+  (( first == 5 )) && first=0
+  echo "[test] integration tier, the modules this session took (the other session runs beside it)" >&2
+  PRIMUS_TEST_TIMING=skip PRIMUS_TEST_SHARE="$share" "$python" -m pytest "$root/tests/integration" "$@" & pid=$!
+  wait "$pid" || code=$?
+  (( code == 5 )) && code=0
+  (( first )) && code=$first
+  return "$code"
+}
+
 case "$tier" in
   unit)
     echo "[test] unit tier, the modules this session took (the other session runs beside it)" >&2
@@ -125,18 +141,13 @@ case "$tier" in
   all)
     if [[ -n "${SLURM_CONF:-}" ]]; then
       share="$(mktemp -d "${TMPDIR:-/tmp}/primus-test-share.XXXXXX")"
-      beside "slurm tier" "$python" -m pytest "$root/tests/slurm" "$@"
+      beside "slurm tier, then integration tier (the modules that session took)" slurm_then_integration "$@"
       echo "[test] unit tier, the modules this session took (its other session and the slurm tier run beside it)" >&2
       unit_tier "$@"
-      # the Slurm tier mostly waits on its cluster (a requeue's minute in BeginTime, a node's timeout): the integration
-      # tier's two sessions start beside it as soon as the unit tier is done
-      beside "integration tier, the modules its other session took" env PRIMUS_TEST_TIMING=skip \
-        PRIMUS_TEST_SHARE="$share" "$python" -m pytest "$root/tests/integration" "$@"
-      echo "[test] integration tier but its timing tests, the modules this session took (its other session and the" \
-           "slurm tier run beside it)" >&2
+      echo "[test] integration tier but its timing tests, the modules this session took (the slurm tier or the" \
+           "other integration session runs beside it)" >&2
       PRIMUS_TEST_TIMING=skip PRIMUS_TEST_SHARE="$share" tier_pytest "$root/tests/integration" "$@" || rc=$?
-      collect "integration tier, the modules its other session took" || rc=$?
-      collect "slurm tier" || rc=$?
+      collect "slurm tier, then integration tier (the modules that session took)" || rc=$?
       echo "[test] integration tier: its timing tests, alone" >&2
       PRIMUS_TEST_TIMING=only tier_pytest "$root/tests/integration" "$@" || rc=$?
     else
