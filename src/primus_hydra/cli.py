@@ -152,9 +152,9 @@ def _job_config_request(args: list[str]) -> Optional[tuple[list[str], Optional[s
         if flag in ("--cfg", "-c", "--package", "-p") and word.startswith("-"):
             value = value if equals else next(words, "")
             if flag in ("--cfg", "-c"):
-                job = job or value == "job"
-                if value != "job":
+                if value != "job":  # --cfg hydra / all: Hydra's own config is printed
                     return None
+                job = True
             else:
                 package = value
         elif word.startswith("-"):  # another flag: --resolve, -cd, -m, --info ...
