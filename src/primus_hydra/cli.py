@@ -80,7 +80,7 @@ def main() -> None:
         sys.argv += overrides_for_external_launch(sys.argv[1:])
     # Let composition errors reach us instead of Hydra's multi-line report, so that we can print one line.
     os.environ["HYDRA_FULL_ERROR"] = "1"
-    printing = INFO_FLAGS.intersection(sys.argv[1:])
+    printing = any(word.partition("=")[0] in INFO_FLAGS for word in sys.argv[1:])  # --cfg job, --cfg=job
     if not printing:
         warn_about_literal_secrets(sys.argv[1:])
     try:

@@ -89,8 +89,9 @@ def test_every_file_that_holds_config_is_owner_only(run):
         name: oct(0o600) for name in config_files}
 
 
-def test_a_printed_resolved_config_shows_secrets_redacted(tmp_path):
-    result = primus(*SECRETS, "--cfg", "job", "--resolve", "-p", "platform.env", cwd=tmp_path, env={"HF_TOKEN": TOKEN})
+@pytest.mark.parametrize("flags", [["--cfg", "job"], ["--cfg=job"]])  # both of argparse's spellings
+def test_a_printed_resolved_config_shows_secrets_redacted(tmp_path, flags):
+    result = primus(*SECRETS, *flags, "--resolve", "-p", "platform.env", cwd=tmp_path, env={"HF_TOKEN": TOKEN})
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["# @package platform.env", "TOKENIZERS_PARALLELISM: 'false'",
                                           "HUGGING_FACE_HUB_TOKEN: <redacted>", "WANDB_API_KEY: <redacted>"]
