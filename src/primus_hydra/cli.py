@@ -22,6 +22,7 @@ from primus_hydra.config.paths import find_conf_dir
 from primus_hydra.config.secrets import redacted_stdout, warn_about_literal_secrets
 from primus_hydra.distributed_env import launch_environment_failures, stray_launch_variables
 from primus_hydra.errors import PrimusError, SweepPointFailed
+from primus_hydra.util.process_exit import exit_without_teardown
 
 _USER_WANTS_TRACEBACK = os.environ.get("HYDRA_FULL_ERROR") == "1"
 # Hydra's flags that print something and run no job
@@ -179,9 +180,7 @@ def _exit_now() -> None:
            if thread is not threading.current_thread()):
         return
     logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_without_teardown(0)
 
 
 def _discard_stdout() -> None:

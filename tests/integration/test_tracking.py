@@ -62,6 +62,11 @@ def mlflow_server(tmp_path_factory):
         server.wait(30)
 
 
+def left_in(scratch: Path) -> list[str]:
+    """What the processes left in their TMPDIR but torch's compile cache (kept on purpose)."""
+    return sorted(path.name for path in scratch.iterdir() if not path.name.startswith("torchinductor_"))
+
+
 def no_secret_under(*folders: Path) -> list[str]:
     hits = []
     for folder in folders:
@@ -123,9 +128,12 @@ def test_a_sweep_is_one_tracker_run_per_point_in_one_group_a_failed_point_marked
     command = [sys.executable, "-m", "primus_hydra", "-m", "hydra/launcher=primus_local", *short, *TRACKERS,
                "module.train_iters=3", f"logger.mlflow.tracking_uri={uri}", "logger.mlflow.experiment_name=sweep",
                f"hydra.sweep.dir={tmp_path / 'sweep'}", f"+platform.env.PRIMUS_FAULT={faults}"]
-    result = subprocess.run(command, cwd=REPO, env=clean_env({"PRIMUS_AUTO_VCPUS": "2"}), capture_output=True,
-                            text=True, timeout=300)
+    scratch = tmp_path / "tmp"  # TMPDIR: what the processes leave there (wandb makes temp dirs at import) is a leak
+    scratch.mkdir()
+    result = subprocess.run(command, cwd=REPO, env=clean_env({"PRIMUS_AUTO_VCPUS": "2", "TMPDIR": str(scratch)}),
+                            capture_output=True, text=True, timeout=300)
     assert result.returncode == 1, result.stderr[-3000:]
+    assert left_in(scratch) == []
 
     runs = sorted(runs_of(uri, "sweep"), key=lambda run: run.data.params["platform.env.PRIMUS_FAULT"])
     assert [run.info.status for run in runs] == ["FINISHED", "FINISHED", "FAILED"]  # none:0:1, none:0:3, raise:0:2
@@ -143,12 +151,16 @@ def test_a_sweep_is_one_tracker_run_per_point_in_one_group_a_failed_point_marked
 def test_megatron_torchtitan_and_bridge_feed_the_same_trackers_as_metrics_jsonl(backend, tmp_path):
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     run_dir = tmp_path / "run"
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     short = [override for override in SMALL if not override.startswith(("module.train_iters=", "module.checkpoint.interval="))]
     result = subprocess.run([sys.executable, "-m", "primus_hydra", f"backend={backend}", f"hydra.run.dir={run_dir}",
                              *short, "module.train_iters=4", "module.checkpoint.interval=0", *TRACKERS,
                              f"logger.mlflow.tracking_uri={store}", f"logger.mlflow.experiment_name={backend}"],
-                            cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=240)
+                            cwd=tmp_path, env=clean_env({"TMPDIR": str(scratch)}), capture_output=True, text=True,
+                            timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert left_in(scratch) == []  # wandb's temp dirs are removed at the end
     losses = [json.loads(line)["loss"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
               if "loss" in json.loads(line)]
     (run,) = runs_of(store, backend)

@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional
 
 from primus_hydra.errors import SweepPointFailed
 from primus_hydra.orchestrator.prepare import HANDOFF
+from primus_hydra.util.process_exit import exit_without_teardown
 
 
 @dataclasses.dataclass
@@ -98,9 +99,7 @@ def run_point(launch: PointLaunch) -> None:
         traceback.print_exc()
         result = PointResult("failed", error=first_line(error), exit_code=1)
     _write_result(result, launch.result_path)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(result.exit_code)  # no interpreter teardown: torch's atexit hooks can take seconds
+    exit_without_teardown(result.exit_code)  # no interpreter teardown: torch's atexit hooks can take seconds
 
 
 def _leave_parent_process_group() -> None:
