@@ -233,8 +233,28 @@ def tensor_moves_on_cpu(ctx: Optional[PatchContext]) -> None:
                      rebind_prefix=MEGATRON_BRIDGE)
 
 
+@register_patch("megatron_bridge.cpu.jit_warmup_only_for_fusions", backend="megatron_bridge", phase="setup",
+                priority=13, backend_versions=CPU_PATCH_VERSIONS, condition=runs_on_cpu, tags=("cpu",))
+def jit_warmup_only_for_fusions_in_use(ctx: Optional[PatchContext]) -> None:
+    """pretrain()'s setup warms up the fused bias+activation and bias+dropout+add kernels (torch.compile: Inductor
+    builds C++ for each new shape, 1-15 s a process) whether or not the model fuses them. Where the model fuses
+    neither (bias_activation_fusion and bias_dropout_fusion off, as on the CPU), it compiles kernels nothing calls:
+    skipped then; a model that fuses either is warmed up as before."""
+    from megatron.bridge.training import setup
+
+    warm_up = getattr(setup.set_jit_fusion_options, "__wrapped__", setup.set_jit_fusion_options)
+
+    def set_jit_fusion_options(model_config: Any, micro_batch_size: int) -> None:
+        if model_config.bias_activation_fusion or model_config.bias_dropout_fusion:
+            warm_up(model_config, micro_batch_size)
+
+    set_jit_fusion_options.__wrapped__ = warm_up
+    setup.set_jit_fusion_options = set_jit_fusion_options
+
+
 def install_cpu_support() -> None:
     """All megatron_bridge.cpu.* patches at once, outside a run (tests), Bridge made importable first."""
     allow_import_without_transformer_engine()
-    for patch in (peft_without_transformer_engine, optimizer_state_for_loading, torch_cuda_on_cpu, initialize_on_cpu, tensor_moves_on_cpu):
+    for patch in (peft_without_transformer_engine, optimizer_state_for_loading, torch_cuda_on_cpu, initialize_on_cpu,
+                  tensor_moves_on_cpu, jit_warmup_only_for_fusions_in_use):
         patch(None)
