@@ -55,12 +55,27 @@ def single_process_curve(tmp_path_factory) -> dict[int, float]:
     return curve
 
 
+@pytest.fixture(scope="module")
+def layout_run(tmp_path_factory):
+    """Each layout's 6-step run, trained once, saving at step 3 and 6: its curve is checked by one test and its step 3
+    is what another resumes on one process."""
+    cache: dict[str, Path] = {}
+    saving = [arg for arg in SMALL if not arg.startswith("module.checkpoint.interval")] + ["module.checkpoint.interval=3"]
+
+    def run_dir(layout: str) -> Path:
+        if layout not in cache:
+            cache[layout] = tmp_path_factory.mktemp(layout) / "run"
+            result = primus(cache[layout], "module.train_iters=6", *saving, *LAYOUTS[layout])
+            assert result.returncode == 0, result.stderr[-3000:]
+        return cache[layout]
+
+    return run_dir
+
+
 @pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_parallel_layout_reproduces_the_single_process_curve(tmp_path, single_process_curve, layout):
-    result = primus(tmp_path / "run", "module.train_iters=6", *SMALL, *LAYOUTS[layout])
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert_same_curve(losses(tmp_path / "run"), single_process_curve)
-    run_dir = tmp_path / "run"
+def test_parallel_layout_reproduces_the_single_process_curve(single_process_curve, layout_run, layout):
+    run_dir = layout_run(layout)
+    assert_same_curve(losses(run_dir), single_process_curve)
     # the held-out evaluation too, forward only through each layout (the pipeline schedule's eval with pp)
     assert_same_curve(eval_losses(run_dir), eval_losses(single_process_curve.run_dir))
     world = 4 if layout == "tp2_dp2" else 2
@@ -70,15 +85,15 @@ def test_parallel_layout_reproduces_the_single_process_curve(tmp_path, single_pr
 
 
 @pytest.mark.parametrize("layout", ["dp2", "fsdp2", "tp2", "pp2_1f1b"])
-def test_checkpoint_from_a_parallel_layout_resumes_on_one_process(tmp_path, single_process_curve, layout):
-    first = primus(tmp_path / "first", "module.train_iters=6", "module.exit_interval=3", *SMALL, *LAYOUTS[layout])
-    assert first.returncode == 0, first.stderr[-3000:]
-    meta = json.loads((tmp_path / "first" / "checkpoints" / "step_0000003" / "meta.json").read_text())
-    assert meta["world_size"] == 2
-    second = primus(tmp_path / "second", "module.train_iters=6", *SMALL,
-                    f"module.checkpoint.resume={tmp_path / 'first' / 'checkpoints'}")
+def test_checkpoint_from_a_parallel_layout_resumes_on_one_process(tmp_path, single_process_curve, layout_run, layout):
+    step = layout_run(layout) / "checkpoints" / "step_0000003"
+    assert json.loads((step / "meta.json").read_text())["world_size"] == 2
+    second = primus(tmp_path / "second", "module.train_iters=6", *SMALL, f"module.checkpoint.resume={step}")
     assert second.returncode == 0, second.stderr[-3000:]
-    assert_same_curve({**losses(tmp_path / "first"), **losses(tmp_path / "second")}, single_process_curve)
+    resumed = losses(tmp_path / "second")
+    assert sorted(resumed) == [4, 5, 6]
+    first = {s: loss for s, loss in losses(layout_run(layout)).items() if s <= 3}
+    assert_same_curve({**first, **resumed}, single_process_curve)
 
 
 def test_user_torchrun_shares_one_run_dir_and_is_not_launched_again(tmp_path, single_process_curve):

@@ -81,10 +81,28 @@ def test_torchtitan_follows_the_native_curve_from_the_same_seed(native_run, torc
     assert native[5] < native[1]
 
 
+@pytest.fixture(scope="module")
+def layout_run(tmp_path_factory):
+    """Each layout's run, trained once, saving at step 3: its curve is checked by one test, and fsdp2's step 3 is what
+    another resumes with tp."""
+    cache: dict[str, Path] = {}
+    saving = [arg for arg in QUICK if not arg.startswith("module.checkpoint.interval")] + ["module.checkpoint.interval=3"]
+
+    def run_dir(layout: str) -> Path:
+        if layout not in cache:
+            cache[layout] = tmp_path_factory.mktemp(layout) / "run"
+            result = primus(f"hydra.run.dir={cache[layout]}", *saving, "backend=torchtitan", *LAYOUTS[layout],
+                            cwd=cache[layout].parent)
+            assert result.returncode == 0, result.stderr[-3000:]
+        return cache[layout]
+
+    return run_dir
+
+
 @pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_every_torchtitan_layout_follows_the_one_process_curve(tmp_path, torchtitan_curve, layout):
-    run_dir = tmp_path / "run"
-    assert_same_curve(train(run_dir, "backend=torchtitan", *LAYOUTS[layout]), torchtitan_curve)
+def test_every_torchtitan_layout_follows_the_one_process_curve(torchtitan_curve, layout_run, layout):
+    run_dir = layout_run(layout)
+    assert_same_curve(losses(run_dir), torchtitan_curve)
     assert_same_curve(eval_losses(run_dir), torchtitan_curve.evals)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert all(r["grad_norm"] > 0 and r["memory_gib"] > 0 and r["tflops"] > 0 for r in records)
@@ -131,21 +149,19 @@ def test_torchtitans_gpt_oss_trains_on_the_cpu_and_fsdp_and_tp_follow_its_one_pr
         assert_same_curve(train(tmp_path / layout, "backend=torchtitan", *GPT_OSS_TINY, *LAYOUTS[layout]), one)
 
 
-def test_an_fsdp_checkpoint_resumes_with_tp_on_the_uninterrupted_curve(tmp_path, torchtitan_curve):
-    saving = [a for a in QUICK if not a.startswith("module.checkpoint.interval")] + ["module.checkpoint.interval=3"]
-    run_dir = tmp_path / "run"
-    first = primus(f"hydra.run.dir={run_dir}", *saving, "backend=torchtitan", *LAYOUTS["fsdp2"], "module.exit_interval=3",
-                   cwd=tmp_path)
-    assert first.returncode == 0, first.stderr[-3000:]
-    step = run_dir / "checkpoints" / "step_0000003"
+def test_an_fsdp_checkpoint_resumes_with_tp_on_the_uninterrupted_curve(tmp_path, torchtitan_curve, layout_run):
+    step = layout_run("fsdp2") / "checkpoints" / "step_0000003"
     meta = json.loads((step / "meta.json").read_text())
     assert (meta["backend"], meta["format"], meta["world_size"]) == ("torchtitan", "torch.distributed.checkpoint", 2)
     assert (step / ".metadata").is_file()  # torch.distributed.checkpoint's own index
-    resumed = primus(f"hydra.run.dir={run_dir}", *saving, "backend=torchtitan", *LAYOUTS["tp2"],
-                     "module.checkpoint.resume=auto", cwd=tmp_path)
+    run_dir = tmp_path / "run"
+    resumed = primus(f"hydra.run.dir={run_dir}", *QUICK, "backend=torchtitan", *LAYOUTS["tp2"],
+                     f"module.checkpoint.resume={step}", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from" in (run_dir / "logs" / "rank_0.log").read_text()
-    assert_same_curve(losses(run_dir), torchtitan_curve)
+    assert sorted(losses(run_dir)) == [4, 5]
+    first = {s: loss for s, loss in losses(layout_run("fsdp2")).items() if s <= 3}
+    assert_same_curve({**first, **losses(run_dir)}, torchtitan_curve)
 
 
 def test_a_default_torchtitan_run_writes_the_project_run_files(tmp_path):
