@@ -25,7 +25,11 @@ from primus_hydra.config.schema_model import ModelConfig
 pytestmark = [pytest.mark.slow, needs_megatron_core]
 
 EXPERTS, TOP_K, HIDDEN, COEFF = 8, 2, 16, 0.01
-# one rank: megatron-core's router, then the native MoE, on this rank's half (or all) of every micro-batch
+# the balancing types and score functions compared, each a case that every rank process runs in turn
+CASES = [("aux_loss", "softmax"), ("seq_aux_loss", "softmax"), ("global_aux_loss", "softmax"),
+         ("global_aux_loss", "sigmoid")]
+# one rank: for each case, megatron-core's router, then the native MoE, on this rank's half (or all) of every
+# micro-batch (one process for all cases: megatron-core's import is most of a process's time)
 RANK = """
 import sys
 import torch
@@ -45,40 +49,45 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 from primus_hydra.backends.torch.moe import MoE, balance_over_data_parallel
 from test_moe_balancing_against_megatron import moe_model
 
-case = torch.load(inputs)
-micro_batches = [x.chunk(world, dim=0)[rank] for x in case["micro_batches"]]  # (batch, seq, hidden) on this rank
-experts, hidden = case["weight"].shape
-config = TransformerConfig(num_layers=1, hidden_size=hidden, num_attention_heads=2, num_moe_experts=experts,
-                           moe_router_topk=case["top_k"], moe_router_score_function=case["score"],
-                           moe_router_load_balancing_type=case["balancing"], moe_aux_loss_coeff=case["coeff"],
-                           use_cpu_initialization=True, add_bias_linear=False)
-router = TopKRouter(config, pg_collection=moe_utils.get_default_pg_collection())
-router.set_layer_number(1)
-router.weight.data.copy_(case["weight"])
-router.train()
-tracked = {"aux_loss": "load_balancing_loss", "seq_aux_loss": "seq_load_balancing_loss",
-           "global_aux_loss": "global_load_balancing_loss"}[case["balancing"]]
-megatron_losses, before = [], 0.0
-for x in micro_batches:
-    probs, _ = router(x.transpose(0, 1).contiguous())  # megatron-core's layout: (seq, batch, hidden)
-    (probs.sum() * 0).backward()  # only the balancing loss's gradient reaches the router weight
-    total = moe_utils.get_moe_layer_wise_logging_tracker()[tracked]["values"][0].item()
-    megatron_losses.append((total - before) * case["coeff"])  # the tracker sums loss / coeff per layer
-    before = total
 
-native = MoE(moe_model(router_score_function=case["score"], load_balancing_type=case["balancing"]))
-for param in (native.w1, native.w2, native.w3):
-    torch.nn.init.normal_(param, std=0.1)
-native.router.weight.data.copy_(case["weight"])
-balance_over_data_parallel(native, None, torch.distributed.get_world_size())
-native.train()
-native_losses = []
-for x in micro_batches:
-    native(x)
-    native.aux_loss.backward()
-    native_losses.append(native.aux_loss.item())
-torch.save({"megatron": megatron_losses, "native": native_losses, "megatron_grad": router.weight.grad,
-            "native_grad": native.router.weight.grad}, out)
+def compare(case):
+    micro_batches = [x.chunk(world, dim=0)[rank] for x in case["micro_batches"]]  # (batch, seq, hidden) here
+    experts, hidden = case["weight"].shape
+    config = TransformerConfig(num_layers=1, hidden_size=hidden, num_attention_heads=2, num_moe_experts=experts,
+                               moe_router_topk=case["top_k"], moe_router_score_function=case["score"],
+                               moe_router_load_balancing_type=case["balancing"], moe_aux_loss_coeff=case["coeff"],
+                               use_cpu_initialization=True, add_bias_linear=False)
+    router = TopKRouter(config, pg_collection=moe_utils.get_default_pg_collection())
+    router.set_layer_number(1)
+    router.weight.data.copy_(case["weight"])
+    router.train()
+    tracked = {"aux_loss": "load_balancing_loss", "seq_aux_loss": "seq_load_balancing_loss",
+               "global_aux_loss": "global_load_balancing_loss"}[case["balancing"]]
+    moe_utils.clear_aux_losses_tracker()  # the tracker is megatron-core's global: the case before left its sums
+    megatron_losses, before = [], 0.0
+    for x in micro_batches:
+        probs, _ = router(x.transpose(0, 1).contiguous())  # megatron-core's layout: (seq, batch, hidden)
+        (probs.sum() * 0).backward()  # only the balancing loss's gradient reaches the router weight
+        total = moe_utils.get_moe_layer_wise_logging_tracker()[tracked]["values"][0].item()
+        megatron_losses.append((total - before) * case["coeff"])  # the tracker sums loss / coeff per layer
+        before = total
+
+    native = MoE(moe_model(router_score_function=case["score"], load_balancing_type=case["balancing"]))
+    for param in (native.w1, native.w2, native.w3):
+        torch.nn.init.normal_(param, std=0.1)
+    native.router.weight.data.copy_(case["weight"])
+    balance_over_data_parallel(native, None, torch.distributed.get_world_size())
+    native.train()
+    native_losses = []
+    for x in micro_batches:
+        native(x)
+        native.aux_loss.backward()
+        native_losses.append(native.aux_loss.item())
+    return {"megatron": megatron_losses, "native": native_losses, "megatron_grad": router.weight.grad,
+            "native_grad": native.router.weight.grad}
+
+
+torch.save({name: compare(case) for name, case in torch.load(inputs).items()}, out)
 """
 
 
@@ -91,14 +100,16 @@ def moe_model(**moe) -> DictConfig:
     return model
 
 
-def run_ranks(tmp_path, world: int, **case) -> list[dict]:
+def run_ranks(tmp_path, world: int) -> list[dict]:
+    """Each rank's results of every case (balancing, score): the same router weight and micro-batches for all."""
     torch.manual_seed(0)
-    case = {"weight": torch.randn(EXPERTS, HIDDEN) * 0.5, "micro_batches": [torch.randn(4, 6, HIDDEN) for _ in range(3)],
-            "top_k": TOP_K, "coeff": COEFF, "score": "softmax", **case}
-    torch.save(case, tmp_path / "case.pt")
+    data = {"weight": torch.randn(EXPERTS, HIDDEN) * 0.5, "micro_batches": [torch.randn(4, 6, HIDDEN) for _ in range(3)],
+            "top_k": TOP_K, "coeff": COEFF}
+    torch.save({(balancing, score): {**data, "balancing": balancing, "score": score} for balancing, score in CASES},
+               tmp_path / "cases.pt")
     path = [str(REPO / "src"), str(REPO / "tests"), str(REPO / "tests" / "integration"), os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
-    ranks = [subprocess.Popen([sys.executable, "-c", RANK, str(tmp_path / "case.pt"), str(tmp_path / f"out{rank}.pt"),
+    ranks = [subprocess.Popen([sys.executable, "-c", RANK, str(tmp_path / "cases.pt"), str(tmp_path / f"out{rank}.pt"),
                                str(rank), str(world), str(tmp_path / "store")], env=env, stderr=subprocess.PIPE,
                               text=True) for rank in range(world)]
     for process in ranks:
@@ -107,18 +118,31 @@ def run_ranks(tmp_path, world: int, **case) -> list[dict]:
     return [torch.load(tmp_path / f"out{rank}.pt") for rank in range(world)]
 
 
+@pytest.fixture(scope="module")
+def ranks_of(tmp_path_factory):
+    """world -> each rank's results of every case, computed once (one process per rank for all cases)."""
+    cache: dict[int, list[dict]] = {}
+
+    def ranks(world: int) -> list[dict]:
+        if world not in cache:
+            cache[world] = run_ranks(tmp_path_factory.mktemp(f"world{world}"), world)
+        return cache[world]
+
+    return ranks
+
+
 @pytest.mark.parametrize("world", [1, 2])
-@pytest.mark.parametrize("balancing,score", [("aux_loss", "softmax"), ("seq_aux_loss", "softmax"),
-                                             ("global_aux_loss", "softmax"), ("global_aux_loss", "sigmoid")])
-def test_native_balancing_loss_and_router_gradient_are_megatron_cores(tmp_path, world, balancing, score):
-    for rank in run_ranks(tmp_path, world, balancing=balancing, score=score):
-        assert rank["native"] == pytest.approx(rank["megatron"], rel=1e-5)
-        torch.testing.assert_close(rank["native_grad"], rank["megatron_grad"], rtol=1e-5, atol=1e-9)
+@pytest.mark.parametrize("balancing,score", CASES)
+def test_native_balancing_loss_and_router_gradient_are_megatron_cores(ranks_of, world, balancing, score):
+    for rank in ranks_of(world):
+        result = rank[balancing, score]
+        assert result["native"] == pytest.approx(result["megatron"], rel=1e-5)
+        torch.testing.assert_close(result["native_grad"], result["megatron_grad"], rtol=1e-5, atol=1e-9)
 
 
-def test_two_ranks_global_aux_loss_adds_up_to_the_one_process_loss(tmp_path):
-    one = run_ranks(tmp_path, 1, balancing="global_aux_loss")[0]
-    two = run_ranks(tmp_path, 2, balancing="global_aux_loss")
+def test_two_ranks_global_aux_loss_adds_up_to_the_one_process_loss(ranks_of):
+    one = ranks_of(1)[0]["global_aux_loss", "softmax"]
+    two = [rank["global_aux_loss", "softmax"] for rank in ranks_of(2)]
     assert [a + b for a, b in zip(two[0]["native"], two[1]["native"])] == pytest.approx(one["native"], rel=1e-5)
 
 
