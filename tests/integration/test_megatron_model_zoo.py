@@ -2,9 +2,10 @@
 spec, on the meta device), has exactly the parameter count of the project's model math: the translation means the
 published architecture (those counts equal the published ones: tests/unit/test_model_zoo.py).
 
-deepseek_v3 (58 MoE layers of 256 experts) takes 23 s to build whole on meta: it is built with 1 and with 2 MoE
-layers after its 3 dense ones, and its count is the first plus 57 times the difference (its MoE layers are the same
-module by construction)."""
+deepseek_v3 (58 MoE layers of 256 experts) takes 23 s to build whole on meta, qwen3_30b_a3b (48 of 128) 7 s: a model
+whose layers are all MoE, or dense then all MoE, with 128 experts or more, is built with its dense layers and 1 and
+2 MoE layers, and its count is the first plus the other MoE layers times the difference (its MoE layers are the same
+module by construction). llama4_17bx128e (MoE every other layer) is built whole."""
 from __future__ import annotations
 
 import json
@@ -40,14 +41,17 @@ from megatron.core import parallel_state
 parallel_state.initialize_model_parallel(1, 1)
 install_cpu_support()
 patches.router_gemm_without_te(None)
-def built_count(args, extrapolate):
-    if not extrapolate:
+def built_count(args):  # built whole, or with its dense layers and 1 and 2 MoE layers (see the module's text)
+    many_experts = (args.get("num_experts") or 0) >= 128
+    if args.get("moe_layer_freq") == 1 and many_experts:  # every layer MoE
+        dense, pattern = 0, lambda n: 1
+    elif str(args.get("moe_layer_freq")).startswith("([0]*") and many_experts:  # dense layers first, then MoE
+        dense = int(args["moe_layer_freq"].split("[0]*")[1].split("+")[0])
+        pattern = lambda n: f"([0]*{dense}+[1]*{n})"
+    else:
         return count_on_meta(args)
-    dense = int(args["moe_layer_freq"].split("[0]*")[1].split("+")[0])
-    moe = args["num_layers"] - dense
-    with_moe = [count_on_meta({**args, "num_layers": dense + n, "moe_layer_freq": f"([0]*{dense}+[1]*{n})"})
-                for n in (1, 2)]
-    return with_moe[0] + (moe - 1) * (with_moe[1] - with_moe[0])
+    with_moe = [count_on_meta({**args, "num_layers": dense + n, "moe_layer_freq": pattern(n)}) for n in (1, 2)]
+    return with_moe[0] + (args["num_layers"] - dense - 1) * (with_moe[1] - with_moe[0])
 
 
 counts = {}
@@ -55,7 +59,7 @@ for name in sys.argv[1:]:
     cfg = compose_primus("backend=megatron", f"model={name}", "module.data.source=mock")
     args = build_megatron_args(cfg, parallel_layout(cfg, 1))
     args["make_vocab_size_divisible_by"] = 1  # the vocabulary as published, not padded (Llama 4's 202,048)
-    counts[name] = [built_count(args, name == "deepseek_v3"), count_parameters(cfg.model)]
+    counts[name] = [built_count(args), count_parameters(cfg.model)]
 print(json.dumps(counts))
 """
 
