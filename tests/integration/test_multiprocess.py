@@ -60,7 +60,8 @@ def layout_run(tmp_path_factory):
     """Each layout's 6-step run, trained once, saving at step 3 and 6: its curve is checked by one test and its step 3
     is what another resumes on one process."""
     cache: dict[str, Path] = {}
-    saving = [arg for arg in SMALL if not arg.startswith("module.checkpoint.interval")] + ["module.checkpoint.interval=3"]
+    saving = [arg for arg in SMALL if not arg.startswith("module.checkpoint.interval")]
+    saving.append("module.checkpoint.interval=3")
 
     def run_dir(layout: str) -> Path:
         if layout not in cache:

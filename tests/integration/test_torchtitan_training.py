@@ -86,7 +86,8 @@ def layout_run(tmp_path_factory):
     """Each layout's run, trained once, saving at step 3: its curve is checked by one test, and fsdp2's step 3 is what
     another resumes with tp."""
     cache: dict[str, Path] = {}
-    saving = [arg for arg in QUICK if not arg.startswith("module.checkpoint.interval")] + ["module.checkpoint.interval=3"]
+    saving = [arg for arg in QUICK if not arg.startswith("module.checkpoint.interval")]
+    saving.append("module.checkpoint.interval=3")
 
     def run_dir(layout: str) -> Path:
         if layout not in cache:
