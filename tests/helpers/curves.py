@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -23,3 +24,17 @@ def assert_same_curve(actual: dict[int, float], expected: dict[int, float], rel:
     assert list(actual) == list(expected)
     for step, loss in expected.items():
         assert actual[step] == pytest.approx(loss, rel=rel), f"step {step}: {actual[step]} vs {loss}"
+
+
+def trained_once(make_dir: Callable[[str], Path], train: Callable[[Path, str], None]) -> Callable[[str], Path]:
+    """name -> its run dir (made by `make_dir`), trained by `train(run_dir, name)` the first time it is asked for:
+    a module fixture's runs that several tests read."""
+    runs: dict[str, Path] = {}
+
+    def run_dir(name: str) -> Path:
+        if name not in runs:
+            runs[name] = make_dir(name)
+            train(runs[name], name)
+        return runs[name]
+
+    return run_dir

@@ -26,3 +26,9 @@ GPT_OSS_TINY = ["model=gpt_oss_20b", "model.num_layers=2", "model.hidden_size=64
                 "model.num_kv_heads=2", "model.head_dim=8", "model.vocab_size=256", "model.moe.num_experts=4",
                 "model.moe.top_k=2", "model.moe.ffn_hidden_size=32", "model.sliding_window=4",
                 "model.max_position_embeddings=1024"]
+
+
+def saving_every(steps: int, overrides: list[str]) -> list[str]:
+    """`overrides` with a checkpoint saved every `steps` steps in place of their own interval."""
+    kept = [override for override in overrides if not override.startswith("module.checkpoint.interval=")]
+    return [*kept, f"module.checkpoint.interval={steps}"]

@@ -13,7 +13,7 @@ import pytest
 from helpers.cli import primus
 from helpers.curves import assert_same_curve, eval_losses, losses
 from helpers.libraries import needs_megatron_core
-from helpers.overrides import LLAMA4_TINY, SHORT_RUN
+from helpers.overrides import LLAMA4_TINY, SHORT_RUN, saving_every
 
 pytestmark = [pytest.mark.slow, needs_megatron_core]
 
@@ -107,7 +107,7 @@ def test_every_megatron_layout_follows_the_one_process_curve(tmp_path, megatron_
 
 def test_a_dp2_checkpoint_resumes_on_tp2_on_the_uninterrupted_curve(tmp_path, megatron_curve):
     """In the same run dir: the resumed run also reuses the text's indexed dataset the first one built."""
-    saving = [a for a in QUICK if not a.startswith("module.checkpoint.interval")] + ["module.checkpoint.interval=3"]
+    saving = saving_every(3, QUICK)
     run_dir = tmp_path / "run"
     first = primus(f"hydra.run.dir={run_dir}", *saving, "backend=megatron", "model=llama_tiny",
                    "launch.nproc_per_node=2", "module.exit_interval=3", cwd=tmp_path)

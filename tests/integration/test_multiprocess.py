@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.curves import assert_same_curve, eval_losses, losses
-from helpers.overrides import NO_CHECKPOINTS, QUIET_LOGS
+from helpers.curves import assert_same_curve, eval_losses, losses, trained_once
+from helpers.overrides import NO_CHECKPOINTS, QUIET_LOGS, saving_every
 
 pytestmark = pytest.mark.slow  # every test here trains or runs real processes for seconds
 
@@ -59,18 +59,11 @@ def single_process_curve(tmp_path_factory) -> dict[int, float]:
 def layout_run(tmp_path_factory):
     """Each layout's 6-step run, trained once, saving at step 3 and 6: its curve is checked by one test and its step 3
     is what another resumes on one process."""
-    cache: dict[str, Path] = {}
-    saving = [arg for arg in SMALL if not arg.startswith("module.checkpoint.interval")]
-    saving.append("module.checkpoint.interval=3")
+    def train(run_dir: Path, layout: str) -> None:
+        result = primus(run_dir, "module.train_iters=6", *saving_every(3, SMALL), *LAYOUTS[layout])
+        assert result.returncode == 0, result.stderr[-3000:]
 
-    def run_dir(layout: str) -> Path:
-        if layout not in cache:
-            cache[layout] = tmp_path_factory.mktemp(layout) / "run"
-            result = primus(cache[layout], "module.train_iters=6", *saving, *LAYOUTS[layout])
-            assert result.returncode == 0, result.stderr[-3000:]
-        return cache[layout]
-
-    return run_dir
+    return trained_once(lambda layout: tmp_path_factory.mktemp(layout) / "run", train)
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
@@ -130,7 +123,7 @@ def test_a_killed_rank_fails_the_job_naming_it(tmp_path):
 
 
 def test_a_rank_killed_during_a_save_leaves_latest_loadable(tmp_path, single_process_curve):
-    checkpointing = [a for a in SMALL if not a.startswith("module.checkpoint.interval")] + ["module.checkpoint.interval=2"]
+    checkpointing = saving_every(2, SMALL)
     result = primus(tmp_path / "run", "module.train_iters=6", *checkpointing, *LAYOUTS["dp2"],
                     env={"PRIMUS_FAULT": "kill_during_save:1:4"})
     assert result.returncode == 1 and "rank 1 failed (signal SIGKILL)" in result.stderr
@@ -143,7 +136,7 @@ def test_a_rank_killed_during_a_save_leaves_latest_loadable(tmp_path, single_pro
 
 
 def test_max_restarts_resumes_from_the_last_checkpoint(tmp_path, single_process_curve):
-    checkpointing = [a for a in SMALL if not a.startswith("module.checkpoint.interval")] + ["module.checkpoint.interval=2"]
+    checkpointing = saving_every(2, SMALL)
     result = primus(tmp_path / "run", "module.train_iters=6", *checkpointing, *LAYOUTS["dp2"], "launch.max_restarts=1",
                     env={"PRIMUS_FAULT": "kill:1:3"})
     assert result.returncode == 0, result.stderr[-3000:]

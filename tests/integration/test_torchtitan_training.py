@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from helpers.cli import primus
-from helpers.curves import assert_same_curve, eval_losses, losses
+from helpers.curves import assert_same_curve, eval_losses, losses, trained_once
 from helpers.libraries import needs_torchtitan
 from helpers.overrides import GPT_OSS_TINY, LLAMA4_TINY, SHORT_RUN
 
@@ -85,19 +85,9 @@ def test_torchtitan_follows_the_native_curve_from_the_same_seed(native_run, torc
 def layout_run(tmp_path_factory):
     """Each layout's run, trained once, saving at step 3: its curve is checked by one test, and fsdp2's step 3 is what
     another resumes with tp."""
-    cache: dict[str, Path] = {}
-    saving = [arg for arg in QUICK if not arg.startswith("module.checkpoint.interval")]
-    saving.append("module.checkpoint.interval=3")
-
-    def run_dir(layout: str) -> Path:
-        if layout not in cache:
-            cache[layout] = tmp_path_factory.mktemp(layout) / "run"
-            result = primus(f"hydra.run.dir={cache[layout]}", *saving, "backend=torchtitan", *LAYOUTS[layout],
-                            cwd=cache[layout].parent)
-            assert result.returncode == 0, result.stderr[-3000:]
-        return cache[layout]
-
-    return run_dir
+    return trained_once(lambda layout: tmp_path_factory.mktemp(layout) / "run",
+                        lambda run_dir, layout: train(run_dir, "module.checkpoint.interval=3", "backend=torchtitan",
+                                                      *LAYOUTS[layout]))
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
