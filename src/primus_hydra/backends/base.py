@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.machinery
-import importlib.metadata
 import importlib.util
 import os
 import sys
@@ -174,6 +173,8 @@ class BackendAdapter(ABC):
             ) from error
 
     def detect_backend_version(self) -> Optional[str]:
+        import importlib.metadata  # ~8 ms (it imports email), which a query or a dry run never needs
+
         if not self.distribution:
             return None
         try:

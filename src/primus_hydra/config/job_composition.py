@@ -19,6 +19,7 @@ composes to Hydra's job config, node type for node type.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf, flag_override
@@ -32,9 +33,25 @@ KNOWN_PLUGIN_PACKAGES = frozenset({"hydra_submitit_launcher", "hydra_joblib_laun
 HYDRA_ROOT_CONFIG = "hydra/config"
 
 
+@dataclass
+class JobComposition:
+    """The job's config, and what of Hydra's config its files asked for and was left out."""
+
+    cfg: DictConfig
+    hydra_sections: dict  # the configs' `hydra:` sections, merged (plain data)
+    hydra_group_entries: list[tuple[str, str]] = field(default_factory=list)  # (config path, Hydra group) per entry
+
+
 def compose_job_config(search_path_dir: str, config_name: str, overrides: Sequence[str]) -> Optional[DictConfig]:
     """The config Hydra composes for `overrides` from `search_path_dir` (a folder or `pkg://` module), without its
     `hydra` node, or None where only Hydra's own path can tell (the module's docstring)."""
+    composition = compose_job(search_path_dir, config_name, overrides)
+    return composition.cfg if composition is not None else None
+
+
+def compose_job(search_path_dir: str, config_name: str, overrides: Sequence[str]) -> Optional[JobComposition]:
+    """compose_job_config, with what it left out of Hydra's config (a caller that runs the job without Hydra checks
+    that it is this project's own)."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra._internal.defaults_list import create_defaults_list
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -55,6 +72,7 @@ def compose_job_config(search_path_dir: str, config_name: str, overrides: Sequen
         defaults = create_defaults_list(repo=repo, config_name=config_name, overrides_list=parsed,
                                         prepend_hydra=True, skip_missing=False)
         cfg = loader._compose_config_from_defaults_list(defaults=defaults.defaults, repo=repo)
+        hydra_sections = OmegaConf.to_container(cfg.hydra, resolve=False)
         with flag_override(cfg, ["struct", "readonly"], False):
             del cfg["hydra"]
         OmegaConf.set_struct(cfg, True)
@@ -63,7 +81,7 @@ def compose_job_config(search_path_dir: str, config_name: str, overrides: Sequen
         apply_model_from_hf(cfg, overrides)
     except Exception:  # noqa: BLE001 - Hydra's path words the error
         return None
-    return cfg
+    return JobComposition(cfg, hydra_sections, repo.hydra_group_entries)
 
 
 def _needs_hydras_config(override: Any) -> bool:
@@ -108,7 +126,12 @@ def _without_hydras_config(repository: Any) -> Any:
     from hydra.plugins.config_source import ConfigResult
 
     class JobConfigRepository(CachingConfigRepository):
-        """Hydra's caching repository, with `hydra/config` an empty node and no defaults entry of Hydra's groups."""
+        """Hydra's caching repository, with `hydra/config` an empty node and no defaults entry of Hydra's groups
+        (each one left out is recorded)."""
+
+        def __init__(self, delegate: Any) -> None:
+            super().__init__(delegate)
+            self.hydra_group_entries: list[tuple[str, str]] = []
 
         def load_config(self, config_path: str) -> Optional[ConfigResult]:
             if config_path == HYDRA_ROOT_CONFIG:
@@ -116,18 +139,24 @@ def _without_hydras_config(repository: Any) -> Any:
                                     header={"package": None}, defaults_list=[], is_schema_source=True)
             result = super().load_config(config_path)
             if result is not None and result.defaults_list:
-                result.defaults_list = [entry for entry in result.defaults_list
-                                        if not _names_hydras_group(entry, config_path)]
+                kept = []
+                for entry in result.defaults_list:
+                    group = _hydras_group(entry, config_path)
+                    if group is None:
+                        kept.append(entry)
+                    elif (config_path, group) not in self.hydra_group_entries:  # Hydra loads a config more than once
+                        self.hydra_group_entries.append((config_path, group))
+                result.defaults_list = kept
             return result
 
     return JobConfigRepository(repository)
 
 
-def _names_hydras_group(entry: Any, config_path: str) -> bool:
-    """Whether a defaults entry of the config at `config_path` names one of Hydra's groups (hydra/...)."""
+def _hydras_group(entry: Any, config_path: str) -> Optional[str]:
+    """The group of Hydra's (hydra/...) a defaults entry of the config at `config_path` names, else None."""
     name = getattr(entry, "group", None) or getattr(entry, "path", None) or ""
     if name.startswith("/"):
         name = name[1:]
     else:
         name = os.path.join(os.path.dirname(config_path), name)
-    return name == "hydra" or name.startswith("hydra/")
+    return name if name == "hydra" or name.startswith("hydra/") else None

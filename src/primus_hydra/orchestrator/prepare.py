@@ -72,7 +72,8 @@ class PreparedJob:
 def prepare(cfg: DictConfig, *, run_dir: Optional[Path] = None, world_size: Optional[int] = None,
             plan: Optional[ResourcePlan] = None, sweep_points: int = 1, on_this_machine: bool = True,
             launched: bool = False, trains: bool = True, runs_on_gpu: Optional[bool] = None,
-            memory_need: Optional[MemoryNeed] = None, fixed: Optional[Mapping[str, Any]] = None) -> PreparedJob:
+            memory_need: Optional[MemoryNeed] = None, fixed: Optional[Mapping[str, Any]] = None,
+            handed_over: bool = False) -> PreparedJob:
     """The job `cfg` describes, checked and planned; ConfigValidationError (every failed check, one line each).
 
     run_dir: where it will write (None when unknown). world_size: fixed by who starts the ranks (a torchrun/srun
@@ -85,8 +86,10 @@ def prepare(cfg: DictConfig, *, run_dir: Optional[Path] = None, world_size: Opti
     memory_need: what a rank of a job that does not train holds (task=benchmark): the plan and the fit check use it.
     fixed: values the job's launcher decides ({key: value}; a Slurm job: its ranks per node, a checkpoint on the
     preemption signal), set before anything is checked or translated, so that its nodes run the config it was made for.
+    handed_over: the caller has no further use for `cfg` (a job config without `hydra`, composed for this check):
+    it becomes the job's config, prepared in place, instead of a copy (~5 ms).
     """
-    job = without_hydra_node(cfg)
+    job = cfg if handed_over and "hydra" not in cfg else without_hydra_node(cfg)
     for key, value in (fixed or {}).items():
         OmegaConf.update(job, key, value)
     launch_dir = chdir_launch_dir(cfg)

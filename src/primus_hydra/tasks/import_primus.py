@@ -298,7 +298,7 @@ def _imported_overrides(name: str, config_dir: Path, *extra: str) -> list[str]:
 def composition_failure(name: str, config_dir: Path) -> Optional[str]:
     """Why `experiment=<name>` from `config_dir` does not compose and validate (None: it does)."""
     try:
-        prepare(compose_imported_job(name, config_dir), on_this_machine=False, trains=False)
+        prepare(compose_imported_job(name, config_dir), on_this_machine=False, trains=False, handed_over=True)
     except PrimusError as error:
         return "; ".join(str(error).splitlines())
     except Exception as error:  # noqa: BLE001 - a composition error: reported as the check's result

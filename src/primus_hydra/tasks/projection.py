@@ -241,9 +241,9 @@ def smallest_world_hint(cfg: DictConfig, layout, hardware, gpu: bool) -> str:
 def run_command(layout_overrides: list[str]) -> list[str]:
     """The command line that trains with a searched layout: this command's own overrides, task=train instead of
     task=projection, the layout's keys replaced."""
-    from hydra.core.hydra_config import HydraConfig
+    from primus_hydra.tasks.query import command_line_overrides
 
-    given = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    given = command_line_overrides()
     replaced = {override.split("=", 1)[0] for override in layout_overrides}
     kept = [override for override in given if override.split("=", 1)[0].lstrip("+~") not in replaced
             and not override.startswith(("task=", "task.", "hardware="))]
