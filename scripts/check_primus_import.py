@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from primus_hydra.migrate.primus_yaml import load_experiment
+from primus_hydra.tasks.import_checks import import_workers
 from primus_hydra.tasks.import_primus import dry_run_mismatches, gpus_per_node, import_files, source_files
 
 
@@ -24,7 +25,7 @@ def main() -> None:
     logging.disable(logging.WARNING)
     files = list(source_files(folder, out))
     started = time.perf_counter()
-    results = import_files(files, folder, root, out, dict(os.environ))
+    results = import_files(files, folder, root, out, dict(os.environ), import_workers(None, len(files)))
     per_file = (time.perf_counter() - started) / max(1, len(files))
     counts = collections.Counter()
     for result in results:

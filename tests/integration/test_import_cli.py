@@ -3,6 +3,7 @@ importable (no traceback, no hang), Ctrl-C as one line saying what was written, 
 runs whatever the experiment is called, and a smuggled Hydra callback that never runs."""
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -48,14 +49,15 @@ def test_a_file_that_is_no_experiment_is_one_line_and_exit_2(tree, tmp_path, mak
     assert not (tmp_path / "out" / "experiment").exists()
 
 
-def test_ctrl_c_is_one_line_saying_what_was_written(tree, tmp_path):
+@pytest.mark.parametrize("workers", ["task.workers=1", "task.workers=2"])
+def test_ctrl_c_is_one_line_saying_what_was_written(tree, tmp_path, workers):
     folder = tmp_path / "src"
     folder.mkdir()
     for index in range(60):
         (folder / f"exp{index:02d}.yaml").write_text(META + TRAINER)
     out = tmp_path / "out"
     process = subprocess.Popen([sys.executable, "-m", "primus_hydra", "task=import", f"task.source={folder}",
-                                f"task.primus_root={tree}", f"task.out={out}"], cwd=tmp_path, env=clean_env(),
+                                f"task.primus_root={tree}", f"task.out={out}", workers], cwd=tmp_path, env=clean_env(),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                # as at a terminal, even where the suite itself runs with SIGINT ignored (a
                                # background job of a shell): Python then leaves Ctrl-C ignored in the child too
@@ -71,6 +73,41 @@ def test_ctrl_c_is_one_line_saying_what_was_written(tree, tmp_path):
     assert stderr.strip().splitlines()[-1].startswith("error: interrupted after ")
     assert f": {written} experiment(s) written into {out}, each whole" in stderr
     assert "Traceback" not in stderr
+
+
+def test_a_folder_imports_the_same_with_one_or_two_checking_processes(tree, tmp_path):
+    folder = tmp_path / "src"
+    (folder / "more").mkdir(parents=True)
+    for index in range(4):
+        (folder / f"exp{index}.yaml").write_text(META + FIXTURE_TRAINER + f"    overrides: {{train_iters: {index + 5}}}\n")
+    (folder / "more" / "refused.yaml").write_text(META + FIXTURE_TRAINER + "    overrides: {lr: -1.0}\n")
+    (folder / "more" / "no_experiment.yaml").write_text("a: 1\n")
+    seen = {}
+    for workers in (1, 2):
+        out = tmp_path / f"out{workers}"
+        result = primus("task=import", f"task.source={folder}", f"task.primus_root={tree}", f"task.out={out}",
+                        f"task.workers={workers}", cwd=tmp_path, timeout=120)
+        written = {path.relative_to(out).as_posix(): path.read_text().replace(str(out), "OUT")
+                   for path in sorted(out.rglob("*")) if path.is_file() and path.name != ".primus_import.json"}
+        written["ledger"] = {name: entry["source"]  # its digests are of texts that name `out`
+                             for name, entry in json.loads((out / ".primus_import.json").read_text())["files"].items()}
+        seen[workers] = (result.returncode, result.stdout.replace(str(out), "OUT"),
+                         result.stderr.replace(str(out), "OUT"), written)
+    assert seen[1] == seen[2]
+    code, stdout, stderr, written = seen[1]
+    assert code == 2 and stderr.strip() == "error: 1 of 6 file(s) not imported; 1 set apart (no LLM experiment: what " \
+                                           "each is, above)"
+    assert "the imported experiment does not compose: module.lr=-1.0: must be > 0" in stdout
+    assert sorted(name for name in written if name.startswith("experiment/")) == [f"experiment/exp{i}.yaml"
+                                                                                   for i in range(4)]
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "many"])
+def test_a_bad_number_of_workers_is_one_line(tree, tmp_path, value):
+    result = primus("task=import", f"task.source={tmp_path}", f"task.primus_root={tree}", f"task.out={tmp_path / 'o'}",
+                    f"task.workers={value}", cwd=tmp_path, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"error: task.workers={value}: must be 'auto' or an integer >= 1"
 
 
 @pytest.mark.parametrize("name", ["a,b", "x=1", "two words", "it's"])

@@ -19,9 +19,9 @@ import signal
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 from omegaconf import DictConfig, open_dict, read_write
 
@@ -44,6 +44,7 @@ from primus_hydra.migrate.writer import (
     run_command,
 )
 from primus_hydra.orchestrator.prepare import prepare
+from primus_hydra.tasks.import_checks import checked_in_order, checked_workers, import_workers
 from primus_hydra.util.tables import aligned_table
 
 PROGRESS_EVERY_S = 5.0
@@ -75,6 +76,7 @@ class ImportTask:
 
     def run(self) -> list[ImportResult]:
         task = self.cfg.task
+        wanted_workers = checked_workers(task.get("workers"))
         source = _checked_source(task.get("source"))
         root = find_primus_root(source, task.get("primus_root"))
         out = _checked_out(task.get("out"))
@@ -83,15 +85,16 @@ class ImportTask:
         if folder_mode and not files:
             raise PrimusError(f"task.source={source}: no YAML files under it")
         base = source if folder_mode else source.parent
+        workers = import_workers(wanted_workers, len(files))
         session = ImportSession(root, out, dict(os.environ))
         results: list[ImportResult] = []
         progress = _Progress(len(files)) if folder_mode else None
         try:
-            for path in files:
-                with _interrupt_deferred():  # Ctrl-C between files: never inside a library's half-done state
-                    results.append(session.import_file(path, base))
-                if progress:
-                    progress.tick(results)
+            with contextlib.closing(session.import_all(files, base, workers)) as imported:
+                for result in imported:
+                    results.append(result)
+                    if progress:
+                        progress.tick(results)
         except KeyboardInterrupt:
             raise ImportInterrupted(f"interrupted after {len(results)} of {len(files)} file(s): {session.written} "
                                     f"experiment(s) written into {out}, each whole; nothing else was changed") from None
@@ -161,13 +164,33 @@ def find_primus_root(source: Path, given: Optional[str]) -> Path:
                       f"task.primus_root=<the Primus checkout whose presets the experiments name>")
 
 
-def import_files(files: list[Path], base: Path, root: Path, out: Path, environ: dict) -> list[ImportResult]:
-    """Each file imported into `out` (names relative to `base`), as task=import does."""
+def import_files(files: list[Path], base: Path, root: Path, out: Path, environ: dict,
+                 workers: int = 1) -> list[ImportResult]:
+    """Each file imported into `out` (names relative to `base`), as task=import does (its checks in `workers`
+    processes)."""
     session = ImportSession(root, out, environ)
     try:
-        return [session.import_file(path, base) for path in files]
+        return list(session.import_all(files, base, workers))
     finally:
         session.close()
+
+
+@dataclass
+class StagedImport:
+    """A file read and mapped, with the files it would write, those the check composes staged in `folder`; or, when
+    `result.failure` is set, why it is not imported."""
+
+    result: ImportResult
+    name: str = ""
+    source: str = ""
+    files: dict = field(default_factory=dict)  # relative path -> (text, private)
+    model: Optional[tuple] = None  # (relative path, text) of its generated model
+    model_source: str = ""
+    folder: Optional[Path] = None  # the config dir its check composes from
+    imported: Any = None  # what migrate/mapping.py made of its module (Imported)
+
+    def check_arguments(self) -> Optional[tuple]:
+        return (self.name, self.folder) if self.folder is not None and not self.result.failure else None
 
 
 class ImportSession:
@@ -181,25 +204,53 @@ class ImportSession:
         self.names: dict[str, Path] = {}  # experiment name -> the source it was imported from, this run
         self.models: dict[str, str] = {}  # generated model name -> its text, this run
         self.written = 0  # experiments written, each with its files
+        self.staged = 0  # files staged: each in a folder of its own, while earlier ones are checked
         self.staging = Path(tempfile.mkdtemp(prefix="primus_import_"))
 
     def close(self) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)
 
+    def import_all(self, files: list[Path], base: Path, workers: int = 1) -> Iterator[ImportResult]:
+        """Each file's result, in the files' order: read, mapped and staged here, checked in `workers` processes
+        (tasks/import_checks.py), written here. Ctrl-C takes effect between two files' steps."""
+        for staged, failure in checked_in_order(self._staged(files, base), StagedImport.check_arguments,
+                                                composition_failure, workers):
+            with _interrupt_deferred():  # never inside a library's half-done state, nor between two files' writes
+                result = self.finish(staged, failure)
+            yield result
+
     def import_file(self, path: Path, base: Path) -> ImportResult:
-        result = ImportResult(path)
+        staged = self.stage(path, base)
+        arguments = staged.check_arguments()
+        return self.finish(staged, composition_failure(*arguments) if arguments is not None else None)
+
+    def _staged(self, files: list[Path], base: Path) -> Iterator[StagedImport]:
+        for path in files:
+            with _interrupt_deferred():
+                staged = self.stage(path, base)
+            yield staged
+
+    def stage(self, path: Path, base: Path) -> StagedImport:
+        """The file read with Primus's semantics and mapped; what it would write staged for its check."""
+        staged = StagedImport(ImportResult(path))
+        with _failure_recorded(staged.result):
+            self._stage(path, base, staged)
+        return staged
+
+    def finish(self, staged: StagedImport, check_failure: Optional[str]) -> ImportResult:
+        """A staged file written into the config dir when its name is free, its files are replaceable and its check
+        passed; else its result says why."""
+        result = staged.result
         try:
-            self._import(path, base, result)
-        except PrimusError as error:
-            result.failure = str(error).replace(f"{path}: ", "", 1)
-            result.set_apart = isinstance(error, SetApart)
-        except RecursionError:
-            result.failure = "nested too deeply to read"
-        except Exception as error:  # noqa: BLE001 - one file's bug must not abort a folder's other files
-            result.failure = f"not imported: {type(error).__name__}: {error} (a bug of task=import: please report it)"
+            if not result.failure:
+                with _failure_recorded(result):
+                    self._write(staged, check_failure)
+        finally:
+            if staged.folder is not None:
+                shutil.rmtree(staged.folder, ignore_errors=True)
         return result
 
-    def _import(self, path: Path, base: Path, result: ImportResult) -> None:
+    def _stage(self, path: Path, base: Path, staged: StagedImport) -> None:
         name = experiment_name(path, base)
         experiment = load_experiment(path, self.root, self.environ, self.cache, FRAMEWORKS)
         if len(experiment.modules) != 1:
@@ -207,25 +258,40 @@ class ImportSession:
         module = experiment.modules[0]
         imported = import_module(module, self.root, self.environ, gpus_per_node(experiment))
         imported.warnings[:0] = experiment.warnings
-        if name in self.names:
-            raise PrimusError(f"experiment={name} is already the import of {self.names[name]} (this run); a name holds "
-                              f"one experiment: rename one of the two files")
-        source = str(path.resolve())
         # a file that holds anything decided by a variable that was set (a model chosen by $PRIMUS_MODEL, numbers
         # the translation had to convert) is the user's only: 0600
         private = any(from_environment(part) for part in (module.params, module.model, experiment.env))
-        model = self._model_file(imported, module) if imported.model.name else None
-        files = {f"experiment/{name}.yaml": (experiment_text(experiment, module, imported, name, self.out), private)}
-        files[f"{RESOLVED_DIR}/{name}.yaml"] = (resolved_text(experiment, module), private)
-        for relative in files:
+        staged.name, staged.source = name, str(path.resolve())
+        staged.model = self._model_file(imported, module) if imported.model.name else None
+        staged.model_source = f"{module.framework}/{module.config}"
+        staged.files = {f"experiment/{name}.yaml": (experiment_text(experiment, module, imported, name, self.out),
+                                                    private),
+                        f"{RESOLVED_DIR}/{name}.yaml": (resolved_text(experiment, module), private)}
+        self.staged += 1
+        staged.folder = self.staging / str(self.staged)
+        model = [(staged.model[0], (staged.model[1], False))] if staged.model else []
+        for relative, (text, _) in [*staged.files.items(), *model]:
+            if relative.startswith(("experiment/", "model/")):
+                _atomic_write(staged.folder / relative, text, 0o600)
+        staged.imported = imported
+
+    def _write(self, staged: StagedImport, check_failure: Optional[str]) -> None:
+        name, source = staged.name, staged.source
+        if name in self.names:
+            raise PrimusError(f"experiment={name} is already the import of {self.names[name]} (this run); a name holds "
+                              f"one experiment: rename one of the two files")
+        for relative in staged.files:
             self._check_replaceable(relative, source)
-        self._check_composes(name, files, model)
-        if model and not self.ledger.holds(*model):
-            self.ledger.write(*model, source=f"{module.framework}/{module.config}", private=private)
-        for relative, (text, private) in files.items():
+        if check_failure:  # composed from the config dir it is written into, it fails a rule every run is held to
+            raise PrimusError(f"the imported experiment does not compose: {check_failure}")
+        private = staged.files[f"experiment/{name}.yaml"][1]
+        if staged.model and not self.ledger.holds(*staged.model):
+            self.ledger.write(*staged.model, source=staged.model_source, private=private)
+        for relative, (text, private) in staged.files.items():
             self.ledger.write(relative, text, source, private=private)
         self.written += 1
-        self.names[name] = path
+        self.names[name] = staged.result.source
+        result, imported = staged.result, staged.imported
         result.experiment, result.name, result.backend = self.out / f"experiment/{name}.yaml", name, imported.backend
         result.model, result.passed_through = imported.model.preset, len(imported.extra_args)
         result.warnings, result.passed_keys = tuple(imported.warnings), tuple(imported.extra_args)
@@ -253,15 +319,6 @@ class ImportSession:
                 return relative, text
         raise PrimusError(f"{self.out / relative} exists with other numbers and is not task=import's; not replaced")
 
-    def _check_composes(self, name: str, files: dict, model: Optional[tuple]) -> None:
-        """The experiment composes from the config dir it is written into and passes the rules every run is
-        prepared against (those that depend on no machine); else one line, and nothing is written."""
-        for relative, (text, _) in [*files.items(), *([(model[0], (model[1], False))] if model else [])]:
-            if relative.startswith(("experiment/", "model/")):
-                _atomic_write(self.staging / relative, text, 0o600)
-        failure = composition_failure(name, self.staging)
-        if failure:
-            raise PrimusError(f"the imported experiment does not compose: {failure}")
 
 
 def compose_imported(name: str, config_dir: Path, *extra: str) -> DictConfig:
@@ -295,8 +352,23 @@ def _imported_overrides(name: str, config_dir: Path, *extra: str) -> list[str]:
             f"hydra.searchpath=[{hydra_value('file://' + str(Path(config_dir).resolve()))}]", *extra]
 
 
+@contextlib.contextmanager
+def _failure_recorded(result: ImportResult) -> Iterator[None]:
+    """An error while a file is imported becomes its result's one line: a folder's other files go on."""
+    try:
+        yield
+    except PrimusError as error:
+        result.failure = str(error).replace(f"{result.source}: ", "", 1)
+        result.set_apart = isinstance(error, SetApart)
+    except RecursionError:
+        result.failure = "nested too deeply to read"
+    except Exception as error:  # noqa: BLE001 - one file's bug must not abort a folder's other files
+        result.failure = f"not imported: {type(error).__name__}: {error} (a bug of task=import: please report it)"
+
+
 def composition_failure(name: str, config_dir: Path) -> Optional[str]:
-    """Why `experiment=<name>` from `config_dir` does not compose and validate (None: it does)."""
+    """Why `experiment=<name>` from `config_dir` does not compose and pass the rules every run is prepared against
+    (those that depend on no machine); None: it does."""
     try:
         prepare(compose_imported_job(name, config_dir), on_this_machine=False, trains=False, handed_over=True)
     except PrimusError as error:

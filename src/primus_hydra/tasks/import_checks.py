@@ -1,0 +1,83 @@
+"""task=import's checks of its experiments (each composed and validated: ~80 % of a file's import) in worker
+processes, while this process reads and maps the next files; results come back in the files' order, so that what is
+written, and every line printed, is what a one-process import gives.
+
+The workers are forked from this process (its modules and caches loaded: nothing to start) and ignore Ctrl-C: the
+import stops between files, after the checks under way. Where fork is not available, or one worker is asked for, the
+checks run here, one after another.
+"""
+from __future__ import annotations
+
+import collections
+import multiprocessing
+import signal
+from concurrent.futures import Future, ProcessPoolExecutor
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Optional, TypeVar
+
+from primus_hydra.config.choices import auto_int_failure, is_auto
+from primus_hydra.errors import PrimusError
+
+Item = TypeVar("Item")
+Check = Callable[..., Optional[str]]  # (its arguments) -> why it failed, or None
+IN_FLIGHT_PER_WORKER = 2  # checks queued per worker: each has the next while this process reads more files
+
+
+def checked_workers(value: Any) -> Optional[int]:
+    """task.workers as given: None for `auto` (or no value), else its number; a PrimusError (one line) for anything
+    else."""
+    if value is None:
+        return None
+    failure = auto_int_failure("task.workers", value, minimum=1)
+    if failure:
+        raise PrimusError(failure)
+    return None if is_auto(value) else int(value)
+
+
+def import_workers(wanted: Optional[int], files: int) -> int:
+    """The processes that check `files` files: `wanted` (None: the CPUs this process may use, by its affinity, the
+    cgroup's quota and PRIMUS_AUTO_VCPUS: the orchestrator's count), never more than the files."""
+    import os
+
+    from primus_hydra.orchestrator.host_probe import detect_cpus
+
+    if wanted is None:
+        wanted = len(detect_cpus(os.environ, Path("/sys/fs/cgroup"), Path("/proc"))[0])
+    return max(1, min(wanted, files))
+
+
+def checked_in_order(items: Iterable[Item], arguments: Callable[[Item], Optional[tuple]], check: Check,
+                     workers: int) -> Iterator[tuple[Item, Optional[str]]]:
+    """(item, check(*arguments(item))) for each item, in order; an item whose arguments are None is not checked
+    (None). Items are drawn from `items` as workers free up."""
+    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        for item in items:
+            args = arguments(item)
+            yield item, (check(*args) if args is not None else None)
+        return
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"), initializer=_ignore_ctrl_c)
+    window: collections.deque[tuple[Item, Optional[Future]]] = collections.deque()
+    try:
+        for item in items:
+            args = arguments(item)
+            window.append((item, pool.submit(check, *args) if args is not None else None))
+            while len(window) > IN_FLIGHT_PER_WORKER * workers:
+                yield _done(window.popleft())
+        while window:
+            yield _done(window.popleft())
+    finally:  # done, or stopped (Ctrl-C, an error): the checks under way finish, the queued ones are dropped
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _done(entry: tuple[Any, Optional[Future]]) -> tuple[Any, Optional[str]]:
+    item, future = entry
+    if future is None:
+        return item, None
+    try:
+        return item, future.result()
+    except Exception as error:  # noqa: BLE001 - a worker that died (killed, out of memory): this file's failure
+        return item, f"its check's worker process failed ({type(error).__name__}: {error})"
+
+
+def _ignore_ctrl_c() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
