@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig
 
 from primus_hydra.backends.schemas import register_schemas
 from primus_hydra.config.paths import find_conf_dir
@@ -32,3 +32,18 @@ def run_job(cfg: DictConfig, run_dir: Path):
     # runs it (outside the per-test environment reset of tests/conftest.py)
     with restored_environment():
         return TrainTask(cfg, run_dir=Path(run_dir)).run()
+
+
+def nodes(cfg, path: str = "") -> list[tuple]:
+    """Every node of `cfg`: its path, class, schema, declared type, optional, flags and (for a leaf) its value."""
+    node = cfg
+    found = [(path, type(node).__name__, node._metadata.object_type, node._metadata.ref_type,
+              node._metadata.optional, node._get_node_flag("struct"), node._get_node_flag("readonly"),
+              None if isinstance(node, (DictConfig, ListConfig)) else node._value())]
+    if isinstance(node, DictConfig) and not node._is_none() and not node._is_missing():
+        for key in node.keys():
+            found += nodes(node._get_node(key), f"{path}.{key}")
+    elif isinstance(node, ListConfig) and not node._is_none() and not node._is_missing():
+        for index in range(len(node)):
+            found += nodes(node._get_node(index), f"{path}[{index}]")
+    return found

@@ -9,8 +9,9 @@ import pytest
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra._internal.utils import create_config_search_path
 from hydra.types import RunMode
-from omegaconf import DictConfig, ListConfig, OmegaConf, flag_override
+from omegaconf import DictConfig, OmegaConf, flag_override
 
+from helpers.compose import nodes
 from primus_hydra.backends.schemas import register_schemas
 from primus_hydra.config import fast_composition
 from primus_hydra.config.job_composition import compose_job_config
@@ -30,21 +31,6 @@ def hydras_job_config(overrides: list[str], search_path_dir: str = CONF) -> Dict
     with flag_override(cfg, ["struct", "readonly"], False):
         del cfg["hydra"]
     return cfg
-
-
-def nodes(cfg, path: str = "") -> list[tuple]:
-    """Every node of `cfg`: its path, class, schema, declared type, optional, flags and (for a leaf) its value."""
-    node = cfg
-    found = [(path, type(node).__name__, node._metadata.object_type, node._metadata.ref_type,
-              node._metadata.optional, node._get_node_flag("struct"), node._get_node_flag("readonly"),
-              None if isinstance(node, (DictConfig, ListConfig)) else node._value())]
-    if isinstance(node, DictConfig) and not node._is_none() and not node._is_missing():
-        for key in node.keys():
-            found += nodes(node._get_node(key), f"{path}.{key}")
-    elif isinstance(node, ListConfig) and not node._is_none() and not node._is_missing():
-        for index in range(len(node)):
-            found += nodes(node._get_node(index), f"{path}[{index}]")
-    return found
 
 
 def assert_same_as_hydras(overrides: list[str]) -> None:

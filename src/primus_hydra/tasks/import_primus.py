@@ -23,13 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from omegaconf import DictConfig, open_dict, read_write
+from omegaconf import DictConfig
 
-from primus_hydra.backends.schemas import register_schemas
-from primus_hydra.config.error_format import format_compose_error, is_compose_error
-from primus_hydra.config.fast_composition import install as install_fast_composition
-from primus_hydra.config.job_composition import compose_job_config
-from primus_hydra.config.paths import find_conf_dir, writable_dir_failure
+from primus_hydra.config.paths import writable_dir_failure
 from primus_hydra.errors import PrimusError
 from primus_hydra.migrate.emit import comment
 from primus_hydra.migrate.ledger import Ledger, _atomic_write, digest
@@ -38,13 +34,12 @@ from primus_hydra.migrate.primus_yaml import SetApart, from_environment, load_ex
 from primus_hydra.migrate.writer import (
     RESOLVED_DIR,
     experiment_text,
-    hydra_value,
     model_text,
     resolved_text,
     run_command,
 )
-from primus_hydra.orchestrator.prepare import prepare
 from primus_hydra.tasks.import_checks import checked_in_order, checked_workers, import_workers
+from primus_hydra.tasks.import_composition import compose_imported, composition_failure
 from primus_hydra.util.tables import aligned_table
 
 PROGRESS_EVERY_S = 5.0
@@ -285,10 +280,10 @@ class ImportSession:
         if check_failure:  # composed from the config dir it is written into, it fails a rule every run is held to
             raise PrimusError(f"the imported experiment does not compose: {check_failure}")
         private = staged.files[f"experiment/{name}.yaml"][1]
-        if staged.model and not self.ledger.holds(*staged.model):
-            self.ledger.write(*staged.model, source=staged.model_source, private=private)
-        for relative, (text, private) in staged.files.items():
-            self.ledger.write(relative, text, source, private=private)
+        model = [(*staged.model, staged.model_source, private)] \
+            if staged.model and not self.ledger.holds(*staged.model) else []
+        self.ledger.write_all(model + [(relative, text, source, private) for relative, (text, private) in
+                                       staged.files.items()])
         self.written += 1
         self.names[name] = staged.result.source
         result, imported = staged.result, staged.imported
@@ -321,37 +316,6 @@ class ImportSession:
 
 
 
-def compose_imported(name: str, config_dir: Path, *extra: str) -> DictConfig:
-    """experiment=<name> composed as `--config-dir config_dir` composes it, without touching Hydra's global state
-    (a task=import runs inside the command line's own Hydra app)."""
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-    from hydra._internal.utils import create_config_search_path
-    from hydra.types import RunMode
-
-    install_fast_composition()
-    register_schemas()
-    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(find_conf_dir()))
-    return loader.load_configuration("config", _imported_overrides(name, config_dir, *extra), RunMode.RUN)
-
-
-def compose_imported_job(name: str, config_dir: Path) -> DictConfig:
-    """compose_imported's config without its `hydra` node: composed without Hydra's own config where that gives the
-    same (config/job_composition.py: ~40 % of a composition), else by compose_imported."""
-    install_fast_composition()
-    register_schemas()
-    composed = compose_job_config(find_conf_dir(), "config", _imported_overrides(name, config_dir))
-    if composed is None:
-        composed = compose_imported(name, config_dir)
-        with read_write(composed), open_dict(composed):  # this composition is ours alone: no copy without the node
-            composed.pop("hydra", None)
-    return composed
-
-
-def _imported_overrides(name: str, config_dir: Path, *extra: str) -> list[str]:
-    return [f"experiment={hydra_value(name)}",
-            f"hydra.searchpath=[{hydra_value('file://' + str(Path(config_dir).resolve()))}]", *extra]
-
-
 @contextlib.contextmanager
 def _failure_recorded(result: ImportResult) -> Iterator[None]:
     """An error while a file is imported becomes its result's one line: a folder's other files go on."""
@@ -364,20 +328,6 @@ def _failure_recorded(result: ImportResult) -> Iterator[None]:
         result.failure = "nested too deeply to read"
     except Exception as error:  # noqa: BLE001 - one file's bug must not abort a folder's other files
         result.failure = f"not imported: {type(error).__name__}: {error} (a bug of task=import: please report it)"
-
-
-def composition_failure(name: str, config_dir: Path) -> Optional[str]:
-    """Why `experiment=<name>` from `config_dir` does not compose and pass the rules every run is prepared against
-    (those that depend on no machine); None: it does."""
-    try:
-        prepare(compose_imported_job(name, config_dir), on_this_machine=False, trains=False, handed_over=True)
-    except PrimusError as error:
-        return "; ".join(str(error).splitlines())
-    except Exception as error:  # noqa: BLE001 - a composition error: reported as the check's result
-        if is_compose_error(error):
-            return format_compose_error(error)
-        return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-    return None
 
 
 def experiment_name(path: Path, base: Path) -> str:
