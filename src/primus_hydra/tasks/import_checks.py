@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import multiprocessing
 import signal
+import zlib
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional, TypeVar
@@ -47,26 +48,30 @@ def import_workers(wanted: Optional[int], files: int) -> int:
 
 
 def checked_in_order(items: Iterable[Item], arguments: Callable[[Item], Optional[tuple]], check: Check,
-                     workers: int) -> Iterator[tuple[Item, Optional[str]]]:
+                     workers: int, route: Callable[[Item], str] = str) -> Iterator[tuple[Item, Optional[str]]]:
     """(item, check(*arguments(item))) for each item, in order; an item whose arguments are None is not checked
-    (None). Items are drawn from `items` as workers free up."""
+    (None). Items are drawn from `items` as workers free up. Items of one `route` go to one worker, which keeps
+    what their checks share (the composed config of an experiment's group choices)."""
     if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
         for item in items:
             args = arguments(item)
             yield item, (check(*args) if args is not None else None)
         return
-    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"), initializer=_ignore_ctrl_c)
+    context = multiprocessing.get_context("fork")
+    pools = [ProcessPoolExecutor(1, mp_context=context, initializer=_ignore_ctrl_c) for _ in range(workers)]
     window: collections.deque[tuple[Item, Optional[Future]]] = collections.deque()
     try:
         for item in items:
             args = arguments(item)
+            pool = pools[zlib.crc32(route(item).encode()) % workers]
             window.append((item, pool.submit(check, *args) if args is not None else None))
             while len(window) > IN_FLIGHT_PER_WORKER * workers:
                 yield _done(window.popleft())
         while window:
             yield _done(window.popleft())
     finally:  # done, or stopped (Ctrl-C, an error): the checks under way finish, the queued ones are dropped
-        pool.shutdown(wait=True, cancel_futures=True)
+        for pool in pools:
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _done(entry: tuple[Any, Optional[Future]]) -> tuple[Any, Optional[str]]:

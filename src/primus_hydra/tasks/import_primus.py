@@ -91,7 +91,7 @@ class ImportTask:
                     if progress:
                         progress.tick(results)
         except KeyboardInterrupt:
-            raise ImportInterrupted(f"interrupted after {len(results)} of {len(files)} file(s): {session.written} "
+            raise ImportInterrupted(f"interrupted after {session.finished} of {len(files)} file(s): {session.written} "
                                     f"experiment(s) written into {out}, each whole; nothing else was changed") from None
         finally:
             session.close()
@@ -187,6 +187,11 @@ class StagedImport:
     def check_arguments(self) -> Optional[tuple]:
         return (self.name, self.folder) if self.folder is not None and not self.result.failure else None
 
+    def choices(self) -> str:
+        """The group choices of its experiment (the defaults lines), which checks share the composition of."""
+        text = self.files.get(f"experiment/{self.name}.yaml", ("", False))[0]
+        return "\n".join(line for line in text.splitlines() if line.startswith("- override /"))
+
 
 class ImportSession:
     """One import run: the files read, the names taken, the config dir's ledger and the staging folder in which
@@ -200,6 +205,7 @@ class ImportSession:
         self.models: dict[str, str] = {}  # generated model name -> its text, this run
         self.written = 0  # experiments written, each with its files
         self.staged = 0  # files staged: each in a folder of its own, while earlier ones are checked
+        self.finished = 0  # files imported or refused
         self.staging = Path(tempfile.mkdtemp(prefix="primus_import_"))
 
     def close(self) -> None:
@@ -208,11 +214,13 @@ class ImportSession:
     def import_all(self, files: list[Path], base: Path, workers: int = 1) -> Iterator[ImportResult]:
         """Each file's result, in the files' order: read, mapped and staged here, checked in `workers` processes
         (tasks/import_checks.py), written here. Ctrl-C takes effect between two files' steps."""
-        for staged, failure in checked_in_order(self._staged(files, base), StagedImport.check_arguments,
-                                                composition_failure, workers):
-            with _interrupt_deferred():  # never inside a library's half-done state, nor between two files' writes
-                result = self.finish(staged, failure)
-            yield result
+        checked = checked_in_order(self._staged(files, base), StagedImport.check_arguments, composition_failure,
+                                   workers, StagedImport.choices)
+        with contextlib.closing(checked):  # stopped: the checks under way end before their staged files go
+            for staged, failure in checked:
+                with _interrupt_deferred():  # never inside a library's half-done state, nor between two files' writes
+                    result = self.finish(staged, failure)
+                yield result
 
     def import_file(self, path: Path, base: Path) -> ImportResult:
         staged = self.stage(path, base)
@@ -243,6 +251,7 @@ class ImportSession:
         finally:
             if staged.folder is not None:
                 shutil.rmtree(staged.folder, ignore_errors=True)
+        self.finished += 1
         return result
 
     def _stage(self, path: Path, base: Path, staged: StagedImport) -> None:
