@@ -8,7 +8,7 @@ from typing import List, Optional
 
 from omegaconf import MISSING
 
-from primus_hydra.config.choices import AUTO, AutoInt, Choice
+from primus_hydra.config.choices import Choice
 from primus_hydra.config.schema_module import Precision
 
 
@@ -76,9 +76,9 @@ class ImportTaskConfig(TaskConfig):
     source: Optional[str] = None  # a Primus experiment file, or a folder of them
     primus_root: Optional[str] = None  # the Primus checkout (null: the one that contains task.source)
     out: Optional[str] = None  # the Hydra config dir written (experiment/, model/)
-    # processes that check the experiments (each composed and validated) while the next files are read: auto = the
-    # CPUs this process may use
-    workers: AutoInt = AUTO
+    # processes that check the experiments (each composed and validated) while the next files are read (null: one
+    # per CPU this process may use)
+    workers: Optional[int] = None
 
 
 @dataclass

@@ -16,7 +16,6 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional, TypeVar
 
-from primus_hydra.config.choices import auto_int_failure, is_auto
 from primus_hydra.errors import PrimusError
 
 Item = TypeVar("Item")
@@ -25,14 +24,12 @@ IN_FLIGHT_PER_WORKER = 2  # checks queued per worker: each has the next while th
 
 
 def checked_workers(value: Any) -> Optional[int]:
-    """task.workers as given: None for `auto` (or no value), else its number; a PrimusError (one line) for anything
-    else."""
+    """task.workers as given (None: one per CPU); a PrimusError (one line) for anything but an integer >= 1."""
     if value is None:
         return None
-    failure = auto_int_failure("task.workers", value, minimum=1)
-    if failure:
-        raise PrimusError(failure)
-    return None if is_auto(value) else int(value)
+    if isinstance(value, bool) or not str(value).strip().isdigit() or int(value) < 1:
+        raise PrimusError(f"task.workers={value}: at least 1 (null: one per CPU core)")
+    return int(value)
 
 
 def import_workers(wanted: Optional[int], files: int) -> int:
