@@ -81,6 +81,8 @@ def compose_imported_job(name: str, config_dir: Path) -> DictConfig:
 def composed_from_choices(name: str, config_dir: Path) -> Optional[DictConfig]:
     """experiment=<name>'s job config as the config of its group choices with its values merged; None where the
     file is not of the imported shape or anything fails (the caller composes it whole)."""
+    install_fast_composition()
+    register_schemas()
     try:
         text = (Path(config_dir) / "experiment" / f"{name}.yaml").read_text()
         if not text.startswith(GLOBAL_PACKAGE_HEADER) and f"\n{GLOBAL_PACKAGE_HEADER}" not in text:
