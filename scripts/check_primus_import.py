@@ -15,7 +15,8 @@ from pathlib import Path
 
 from primus_hydra.migrate.primus_yaml import load_experiment
 from primus_hydra.tasks.import_checks import import_workers
-from primus_hydra.tasks.import_primus import dry_run_mismatches, gpus_per_node, import_files, source_files
+from primus_hydra.tasks.import_primus import dry_run_mismatches, source_files
+from primus_hydra.tasks.import_session import gpus_per_node, import_files
 
 
 def main() -> None:

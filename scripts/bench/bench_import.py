@@ -39,7 +39,7 @@ OURS = """
 import json, os, sys, time
 from pathlib import Path
 from primus_hydra.tasks.import_checks import import_workers
-from primus_hydra.tasks.import_primus import import_files
+from primus_hydra.tasks.import_session import import_files
 root, out, files = Path(sys.argv[1]), Path(sys.argv[2]), [Path(p) for p in sys.argv[4:]]
 workers = import_workers(None if sys.argv[3] == "auto" else int(sys.argv[3]), len(files))
 started = time.perf_counter()

@@ -286,7 +286,7 @@ def write_primus_tree(root: Path, files: dict | None = None) -> Path:
 
 def import_megatron_examples(tree: Path, names, out: Path) -> tuple[Path, dict]:
     """task=import of examples/megatron/<name>.yaml of a tree write_primus_tree made: (out, {name: its result})."""
-    from primus_hydra.tasks.import_primus import import_files
+    from primus_hydra.tasks.import_session import import_files
 
     files = [tree / "examples" / "megatron" / f"{name}.yaml" for name in names]
     return out, {result.source.stem: result for result in import_files(files, tree / "examples", tree, out, {})}

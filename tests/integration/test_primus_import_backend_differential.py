@@ -13,7 +13,8 @@ import yaml
 from helpers.primus_random_trees import VARIABLES, TreeMaker
 from helpers.primus_reference import primus_params
 from helpers.primus_tree import META, write_primus_tree
-from primus_hydra.tasks.import_primus import dry_run_mismatches, import_files
+from primus_hydra.tasks.import_primus import dry_run_mismatches
+from primus_hydra.tasks.import_session import import_files
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -13,7 +13,7 @@ from helpers.primus_tree import write_primus_tree
 from primus_hydra.config.job_composition import compose_job_config
 from primus_hydra.config.paths import find_conf_dir
 from primus_hydra.tasks.import_composition import _imported_overrides, composed_from_choices
-from primus_hydra.tasks.import_primus import import_files
+from primus_hydra.tasks.import_session import import_files
 
 
 @pytest.fixture(scope="module")

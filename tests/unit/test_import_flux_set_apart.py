@@ -9,7 +9,7 @@ import pytest
 from helpers.cli import primus
 from helpers.primus_tree import META, TRAINER, write_primus_tree
 from primus_hydra.migrate.primus_yaml import load_experiment, plain
-from primus_hydra.tasks.import_primus import import_files
+from primus_hydra.tasks.import_session import import_files
 
 FLUX_PRESET = """\
 hidden_size: 64

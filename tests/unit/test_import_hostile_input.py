@@ -14,7 +14,8 @@ from helpers.primus_tree import META, TRAINER, write_primus_tree
 from primus_hydra.errors import PrimusError
 from primus_hydra.migrate.primus_yaml import load_experiment, plain, read_yaml
 from primus_hydra.migrate.source_files import MAX_SOURCE_BYTES
-from primus_hydra.tasks.import_primus import dry_run_mismatches, import_files
+from primus_hydra.tasks.import_primus import dry_run_mismatches
+from primus_hydra.tasks.import_session import import_files
 
 
 @pytest.fixture(scope="module")

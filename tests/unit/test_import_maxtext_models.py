@@ -17,7 +17,8 @@ from primus_hydra.config import model_math
 from primus_hydra.config.schema_model import ModelConfig
 from primus_hydra.migrate.maxtext_models import MAXTEXT_BASE_ARCHITECTURE, default_architecture
 from primus_hydra.migrate.primus_yaml import load_experiment
-from primus_hydra.tasks.import_primus import dry_run_mismatches, gpus_per_node, import_files
+from primus_hydra.tasks.import_primus import dry_run_mismatches
+from primus_hydra.tasks.import_session import gpus_per_node, import_files
 
 # a Grok-1-shaped preset as Primus's grok1.yaml writes one (model_name=default and MaxText's sizes), made small
 TINY_MIXTRAL = """\

@@ -6,7 +6,8 @@ import pytest
 
 from helpers.primus_tree import META, write_primus_tree
 from primus_hydra.migrate.primus_yaml import load_experiment
-from primus_hydra.tasks.import_primus import dry_run_mismatches, gpus_per_node, import_files
+from primus_hydra.tasks.import_primus import dry_run_mismatches
+from primus_hydra.tasks.import_session import gpus_per_node, import_files
 
 MLA_MOE = """\
     extends:

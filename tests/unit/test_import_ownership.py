@@ -11,7 +11,8 @@ from omegaconf import OmegaConf
 
 from helpers.primus_tree import META, write_primus_tree
 from primus_hydra.errors import PrimusError
-from primus_hydra.tasks.import_primus import ImportTask, import_files
+from primus_hydra.tasks.import_primus import ImportTask
+from primus_hydra.tasks.import_session import import_files
 
 ODD = """\
 modules:

@@ -20,7 +20,8 @@ from primus_hydra.errors import PrimusError
 from primus_hydra.migrate.models import generated_model_tree, with_fields
 from primus_hydra.migrate.primus_yaml import load_experiment
 from primus_hydra.migrate.torchtitan_flavors import flavor_args, flavor_differences, torchtitan_flavor_model
-from primus_hydra.tasks.import_primus import dry_run_mismatches, gpus_per_node, import_files
+from primus_hydra.tasks.import_primus import dry_run_mismatches
+from primus_hydra.tasks.import_session import gpus_per_node, import_files
 
 pytest.importorskip("torchtitan")
 

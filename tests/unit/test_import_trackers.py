@@ -8,7 +8,7 @@ import yaml
 
 from helpers.compose import compose_primus
 from helpers.primus_tree import META, TRAINER, write_primus_tree
-from primus_hydra.tasks.import_primus import import_files
+from primus_hydra.tasks.import_session import import_files
 
 
 def imported_experiment(tmp_path, overrides: str) -> dict:

@@ -11,7 +11,8 @@ import pytest
 from helpers.cli import primus
 from helpers.primus_tree import META, TRAINER, import_megatron_examples, write_primus_tree
 from primus_hydra.migrate.primus_yaml import load_experiment, plain
-from primus_hydra.tasks.import_primus import dry_run_mismatches, gpus_per_node
+from primus_hydra.tasks.import_primus import dry_run_mismatches
+from primus_hydra.tasks.import_session import gpus_per_node
 
 
 def experiment(overrides: str) -> str:

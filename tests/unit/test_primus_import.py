@@ -13,7 +13,8 @@ from helpers.cli import primus
 from helpers.primus_tree import EXPERIMENTS, META, write_primus_tree
 from primus_hydra.errors import PrimusError
 from primus_hydra.migrate.primus_yaml import EnvValue, load_experiment, plain, read_yaml
-from primus_hydra.tasks.import_primus import dry_run_mismatches, gpus_per_node, import_files
+from primus_hydra.tasks.import_primus import dry_run_mismatches
+from primus_hydra.tasks.import_session import gpus_per_node, import_files
 
 
 @pytest.fixture(scope="module")
