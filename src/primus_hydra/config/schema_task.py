@@ -77,7 +77,7 @@ class ImportTaskConfig(TaskConfig):
     primus_root: Optional[str] = None  # the Primus checkout (null: the one that contains task.source)
     out: Optional[str] = None  # the Hydra config dir written (experiment/, model/)
     # processes that check the experiments (each composed and validated) while the next files are read (null: one
-    # per CPU this process may use)
+    # per CPU this process may use, at most 4)
     workers: Optional[int] = None
 
 

@@ -21,6 +21,9 @@ from primus_hydra.errors import PrimusError
 Item = TypeVar("Item")
 Check = Callable[..., Optional[str]]  # (its arguments) -> why it failed, or None
 IN_FLIGHT_PER_WORKER = 2  # checks queued per worker: each has the next while this process reads more files
+# task.workers=null's ceiling: a check takes about twice what reading and mapping a file takes here
+# (docs/benchmarks.md), so past a few workers this process is the bound and more would only hold memory
+MOST_WORKERS_BY_DEFAULT = 4
 
 
 def checked_workers(value: Any) -> Optional[int]:
@@ -34,13 +37,15 @@ def checked_workers(value: Any) -> Optional[int]:
 
 def import_workers(wanted: Optional[int], files: int) -> int:
     """The processes that check `files` files: `wanted` (None: the CPUs this process may use, by its affinity, the
-    cgroup's quota and PRIMUS_AUTO_VCPUS: the orchestrator's count), never more than the files."""
+    cgroup's quota and PRIMUS_AUTO_VCPUS: the orchestrator's count, at most MOST_WORKERS_BY_DEFAULT), never more
+    than the files."""
     import os
 
     from primus_hydra.orchestrator.host_probe import detect_cpus
 
     if wanted is None:
-        wanted = len(detect_cpus(os.environ, Path("/sys/fs/cgroup"), Path("/proc"))[0])
+        cpus = len(detect_cpus(os.environ, Path("/sys/fs/cgroup"), Path("/proc"))[0])
+        wanted = min(cpus, MOST_WORKERS_BY_DEFAULT)
     return max(1, min(wanted, files))
 
 
@@ -78,7 +83,7 @@ def _done(entry: tuple[Any, Optional[Future]]) -> tuple[Any, Optional[str]]:
     try:
         return item, future.result()
     except Exception as error:  # noqa: BLE001 - a worker that died (killed, out of memory): this file's failure
-        return item, f"its check's worker process failed ({type(error).__name__}: {error})"
+        return item, f"its check failed in a worker process ({type(error).__name__}: {error})"
 
 
 def _ignore_ctrl_c() -> None:

@@ -1,0 +1,63 @@
+"""task=import's checks in worker processes (tasks/import_checks.py): how many, results in the items' order, one
+worker per route, and a check that fails in its worker as that item's line."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from primus_hydra.errors import PrimusError
+from primus_hydra.tasks.import_checks import checked_in_order, checked_workers, import_workers
+
+
+def where_checked(number: int) -> str:
+    time.sleep(0.01 * (number % 3))  # later items may finish first in another worker
+    return f"{number}@{os.getpid()}"
+
+
+def refusing_two(number: int) -> str:
+    if number == 2:
+        raise ValueError("two")
+    return "fine"
+
+
+@pytest.mark.parametrize("cpus, files, wanted, expected", [
+    ("16", 100, None, 4), ("3", 100, None, 3), ("3", 2, None, 2), ("1", 100, None, 1), ("2", 100, 8, 8), ("2", 5, 8, 5),
+])
+def test_the_default_is_one_worker_per_cpu_up_to_four(monkeypatch, cpus, files, wanted, expected):
+    monkeypatch.setenv("PRIMUS_AUTO_VCPUS", cpus)
+    assert import_workers(wanted, files) == expected
+
+
+@pytest.mark.parametrize("value", [0, -1, "0", True, "many"])
+def test_a_number_of_workers_below_one_is_one_line(value):
+    with pytest.raises(PrimusError, match=r"^task.workers=.*: at least 1 \(null: one per CPU core\)$"):
+        checked_workers(value)
+
+
+def test_null_and_a_number_are_taken():
+    assert checked_workers(None) is None and checked_workers(3) == 3 and checked_workers("2") == 2
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_results_come_back_in_the_items_order_one_worker_per_route(workers):
+    items = list(range(24))
+    checked = list(checked_in_order(items, lambda number: (number,) if number % 5 else None, where_checked, workers,
+                                    route=lambda number: str(number % 4)))
+    assert [item for item, _ in checked] == items
+    results = dict(checked)
+    assert [number for number in items if results[number] is None] == [0, 5, 10, 15, 20]  # no arguments: unchecked
+    pids = {number: results[number].split("@")[1] for number in items if number % 5}
+    assert all(results[number].startswith(f"{number}@") for number in pids)
+    for route in range(4):  # a route's checks share one worker
+        assert len({pid for number, pid in pids.items() if number % 4 == route}) == 1
+    if workers == 1:
+        assert set(pids.values()) == {str(os.getpid())}  # checked here
+    else:
+        assert len(set(pids.values())) > 1 and str(os.getpid()) not in pids.values()
+
+
+def test_a_check_that_fails_in_its_worker_is_that_items_line():
+    checked = dict(checked_in_order([1, 2, 3], lambda number: (number,), refusing_two, 2))
+    assert checked == {1: "fine", 2: "its check failed in a worker process (ValueError: two)", 3: "fine"}
