@@ -4,7 +4,7 @@ Baseline: Primus's PrimusParser.parse (primus/core/launcher/parser.py of the che
 experiment after another in one process, the median per file. Ours: import_files (task=import's code: read with
 Primus's semantics, map, match the model, write experiment/, model/ and primus_resolved/), the whole folder from one
 process, total time / files: with the checks in one process, and in as many as task=import takes by default
-(task.workers=auto: this machine's CPUs). Goal (issue 29): ours per file <= 0.5x Primus's median per file. Rounds
+(task.workers=null: this machine's CPUs, at most 4). Goal (issue 29): ours per file <= 0.5x Primus's median per file. Rounds
 alternate; the best of each side.
 Primus's parser creates output folders while parsing: the baseline runs in a temporary folder.
 Usage: .venv/bin/python scripts/bench/bench_import.py --primus-root PATH [--rounds 3]

@@ -87,7 +87,7 @@ def main() -> None:
         warn_about_literal_secrets(sys.argv[1:])
     try:
         with redacted_stdout(sys.argv[1:]) if printing else contextlib.nullcontext():  # `--resolve` would print secrets
-            if not _printed_job_config(sys.argv[1:]) and not (not printing and answered_query(sys.argv[1:])):
+            if not _printed_job_config(sys.argv[1:]) and not answered_query(sys.argv[1:]):  # queries take no flag
                 _hydra_main()
         _exit_now()
     except BrokenPipeError:  # `... | head -1`: the reader has what it wanted; stop quietly, as a shell tool does

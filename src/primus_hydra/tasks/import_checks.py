@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import multiprocessing
+import os
 import signal
 import zlib
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -39,8 +40,6 @@ def import_workers(wanted: Optional[int], files: int) -> int:
     """The processes that check `files` files: `wanted` (None: the CPUs this process may use, by its affinity, the
     cgroup's quota and PRIMUS_AUTO_VCPUS: the orchestrator's count, at most MOST_WORKERS_BY_DEFAULT), never more
     than the files."""
-    import os
-
     from primus_hydra.orchestrator.host_probe import detect_cpus
 
     if wanted is None:

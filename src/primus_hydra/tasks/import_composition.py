@@ -66,9 +66,7 @@ def compose_imported_job(name: str, config_dir: Path) -> DictConfig:
     """compose_imported's config without its `hydra` node: from the composed config of its choices where the file
     has the imported shape (the module's docstring), else composed without Hydra's own config where that gives the
     same (config/job_composition.py), else by compose_imported."""
-    install_fast_composition()
-    register_schemas()
-    composed = composed_from_choices(name, config_dir)
+    composed = composed_from_choices(name, config_dir)  # which installs and registers what composing needs
     if composed is None:
         composed = compose_job_config(find_conf_dir(), "config", _imported_overrides(name, config_dir))
     if composed is None:

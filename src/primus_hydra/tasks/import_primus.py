@@ -25,9 +25,7 @@ from omegaconf import DictConfig
 from primus_hydra.config.paths import writable_dir_failure
 from primus_hydra.errors import PrimusError
 from primus_hydra.migrate.emit import comment
-from primus_hydra.migrate.writer import (
-    run_command,
-)
+from primus_hydra.migrate.writer import run_command
 from primus_hydra.tasks.import_checks import checked_workers, import_workers
 from primus_hydra.tasks.import_composition import compose_imported
 from primus_hydra.tasks.import_session import ImportResult, ImportSession

@@ -97,11 +97,6 @@ class ImportSession:
                     result = self.finish(staged, failure)
                 yield result
 
-    def import_file(self, path: Path, base: Path) -> ImportResult:
-        staged = self.stage(path, base)
-        arguments = staged.check_arguments()
-        return self.finish(staged, composition_failure(*arguments) if arguments is not None else None)
-
     def _staged(self, files: list[Path], base: Path) -> Iterator[StagedImport]:
         for path in files:
             with _interrupt_deferred():

@@ -21,6 +21,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 QUERY_TASKS = ("plan", "projection")  # conf/task/<name>.yaml: writes_nothing, Hydra's logging off
+OWN_CONFIGS = frozenset({"config", *(f"task/{name}" for name in QUERY_TASKS)})  # whose Hydra-group entries are ours
 # the `hydra:` keys this project's own config.yaml and task files set, which a query does not read (it runs in the
 # current folder, under no job name)
 OWN_HYDRA_KEYS = frozenset({"run", "sweep", "job", "output_subdir"})
@@ -84,8 +85,7 @@ def _hydra_parts_are_own(sections: dict, group_entries: list[tuple[str, str]]) -
         return False
     if (sections.get("job") or {}).get("chdir"):
         return False
-    return all(config == "config" or config in {f"task/{name}" for name in QUERY_TASKS}
-               for config, _group in group_entries)
+    return all(config in OWN_CONFIGS for config, _group in group_entries)
 
 
 def _reads_hydras_runtime(node: Any) -> bool:
