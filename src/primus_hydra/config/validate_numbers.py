@@ -7,7 +7,7 @@ clipping off; a negative exit_interval would stop after the first step. One line
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator
+from typing import Any, Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -33,39 +33,26 @@ NON_NEGATIVE = (
 )
 
 
-def number_failures(cfg: DictConfig) -> list[str]:
+def number_failures(cfg: DictConfig, leaves: Mapping[str, Any]) -> list[str]:
+    """`leaves`: the config's scalar values by dotted key, resolved (config/validate.py reads them once)."""
     # a value derived from a bad one (min_lr=${...lr...}) is dropped by validate_config (config/derived_values.py)
-    failures = [f"{key}={value}: must be a finite number" for key, value in _float_leaves(cfg) if not math.isfinite(value)]
+    failures = [f"{key}={value}: must be a finite number" for key, value in leaves.items()
+                if isinstance(value, float) and not math.isfinite(value)]
     if failures:  # the ranges below would repeat the same keys
         return failures
     for key in POSITIVE:
-        value = OmegaConf.select(cfg, key)
+        value = leaves.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
             failures.append(f"{key}={value}: must be {'>= 1' if isinstance(value, int) else '> 0'}"
                             f"{' (or null)' if _nullable(cfg, key) else ''}")
     for key in NON_NEGATIVE:
-        value = OmegaConf.select(cfg, key)
+        value = leaves.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
             failures.append(f"{key}={value}: must be >= 0")
     seed = cfg.module.seed
     if not 0 <= seed < SEED_LIMIT:
         failures.append(f"module.seed={seed}: must be in [0, 2^63)")
     return failures
-
-
-def _float_leaves(node: DictConfig, prefix: str = "") -> Iterator[tuple[str, float]]:
-    """(key, value) of every float in the config."""
-    for key in node.keys():
-        if key == "hydra" and not prefix:
-            continue
-        path = f"{prefix}{key}"
-        child = node._get_node(key)
-        if isinstance(child, DictConfig):
-            yield from _float_leaves(node[key], f"{path}.")
-        elif not OmegaConf.is_list(child) and not child._is_missing():
-            value: Any = node[key]
-            if isinstance(value, float):
-                yield path, value
 
 
 def _nullable(cfg: DictConfig, key: str) -> bool:
