@@ -25,9 +25,11 @@ class PlanTask:
         self.job = job
         self.point = point  # {"num": ..., "overrides": [...]} of a sweep point; None: read from Hydra
     @classmethod
-    def prepare_job(cls, cfg: DictConfig, run_dir: Optional[Path], *, plan=None, sweep_points: Optional[int] = None):
+    def prepare_job(cls, cfg: DictConfig, run_dir: Optional[Path], *, plan=None, sweep_points: Optional[int] = None,
+                    handed_over: bool = False):
+        """handed_over: `cfg` was composed for this job alone (tasks/query.py): prepared in place, not copied."""
         points = sweep_points if sweep_points is not None else (_sweep_points() if _sweep_point() else 1)
-        return prepare(cfg, plan=plan, sweep_points=points, trains=False)
+        return prepare(cfg, plan=plan, sweep_points=points, trains=False, handed_over=handed_over)
 
     def run(self) -> dict:
         job = self.job or HANDOFF.take(handed_over_at())

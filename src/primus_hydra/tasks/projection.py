@@ -42,8 +42,11 @@ class ProjectionTask:
         self.cfg, self.job, self.point = cfg, job, point
 
     @classmethod
-    def prepare_job(cls, cfg: DictConfig, run_dir: Optional[Path], *, plan=None, sweep_points: Optional[int] = None):
-        """The real run's validation for the cluster the projection is for: its world size, its device kind."""
+    def prepare_job(cls, cfg: DictConfig, run_dir: Optional[Path], *, plan=None, sweep_points: Optional[int] = None,
+                    handed_over: bool = False):
+        """The real run's validation for the cluster the projection is for: its world size, its device kind.
+        handed_over: `cfg` was composed for this job alone (tasks/query.py): prepared in place, not copied (but for
+        a search, which prepares it again when the configured layout is refused)."""
         world = projected_world_size(cfg)
         failures = projection_input_failures(cfg, world)
         if failures:
@@ -51,7 +54,8 @@ class ProjectionTask:
         gpu = _targets_gpu(cfg)
         scale = [large_world_warning(cfg, world)] if world > LARGE_WORLD else []
         try:
-            job = prepare(cfg, world_size=world, on_this_machine=False, trains=False, runs_on_gpu=gpu)
+            job = prepare(cfg, world_size=world, on_this_machine=False, trains=False, runs_on_gpu=gpu,
+                          handed_over=handed_over and not cfg.task.search)
             return dataclasses.replace(job, warnings=job.warnings + scale)
         except ConfigValidationError as error:
             if not cfg.task.search:

@@ -66,7 +66,7 @@ def run_query(cfg: DictConfig) -> None:
 
     task_class = task_class_of(cfg)
     try:
-        job = task_class.prepare_job(cfg, None)
+        job = task_class.prepare_job(cfg, None, handed_over=True)  # composed for this query alone: not copied
     except Exception as error:  # noqa: BLE001 - a user's error (a failed check, an interpolation) is its lines
         stop_with([f"error: {line}" for line in user_error_lines(error)], getattr(error, "exit_code", 2))
     show_warnings(job)
