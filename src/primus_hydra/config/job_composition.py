@@ -18,9 +18,10 @@ composes to Hydra's job config, node type for node type.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf, flag_override
 
@@ -52,8 +53,6 @@ def compose_job_config(search_path_dir: str, config_name: str, overrides: Sequen
 def compose_job(search_path_dir: str, config_name: str, overrides: Sequence[str]) -> Optional[JobComposition]:
     """compose_job_config, with what it left out of Hydra's config (a caller that runs the job without Hydra checks
     that it is this project's own)."""
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-    from hydra._internal.defaults_list import create_defaults_list
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     if not _only_known_plugins():
@@ -65,6 +64,14 @@ def compose_job(search_path_dir: str, config_name: str, overrides: Sequence[str]
     if any(override.is_sweep_override() or _needs_hydras_config(override) for override in parsed):
         return None
     _register_config_sources()
+    with _package_source_when_used():
+        return _composed(search_path_dir, config_name, overrides, parsed)
+
+
+def _composed(search_path_dir: str, config_name: str, overrides: Sequence[str], parsed: list) -> Optional[JobComposition]:
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.defaults_list import create_defaults_list
+
     loader = ConfigLoaderImpl(config_search_path=_search_path(search_path_dir))
     repo = _without_hydras_config(loader.repository)
     try:
@@ -101,21 +108,51 @@ def _only_known_plugins() -> bool:
 def _register_config_sources() -> None:
     """The config sources Hydra's plugin scan registers (file://, pkg://, structured://), without the scan."""
     from hydra._internal.core_plugins.file_config_source import FileConfigSource
-    from hydra._internal.core_plugins.importlib_resources_config_source import ImportlibResourcesConfigSource
     from hydra._internal.core_plugins.structured_config_source import StructuredConfigSource
     from hydra._internal.sources_registry import SourcesRegistry
 
-    for source in (FileConfigSource, ImportlibResourcesConfigSource, StructuredConfigSource):
+    for source in (FileConfigSource, StructuredConfigSource):
         SourcesRegistry.instance().register(source)
+
+
+@contextlib.contextmanager
+def _package_source_when_used() -> Iterator[None]:
+    """Hydra's pkg:// source, imported only when a search path names a package (`hydra.searchpath=[pkg://...]`, a
+    conf/ inside a wheel): with zipfile and importlib.resources that is ~3 ms a checkout's composition never uses.
+    Registered for the composition only: Hydra's plugin scan, if it comes later, registers the real one."""
+    from hydra._internal.sources_registry import SourcesRegistry
+
+    types = SourcesRegistry.instance().types
+    if "pkg" in types:
+        yield
+        return
+    types["pkg"] = _PackageConfigSource
+    try:
+        yield
+    finally:
+        if types.get("pkg") is _PackageConfigSource:
+            del types["pkg"]
+
+
+class _PackageConfigSource:
+
+    @staticmethod
+    def scheme() -> str:
+        return "pkg"
+
+    def __new__(cls, provider: str, path: str) -> Any:
+        from hydra._internal.core_plugins.importlib_resources_config_source import ImportlibResourcesConfigSource
+
+        return ImportlibResourcesConfigSource(provider, path)
 
 
 def _search_path(search_path_dir: str) -> Any:
     """Hydra's search path for a primary config folder (hydra._internal.utils.create_config_search_path) where no
-    installed plugin adds to it."""
+    installed plugin adds to it, less its first entry, Hydra's own configs (pkg://hydra.conf: only hydra/..., which
+    this composition answers or leaves out)."""
     from hydra._internal.config_search_path_impl import ConfigSearchPathImpl
 
     search_path = ConfigSearchPathImpl()
-    search_path.append("hydra", "pkg://hydra.conf")
     search_path.append("main", search_path_dir)
     search_path.append("schema", "structured://")
     return search_path

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import subprocess
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
@@ -81,6 +80,8 @@ def run_tool(command: list[str], environ: Mapping[str, str]) -> Optional[str]:
     """A vendor tool's stdout, or None when it is missing, times out or fails (never an exception)."""
     if shutil.which(command[0], path=environ.get("PATH")) is None:
         return None
+    import subprocess  # here: a machine without the tool (a plan on a laptop) never needs it (~2 ms)
+
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False,
                                 env=dict(environ))

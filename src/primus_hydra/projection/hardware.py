@@ -2,7 +2,6 @@
 the cpu entry's measured matmul peak (at the job's threads per rank)."""
 from __future__ import annotations
 
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,6 +161,8 @@ def measured_cpu(precision: str, threads: int, *, fresh: bool = False) -> tuple[
             f"store_peak(threads, sys.argv[2], peak); store_peak(threads, '{OP_DISPATCH}', dispatch); print(peak, dispatch)")
     print(f"measuring this CPU's {precision} matmul peak and op dispatch at {threads} thread(s) per rank...",
           file=sys.stderr, flush=True)
+    import subprocess  # here: a projection from the cached peak never starts one
+
     result = subprocess.run([sys.executable, "-c", code, str(threads), dtype], capture_output=True, text=True,
                             timeout=300, check=False)
     try:
