@@ -43,13 +43,14 @@ def owned_extra_args_failures(adapter) -> list[str]:
     baseline = _translate(adapter, base, adapter.layout)
     wanted = [path for path in extra if path in baseline] if baseline is not None else []
     owners: dict[str, list[str]] = {path: [] for path in wanted}
+    tops = frozenset(path.split(".", 1)[0] for path in wanted)
     config_base = None
     for key, variant, layout in _variants(base, adapter.layout) if wanted else ():
-        translated = _translate(adapter, variant, layout)
+        translated = _translate(adapter, variant, layout, tops)
         if translated is None and plain_translates:
             if config_base is None:
                 config_base = _without_extra_args(adapter.cfg)
-            translated = _translate_changed(adapter, config_base, key, variant, layout)
+            translated = _translate_changed(adapter, config_base, key, variant, layout, tops)
         if translated is None:
             continue
         for path in wanted:
@@ -86,21 +87,25 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def _translate(adapter, cfg: DictConfig, layout) -> Optional[dict]:
+def _translate(adapter, cfg: DictConfig, layout, tops: Optional[frozenset] = None) -> Optional[dict]:
+    """The translation as dotted paths (flatten); with `tops`, only the native entries of those names (a native
+    name holds no dot: Megatron's arguments, torchtitan's sections), each made plain: the rest is ~a third of a
+    variant's cost."""
     try:
         # a job prepared before its run dir is known (a Slurm sweep) is translated with a stand-in: only names move
         run_dir = adapter.run_dir or Path("run_dir")
         native = type(adapter)(cfg=cfg, layout=layout, run_dir=run_dir).convert_config()
     except Exception:  # noqa: BLE001 - a changed value the translation cannot take tells nothing
         return None
-    return flatten(to_plain(native))
+    return flatten(to_plain(native if tops is None else {key: native[key] for key in tops if key in native}))
 
 
-def _translate_changed(adapter, cfg: DictConfig, key: str, light: PlainTree, layout) -> Optional[dict]:
-    """The translation of `cfg` with `key` set as in the plain variant `light`, or None."""
+def _translate_changed(adapter, cfg: DictConfig, key: str, light: PlainTree, layout,
+                       tops: frozenset) -> Optional[dict]:
+    """The translation of `cfg` (its `tops` entries) with `key` set as in the plain variant `light`, or None."""
     try:
         with value_set(cfg, key, get_value(light, key)):
-            return _translate(adapter, cfg, layout)
+            return _translate(adapter, cfg, layout, tops)
     except Exception:  # noqa: BLE001 - a value the schema refuses is not a variant
         return None
 
