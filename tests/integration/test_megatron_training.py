@@ -14,6 +14,7 @@ from helpers.cli import primus
 from helpers.curves import assert_same_curve, eval_losses, losses
 from helpers.libraries import needs_megatron_core
 from helpers.overrides import LLAMA4_TINY, SHORT_RUN, saving_every
+from helpers.shared_runs import shared_run
 
 pytestmark = [pytest.mark.slow, needs_megatron_core]
 
@@ -189,10 +190,11 @@ def test_megatron_core_missing_names_the_extra(tmp_path):
     assert "pip install 'primus-hydra[megatron]'" in result.stderr.splitlines()[0]
 
 
-def test_llama4s_interleaved_moe_with_scores_on_the_inputs_follows_the_native_curve(tmp_path):
+def test_llama4s_interleaved_moe_with_scores_on_the_inputs_follows_the_native_curve(tmp_path, tmp_path_factory):
     """moe_layer_freq as the layer pattern [0,1] and moe_apply_probs_on_input: megatron-core's model of the same
-    weights and batches as backend=torch's (one micro-batch per step: the expert bias moves once per step in both)."""
+    weights and batches as backend=torch's (one micro-batch per step: the expert bias moves once per step in both;
+    backend=torch's run is the one test_torchtitan_training.py's Llama 4 test reads, trained once)."""
     one_batch = ["module.micro_batch_size=8", "module.weight_decay=0"]
-    native = train(tmp_path / "native", "backend=torch", *LLAMA4_TINY, *one_batch)
+    native = losses(shared_run("llama4_native", tmp_path_factory))
     assert_same_curve(train(tmp_path / "megatron", "backend=megatron", *LLAMA4_TINY, *one_batch, SAME_BATCHES), native)
     assert native[5] < native[1]

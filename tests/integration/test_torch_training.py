@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers.compose import run_job
+from helpers.compose import compose_primus, run_job
 from helpers.overrides import QUIET_LOGS, SMALL_BATCHES
 from primus_hydra.backends.common.checkpoint import CheckpointManager
 from primus_hydra.backends.common.metrics import read_metrics
@@ -25,14 +25,23 @@ def train(compose_config, run_dir: Path, *overrides: str):
     return result, read_metrics(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").exists() else []
 
 
-def test_loss_falls_on_real_text(compose_config, tmp_path):
-    final, records = train(compose_config, tmp_path, "module.train_iters=40", "module.lr=3e-3")
+@pytest.fixture(scope="module")
+def trained_on_text(tmp_path_factory):
+    """40 steps on the default text at lr 3e-3, the last one saved: the run whose loss falls, and the weights a
+    post-training run starts from (trained once for both)."""
+    run_dir = tmp_path_factory.mktemp("trained_on_text")
+    final, records = train(compose_primus, run_dir, "module.train_iters=40", "module.lr=3e-3")
+    return run_dir, final, records
+
+
+def test_loss_falls_on_real_text(trained_on_text):
+    run_dir, final, records = trained_on_text
     # what the run returns is task.objective: without evaluation, the mean of the last 10 training losses
     assert len(records) == 40 and final == pytest.approx(np.mean([r["loss"] for r in records[-10:]]), rel=1e-12)
     assert records[0]["loss"] > 5.0  # ~ln(256) at initialisation
     assert np.mean([r["loss"] for r in records[-5:]]) < records[0]["loss"] - 1.5
     assert {"loss", "lr", "grad_norm", "tokens_per_s", "tflops", "mfu"} <= set(records[-1])
-    assert "model:\n  name: llama_tiny" in (tmp_path / "config_resolved.yaml").read_text()
+    assert "model:\n  name: llama_tiny" in (run_dir / "config_resolved.yaml").read_text()
 
 
 def test_run_dir_holds_checkpoint_metrics_tensorboard_and_plot(compose_config, tmp_path):
@@ -98,10 +107,10 @@ def test_checkpoint_of_another_model_does_not_fit(compose_config, tmp_path):
               f"module.checkpoint.load={tmp_path / 'a' / 'checkpoints'}")
 
 
-def test_post_trainer_starts_from_loaded_weights(compose_config, tmp_path):
-    _, pre = train(compose_config, tmp_path / "pre", "module.train_iters=20", "module.lr=3e-3")
+def test_post_trainer_starts_from_loaded_weights(compose_config, tmp_path, trained_on_text):
+    pre_dir, _, pre = trained_on_text
     _, sft = train(compose_config, tmp_path / "sft", "module=post_trainer", *FAST, "module.train_iters=2",
-                   f"module.checkpoint.load={tmp_path / 'pre' / 'checkpoints'}")
+                   f"module.checkpoint.load={pre_dir / 'checkpoints'}")
     assert sft[0]["loss"] < pre[0]["loss"] - 1.0
 
 

@@ -18,6 +18,7 @@ from helpers.cli import primus
 from helpers.curves import assert_same_curve, eval_losses, losses, trained_once
 from helpers.libraries import needs_torchtitan
 from helpers.overrides import GPT_OSS_TINY, LLAMA4_TINY, SHORT_RUN
+from helpers.shared_runs import shared_run
 
 pytestmark = [pytest.mark.slow, needs_torchtitan]
 
@@ -121,10 +122,11 @@ def test_torchtitans_deepseek_v3_follows_the_native_curve_with_fsdp_and_tp(tmp_p
     assert native[5] < native[1]
 
 
-def test_torchtitans_llama4_follows_the_native_curve_in_one_process_and_with_fsdp(tmp_path):
+def test_torchtitans_llama4_follows_the_native_curve_in_one_process_and_with_fsdp(tmp_path, tmp_path_factory):
     """Interleaved dense and MoE layers and the score on the expert's input, from the same weights as backend=torch;
-    the expert bias moves once per step in both backends (one micro-batch per step and rank)."""
-    native = train(tmp_path / "native", "backend=torch", *LLAMA4_TINY, "module.micro_batch_size=8")
+    the expert bias moves once per step in both backends (one micro-batch per step and rank). backend=torch's run is
+    the one test_megatron_training.py's Llama 4 test reads, trained once."""
+    native = losses(shared_run("llama4_native", tmp_path_factory))
     assert_same_curve(train(tmp_path / "one", "backend=torchtitan", *LLAMA4_TINY, "module.micro_batch_size=8"), native)
     assert_same_curve(train(tmp_path / "fsdp2", "backend=torchtitan", *LLAMA4_TINY, *LAYOUTS["fsdp2"]), native)
     assert native[5] < native[1]
