@@ -68,7 +68,8 @@ def compose_job(search_path_dir: str, config_name: str, overrides: Sequence[str]
         return _composed(search_path_dir, config_name, overrides, parsed)
 
 
-def _composed(search_path_dir: str, config_name: str, overrides: Sequence[str], parsed: list) -> Optional[JobComposition]:
+def _composed(search_path_dir: str, config_name: str, overrides: Sequence[str],
+              parsed: list) -> Optional[JobComposition]:
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra._internal.defaults_list import create_defaults_list
 
@@ -106,7 +107,8 @@ def _only_known_plugins() -> bool:
 
 
 def _register_config_sources() -> None:
-    """The config sources Hydra's plugin scan registers (file://, pkg://, structured://), without the scan."""
+    """Two of the config sources Hydra's plugin scan registers (file://, structured://), without the scan; pkg:// is
+    _package_source_when_used's."""
     from hydra._internal.core_plugins.file_config_source import FileConfigSource
     from hydra._internal.core_plugins.structured_config_source import StructuredConfigSource
     from hydra._internal.sources_registry import SourcesRegistry
@@ -135,6 +137,8 @@ def _package_source_when_used() -> Iterator[None]:
 
 
 class _PackageConfigSource:
+    """Stands in for Hydra's ImportlibResourcesConfigSource under the `pkg` scheme: constructing it imports and
+    returns the real one."""
 
     @staticmethod
     def scheme() -> str:
