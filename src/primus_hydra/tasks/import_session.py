@@ -194,7 +194,6 @@ class ImportSession:
         raise PrimusError(f"{self.out / relative} exists with other numbers and is not task=import's; not replaced")
 
 
-
 @contextlib.contextmanager
 def _failure_recorded(result: ImportResult) -> Iterator[None]:
     """An error while a file is imported becomes its result's one line: a folder's other files go on."""
