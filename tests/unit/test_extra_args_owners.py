@@ -87,3 +87,53 @@ def test_a_variant_the_plain_copy_cannot_translate_is_translated_from_the_config
         "(extra_args passes through only what the canonical config does not own)",
         "backend.extra_args.sequence=9: backend=plain_copy_trips sets sequence from module.seq_length; set it "
         "instead (extra_args passes through only what the canonical config does not own)"]
+
+
+@pytest.mark.parametrize("backend", ["megatron", "torchtitan", "maxtext", "megatron_bridge"])
+def test_leaving_out_the_values_the_translation_never_reads_finds_the_same_owners(compose_config, tmp_path, backend):
+    """The search changes only the values its first translation read: for every native argument of each backend,
+    the owners are those that changing every canonical value finds, in fewer translations."""
+    from primus_hydra.backends import extra_args_owners
+    from primus_hydra.backends.base import load_adapter
+
+    job = prepare(compose_config(f"backend={backend}", "model=moe_tiny", "module.data.source=mock",
+                                 "task.dry_run=true"), run_dir=tmp_path, trains=False)
+    adapter = load_adapter(job.cfg, job.layout, tmp_path)
+    translations = []
+    translate = extra_args_owners._translate
+
+    def counted(*args, **kwargs):
+        translations.append(1)
+        return translate(*args, **kwargs)
+
+    extra_args_owners._translate = counted
+    try:
+        every_value = extra_args_owners.native_owners(adapter, skip_unread=False)
+        tried_every_value, translations[:] = len(translations), []
+        read_values = extra_args_owners.native_owners(adapter)
+    finally:
+        extra_args_owners._translate = translate
+    assert any(every_value.values()) and read_values == every_value
+    assert len(translations) < 0.8 * tried_every_value
+
+
+def test_a_read_recorder_sees_every_way_a_dict_gives_its_values_away():
+    import copy
+    import json
+
+    from primus_hydra.backends.extra_args_owners import _ReadRecorder, _Reads
+    from primus_hydra.config.values import PlainTree
+
+    def read_by(use) -> set[str]:
+        reads = _Reads()
+        tree = _ReadRecorder.over(PlainTree({"model": PlainTree({"a": 1, "sub": PlainTree({"x": 2})}),
+                                             "module": PlainTree({"b": 3})}), reads)
+        use(tree)
+        unread = reads.unread_test()
+        return {key for key in ("model.a", "model.sub.x", "module.b") if not unread(key)}
+
+    assert read_by(lambda t: (t.model.a, t["module"].get("b"))) == {"model.a", "module.b"}
+    assert read_by(lambda t: t.model.sub) == set()  # reaching a subtree reads none of its values
+    for whole_model in (dict, lambda m: {**m}, json.dumps, repr, str, copy.deepcopy, list, lambda m: m == {},
+                        lambda m: m.copied(), lambda m: {}.update(m), lambda m: m | {}, lambda m: sorted(m.items())):
+        assert read_by(lambda t, use=whole_model: use(t.model)) == {"model.a", "model.sub.x"}, whole_model

@@ -7,8 +7,9 @@ without extra_args, then once per canonical value (each number, switch, choice a
 module.*, platform.* and the backend's own knobs) changed on its own; a native argument whose value moves with
 a canonical key is owned by it. Parallel sizes are changed in the layout too, where the translation reads them.
 Constants of the translation (dropouts, Megatron's `rotary_percent`, ...) have no owner and stay free to set.
-This runs only when extra_args names an argument the translation produces (a few hundred translations, well
-under a second).
+A value the first translation never read cannot move anything, and is not changed (about half of them: each read
+is recorded on the plain copy the translations run on, _ReadRecorder). This runs only when extra_args names an
+argument the translation produces (~50-100 translations, ~10-25 ms).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import copy
 import dataclasses
 import enum
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -33,6 +34,16 @@ def owned_extra_args_failures(adapter) -> list[str]:
     extra = flatten(to_plain(adapter.cfg.backend.extra_args) or {})
     if not extra:
         return []
+    owners = native_owners(adapter, list(extra))
+    return [f"backend.extra_args.{path}={extra[path]}: backend={adapter.name} sets {path} from "
+            f"{' and '.join(keys)}; set {'it' if len(keys) == 1 else 'them'} instead (extra_args passes through only "
+            f"what the canonical config does not own)" for path, keys in owners.items() if keys]
+
+
+def native_owners(adapter, paths: Optional[list[str]] = None, skip_unread: bool = True) -> dict[str, list[str]]:
+    """{native path: the canonical keys that move it} for `paths` (None: every path of the translation) that the
+    translation without extra_args produces. skip_unread=False: every canonical key is tried, also those the
+    translation never read (the same owners, at about twice the cost: tests/unit/test_extra_args_owners.py)."""
     # the translations run on a plain copy (attribute reads on plain dicts cost a fraction of OmegaConf's, and no
     # deep copy of the config is needed) where it translates exactly as the config does; else on a copy of the
     # config, as does a variant the plain copy cannot translate
@@ -40,12 +51,17 @@ def owned_extra_args_failures(adapter) -> list[str]:
     plain_translates = _translate(adapter, light, adapter.layout) == _translate(adapter, adapter.cfg, adapter.layout)
     light.backend["extra_args"] = {}
     base = light if plain_translates else _without_extra_args(adapter.cfg)
-    baseline = _translate(adapter, base, adapter.layout)
-    wanted = [path for path in extra if path in baseline] if baseline is not None else []
+    reads = _Reads()
+    recorded = skip_unread and base is light
+    baseline = _translate(adapter, _ReadRecorder.over(base, reads) if recorded else base, adapter.layout)
+    if baseline is None:
+        return {}
+    wanted = [path for path in (baseline if paths is None else paths) if path in baseline]
     owners: dict[str, list[str]] = {path: [] for path in wanted}
     tops = frozenset(path.split(".", 1)[0] for path in wanted)
     config_base = None
-    for key, variant, layout in _variants(base, adapter.layout) if wanted else ():
+    unread = reads.unread_test() if recorded else lambda key: False
+    for key, variant, layout in _variants(base, adapter.layout, unread) if wanted else ():
         translated = _translate(adapter, variant, layout, tops)
         if translated is None and plain_translates:
             if config_base is None:
@@ -56,9 +72,7 @@ def owned_extra_args_failures(adapter) -> list[str]:
         for path in wanted:
             if translated.get(path, _ABSENT) != baseline[path]:
                 owners[path].append(key)
-    return [f"backend.extra_args.{path}={extra[path]}: backend={adapter.name} sets {path} from "
-            f"{' and '.join(keys)}; set {'it' if len(keys) == 1 else 'them'} instead (extra_args passes through only "
-            f"what the canonical config does not own)" for path, keys in owners.items() if keys]
+    return owners
 
 
 def _without_extra_args(cfg: DictConfig) -> DictConfig:
@@ -110,10 +124,11 @@ def _translate_changed(adapter, cfg: DictConfig, key: str, light: PlainTree, lay
         return None
 
 
-def _variants(cfg: Any, layout) -> Iterator[tuple[str, Any, Any]]:
+def _variants(cfg: Any, layout, unread: Callable[[str], bool]) -> Iterator[tuple[str, Any, Any]]:
     """(canonical key, the config with only that value changed, the layout that goes with it): `cfg` itself,
     changed for the moment and restored when the caller asks for the next one (a copy each would cost more than
-    the translation)."""
+    the translation). A key the translation did not read (`unread`) cannot move what it makes: left out, unless it
+    changes the layout too."""
     parallel_fields = {f.name for f in dataclasses.fields(layout)}
     for key, value in list(_canonical_leaves(cfg)):
         changed = _changed(value)
@@ -121,6 +136,8 @@ def _variants(cfg: Any, layout) -> Iterator[tuple[str, Any, Any]]:
             continue
         field = key.rsplit(".", 1)[-1]
         parallel = key.startswith("module.parallel.") and field in parallel_fields
+        if unread(key) and not parallel:
+            continue
         try:
             set_value(cfg, key, changed)
         except Exception:  # noqa: BLE001 - a value the schema refuses is not a variant
@@ -163,3 +180,97 @@ def _changed(value: Any) -> Any:
     if isinstance(value, str):
         return value + "_changed"
     return _ABSENT
+
+
+class _Reads:
+    """The dotted keys a translation read through a _ReadRecorder: each value read, and each subtree read whole
+    (iterated, compared, printed)."""
+
+    def __init__(self) -> None:
+        self.values: set[str] = set()
+        self.wholes: set[str] = set()
+
+    def unread_test(self) -> Callable[[str], bool]:
+        def unread(key: str) -> bool:
+            if key in self.values:
+                return False
+            parts = key.split(".")
+            return not any(".".join(parts[:end]) in self.wholes for end in range(len(parts)))
+        return unread
+
+
+class _ReadRecorder(PlainTree):
+    """A PlainTree that records in `reads` what the code given it reads. Everything dict offers to read a value
+    with is recorded; iterating, comparing or printing a subtree records it whole. (Overriding __iter__ also
+    turns CPython's copies and `**` of the dict away from its storage, through keys() and __getitem__.)"""
+
+    __slots__ = ("_reads", "_prefix")
+
+    @classmethod
+    def over(cls, tree: PlainTree, reads: _Reads, prefix: str = "") -> "_ReadRecorder":
+        recorder = cls({key: cls.over(value, reads, f"{prefix}{key}.") if isinstance(value, PlainTree) else value
+                        for key, value in tree.items()})
+        recorder._reads, recorder._prefix = reads, prefix
+        return recorder
+
+    def _read(self, key: Any) -> None:
+        self._reads.values.add(f"{self._prefix}{key}")
+
+    def _whole(self) -> None:
+        self._reads.wholes.add(self._prefix[:-1])
+
+    def __getitem__(self, key: Any) -> Any:
+        self._read(key)
+        return dict.__getitem__(self, key)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        self._read(name)
+        return PlainTree.__getattr__(self, name)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self._read(key)
+        return dict.get(self, key, default)
+
+    def __iter__(self) -> Iterator[Any]:
+        self._whole()
+        return dict.__iter__(self)
+
+    def keys(self) -> Any:
+        self._whole()
+        return dict.keys(self)
+
+    def items(self) -> Any:
+        self._whole()
+        return dict.items(self)
+
+    def values(self) -> Any:
+        self._whole()
+        return dict.values(self)
+
+    def copied(self) -> PlainTree:
+        self._whole()
+        return PlainTree.copied(self)
+
+    def copy(self) -> dict:
+        self._whole()
+        return dict.copy(self)
+
+    def __eq__(self, other: Any) -> bool:
+        self._whole()
+        return dict.__eq__(self, other)
+
+    def __ne__(self, other: Any) -> bool:
+        self._whole()
+        return dict.__ne__(self, other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        self._whole()
+        return dict.__repr__(self)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        self._whole()
+        return dict.__reduce_ex__(self, protocol)

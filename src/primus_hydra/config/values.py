@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from enum import Enum
 from typing import Any, Iterator
 
-from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict, read_write
+from omegaconf import DictConfig, ListConfig, OmegaConf, ValueNode, open_dict, read_write
 
 _SCALARS = frozenset({type(None), bool, int, float, str})  # exactly these types (a Choice is a str subclass)
 
@@ -59,9 +59,8 @@ class PlainTree(dict):
     @classmethod
     def of(cls, node: Any) -> Any:
         if isinstance(node, DictConfig):
-            return cls({key: cls.of(node._get_node(key)._value() if OmegaConf.is_missing(node, key) else node[key])
-                        for key in node.keys()})
-        if OmegaConf.is_list(node):
+            return cls({key: cls.of(_read(node, key)) for key in node.keys()})
+        if isinstance(node, ListConfig):
             return [cls.of(item) for item in node]
         return node
 
@@ -75,6 +74,15 @@ class PlainTree(dict):
         """A copy whose nested trees and lists are copies too (the values themselves are shared)."""
         return PlainTree({key: value.copied() if isinstance(value, PlainTree) else
                           list(value) if isinstance(value, list) else value for key, value in self.items()})
+
+
+def _read(node: DictConfig, key: Any) -> Any:
+    """node[key], but a plain value (no interpolation) read from its node without OmegaConf's lookups (~5x faster),
+    and ??? as its text."""
+    child = node._get_node(key)
+    if child._is_missing() or (isinstance(child, ValueNode) and not child._is_interpolation()):
+        return child._value()
+    return node[key]
 
 
 def get_value(cfg: Any, dotted: str) -> Any:
