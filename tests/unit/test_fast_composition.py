@@ -217,3 +217,40 @@ def test_a_backends_schema_module_is_imported_when_its_schema_is_first_asked_for
     register_schemas()
     stored = ConfigStore.instance().load("schema/backend/torchtitan.yaml").node
     assert stored == OmegaConf.structured(BACKEND_SCHEMAS["torchtitan"])
+
+
+def test_a_file_loaded_again_is_its_first_reading_until_it_changes(tmp_path):
+    from hydra._internal.core_plugins.file_config_source import FileConfigSource
+
+    (tmp_path / "group").mkdir()
+    config = tmp_path / "group" / "option.yaml"
+    config.write_text("# @package _global_\nsize: 1\nnested: {a: [1, 2]}\n")
+    source = FileConfigSource(provider="test", path=str(tmp_path))
+    readings = [source.load_config("group/option") for _ in range(3)]  # the third is a copy of the second
+    for reading in readings:
+        assert OmegaConf.to_container(reading.config) == {"size": 1, "nested": {"a": [1, 2]}}
+        assert reading.header["package"] == "_global_"
+    readings[2].config.nested.a.append(3)  # changing what was handed out changes nothing kept
+    readings[2].header["package"] = "changed"
+    again = source.load_config("group/option")
+    assert OmegaConf.to_container(again.config) == {"size": 1, "nested": {"a": [1, 2]}}
+    assert again.header["package"] == "_global_"
+    config.write_text("# @package _global_\nsize: 2\nnested: {a: [1, 2]}\n")  # edited: same size, same inode
+    assert source.load_config("group/option").config.size == 2
+
+
+def test_a_schema_section_built_again_is_what_its_class_builds():
+    from omegaconf import DictConfig
+
+    from primus_hydra.config.job_composition import compose_job_config
+    from primus_hydra.config.schema import ModelConfig
+
+    built = [DictConfig(ModelConfig) for _ in range(4)]  # the third and fourth: copies of the second's nodes
+    assert all(section == OmegaConf.structured(ModelConfig) for section in built)
+    assert all(OmegaConf.get_type(section) is ModelConfig for section in built)
+    register_schemas()
+    composed = [compose_job_config(find_conf_dir(), "config", ["model=moe_tiny"]) for _ in range(3)]
+    assert composed[0] == composed[2]
+    # Hydra merges without copying nodes: a change to one composition's section must not reach the kept nodes
+    composed[2].model.hybrid.linear_num_key_heads = 99
+    assert compose_job_config(find_conf_dir(), "config", ["model=moe_tiny"]).model.hybrid.linear_num_key_heads != 99

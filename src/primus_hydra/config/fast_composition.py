@@ -33,6 +33,15 @@
    a new config repository each time (~120 repositories, ~0.15 s for this project's tree). While the help text is
    made, one repository answers and each listing is made once.
 
+8. A config file Hydra loads a second time in one process (task=import's ~100 compositions, the points of a sweep
+   Hydra composes in this process) is a copy of its first reading (~3x faster than OmegaConf's load): kept by its
+   real path, inode, size, and modification and change times, so that an edited file is read again.
+
+9. Merging a group's config into its typed section (`model: ModelConfig = MISSING`) builds the section from its
+   dataclass first (OmegaConf's `expand`: ~11 ms for ModelConfig, ~9 for ModuleConfig, every composition). A class
+   of this project's built a second time in one process is a copy of its second build (~3x faster): the nodes a
+   dataclass makes depend only on the class (its defaults and default factories are constants).
+
 Not for speed: every composition ends with `model.from_hf=<DIR>` applied (config/hf_config.py), so that the
 command line, `--cfg job`, the Python API and each sweep point Hydra composes see the folder's architecture.
 
@@ -59,6 +68,8 @@ def install() -> None:
     _convert_stored_nodes_when_loaded()
     _keep_interpolation_parse_trees()
     _install_c_yaml_dumper()
+    _keep_files_loaded_twice()
+    _keep_schema_sections_built_twice()
     _list_config_groups_once_per_help()
     _install_model_from_hf()  # first: the composition kept for the run below has it applied already
     _install_one_composition_per_run()
@@ -184,6 +195,71 @@ def _convert_stored_nodes_when_loaded() -> None:
 
     global ConfigNodeConvertedWhenLoaded
     ConfigStore.store, ConfigNodeConvertedWhenLoaded = store, ConvertedWhenLoaded
+
+
+FILES_KEPT = 1024
+
+
+def _keep_files_loaded_twice() -> None:
+    import copy
+    import os
+
+    from hydra._internal.core_plugins.file_config_source import FileConfigSource
+    from hydra.plugins.config_source import ConfigResult
+
+    load = FileConfigSource.load_config
+    seen: set[tuple] = set()
+    kept: dict[tuple, tuple[Any, dict]] = {}  # file version -> (its config, never handed out; its header)
+
+    def load_config(self: FileConfigSource, config_path: str) -> ConfigResult:
+        full_path = os.path.realpath(os.path.join(self.path, self._normalize_file_name(config_path)))
+        try:
+            stat = os.stat(full_path)
+        except OSError:
+            return load(self, config_path)  # as Hydra words it
+        version = (full_path, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+        if version in kept:
+            config, header = kept[version]
+            return ConfigResult(config=copy.deepcopy(config), path=f"{self.scheme()}://{self.path}",
+                                provider=self.provider, header=dict(header))
+        result = load(self, config_path)
+        if version in seen:  # a second reading: a file read once per process (a command line's) costs no copy
+            if len(kept) >= FILES_KEPT:
+                kept.clear()
+            kept[version] = (copy.deepcopy(result.config), dict(result.header))
+        else:
+            if len(seen) >= FILES_KEPT:
+                seen.clear()
+            seen.add(version)
+        return result
+
+    FileConfigSource.load_config = load_config
+
+
+def _keep_schema_sections_built_twice() -> None:
+    import copy
+
+    import omegaconf._utils as omegaconf_utils
+    import omegaconf.basecontainer as basecontainer
+    import omegaconf.dictconfig as dictconfig
+
+    build = omegaconf_utils.get_structured_config_data
+    seen: set[tuple] = set()
+    kept: dict[tuple, dict] = {}  # (class, allow_objects) -> its nodes, never handed out
+
+    def get_structured_config_data(obj: Any, allow_objects: Optional[bool] = None) -> Any:
+        if not isinstance(obj, type) or not obj.__module__.startswith("primus_hydra."):
+            return build(obj, allow_objects=allow_objects)
+        key = (obj, allow_objects)
+        if key not in kept:
+            if key not in seen:  # built once per process (a command line's composition): no copy kept
+                seen.add(key)
+                return build(obj, allow_objects=allow_objects)
+            kept[key] = build(obj, allow_objects=allow_objects)
+        return {name: copy.deepcopy(node) for name, node in kept[key].items()}
+
+    for module in (omegaconf_utils, basecontainer, dictconfig):
+        module.get_structured_config_data = get_structured_config_data
 
 
 def _install_c_yaml_dumper() -> None:
