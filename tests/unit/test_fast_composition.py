@@ -254,3 +254,32 @@ def test_a_schema_section_built_again_is_what_its_class_builds():
     # Hydra merges without copying nodes: a change to one composition's section must not reach the kept nodes
     composed[2].model.hybrid.linear_num_key_heads = 99
     assert compose_job_config(find_conf_dir(), "config", ["model=moe_tiny"]).model.hybrid.linear_num_key_heads != 99
+
+
+def test_node_metadata_copies_as_the_generic_deep_copy_does():
+    import copy
+
+    from omegaconf import DictConfig, ListConfig
+
+    from primus_hydra.config.job_composition import compose_job_config
+
+    register_schemas()
+    cfg = compose_job_config(find_conf_dir(), "config", ["backend=megatron", "model=llama3_8b"])
+
+    def nodes(node):
+        yield node
+        if isinstance(node, DictConfig) and not node._is_missing() and not node._is_none():
+            for key in node.keys():
+                yield from nodes(node._get_node(key))
+        elif isinstance(node, ListConfig) and not node._is_missing() and not node._is_none():
+            for index in range(len(node)):
+                yield from nodes(node._get_node(index))
+
+    metadata = [node._metadata for node in nodes(cfg)]
+    assert len(metadata) > 200
+    for meta in metadata:
+        copied, generic = copy.deepcopy(meta), copy._reconstruct(meta, {}, *meta.__reduce_ex__(4))
+        assert copied == generic and type(copied) is type(generic) and copied.flags is not meta.flags
+    meta = cfg.model._get_node("num_layers")._metadata
+    meta.resolver_cache["oc.env"][("HOME",)] = ["cached"]  # a cached result: copied the generic way, deeply
+    assert copy.deepcopy(meta).resolver_cache["oc.env"][("HOME",)] is not meta.resolver_cache["oc.env"][("HOME",)]
