@@ -199,6 +199,15 @@ class _Reads:
         return unread
 
 
+def _read_whole(method: Callable) -> Callable:
+    def recorded(self: "_ReadRecorder", *args: Any) -> Any:
+        self._whole()
+        return method(self, *args)
+
+    recorded.__name__ = method.__name__
+    return recorded
+
+
 class _ReadRecorder(PlainTree):
     """A PlainTree that records in `reads` what the code given it reads. Everything dict offers to read a value
     with is recorded; iterating, comparing or printing a subtree records it whole. (Overriding __iter__ also
@@ -233,44 +242,9 @@ class _ReadRecorder(PlainTree):
         self._read(key)
         return dict.get(self, key, default)
 
-    def __iter__(self) -> Iterator[Any]:
-        self._whole()
-        return dict.__iter__(self)
-
-    def keys(self) -> Any:
-        self._whole()
-        return dict.keys(self)
-
-    def items(self) -> Any:
-        self._whole()
-        return dict.items(self)
-
-    def values(self) -> Any:
-        self._whole()
-        return dict.values(self)
-
-    def copied(self) -> PlainTree:
-        self._whole()
-        return PlainTree.copied(self)
-
-    def copy(self) -> dict:
-        self._whole()
-        return dict.copy(self)
-
-    def __eq__(self, other: Any) -> bool:
-        self._whole()
-        return dict.__eq__(self, other)
-
-    def __ne__(self, other: Any) -> bool:
-        self._whole()
-        return dict.__ne__(self, other)
-
+    # each way dict gives all its values away: the subtree is read whole
+    __iter__, keys, items, values, copy, __eq__, __ne__, __repr__, __reduce_ex__ = (
+        _read_whole(getattr(dict, name))
+        for name in ("__iter__", "keys", "items", "values", "copy", "__eq__", "__ne__", "__repr__", "__reduce_ex__"))
+    copied = _read_whole(PlainTree.copied)
     __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        self._whole()
-        return dict.__repr__(self)
-
-    def __reduce_ex__(self, protocol: Any) -> Any:
-        self._whole()
-        return dict.__reduce_ex__(self, protocol)
