@@ -14,11 +14,11 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from primus_hydra.backends.schemas import register_schemas
-from primus_hydra.config import fast_composition
+from primus_hydra.config import fast_composition, fast_omegaconf
 from primus_hydra.config.paths import find_conf_dir
 
 fast_composition.install()
-PYTHON_LOADER = fast_composition.python_yaml_loader()
+PYTHON_LOADER = fast_omegaconf.python_yaml_loader()
 SHIPPED = sorted(Path(find_conf_dir()).rglob("*.yaml")) + sorted((Path(hydra.__file__).parent / "conf").rglob("*.yaml"))
 
 
@@ -166,7 +166,7 @@ def test_omegaconf_writes_a_composed_config_as_its_python_dumper_does(overrides)
     for sort_keys in (False, True):
         written = OmegaConf.to_yaml(OmegaConf.create(container), sort_keys=sort_keys)
         assert written == yaml.dump(container, default_flow_style=False, allow_unicode=True, sort_keys=sort_keys,
-                                    Dumper=fast_composition.python_omegaconf_dumper())
+                                    Dumper=fast_omegaconf.python_omegaconf_dumper())
 
 
 def test_the_c_safe_dumper_writes_what_safe_dump_writes():
@@ -283,3 +283,28 @@ def test_node_metadata_copies_as_the_generic_deep_copy_does():
     meta = cfg.model._get_node("num_layers")._metadata
     meta.resolver_cache["oc.env"][("HOME",)] = ["cached"]  # a cached result: copied the generic way, deeply
     assert copy.deepcopy(meta).resolver_cache["oc.env"][("HOME",)] is not meta.resolver_cache["oc.env"][("HOME",)]
+
+
+def test_omegaconfs_value_checks_answer_as_its_own_do():
+    import importlib.util
+
+    import omegaconf._utils as used
+    from omegaconf import AnyNode, DictConfig, StringNode
+
+    # OmegaConf's own functions: its _utils module executed again, apart (the one in use is left as it is)
+    spec = importlib.util.spec_from_file_location("omegaconf._utils_as_shipped", used.__file__)
+    own = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(own)
+    assert used._is_none is not own._is_none  # the stand-ins are installed
+
+    cfg = OmegaConf.create({"a": 1, "b": "${a}", "c": "???", "d": None, "e": {"f": "x${a}"}, "g": "${missing}"})
+    values = [1, "???", "${a}", "x", None, "${", "$${a}", AnyNode(None), StringNode("???"), AnyNode("${a}"),
+              DictConfig(None), *(cfg._get_node(key) for key in cfg)]
+    for value in values:
+        assert used._is_missing_value(value) == own._is_missing_value(value)
+        assert used._is_interpolation(value) == own._is_interpolation(value)
+        assert used._is_none(value) == own._is_none(value)
+    for key in cfg:
+        node = cfg._get_node(key)
+        assert used._is_none(node, resolve=True, throw_on_resolution_failure=False) == \
+            own._is_none(node, resolve=True, throw_on_resolution_failure=False)

@@ -1,0 +1,255 @@
+"""Changes to how OmegaConf 2.3 reads, writes, builds and copies configs, for speed only: every config is the same.
+
+1. YAML is parsed by libyaml's C parser (`yaml.CSafeLoader`) under OmegaConf's own rules: its resolvers (the wider
+   float rule, no timestamps), its constructors and its refusal of a key written twice. OmegaConf parses with the
+   pure-Python loader and builds a new loader class for every file; composing this project's config reads ~60
+   files, which took ~45 ms of ~130 (scripts/bench/bench_cfg_print.py). A file libyaml refuses is read again by
+   OmegaConf's loader, so that its error is worded as before. Where libyaml is missing nothing changes.
+
+2. OmegaConf parses an interpolation (`${...}`) with its ANTLR grammar (~1 ms a string in pure Python) each time
+   it meets it: when a node is made, merged into or resolved. Composing this project's config parses the same ~10
+   strings 17-35 times. The parse tree of a string is kept (it is read, never changed, by OmegaConf's visitor).
+
+3. OmegaConf writes YAML (`OmegaConf.to_yaml`, `OmegaConf.save`: `--cfg`, Hydra's .hydra/*.yaml of a run) with
+   PyYAML's pure-Python emitter, ~25 ms for this project's config; libyaml's emitter writes the same text, with
+   OmegaConf's own representer (strings that would read back as another type are quoted).
+
+4. Merging a group's config into its typed section (`model: ModelConfig = MISSING`) builds the section from its
+   dataclass first (OmegaConf's `expand`: ~11 ms for ModelConfig, ~9 for ModuleConfig, every composition). A class
+   of this project's built a second time in one process is a copy of its second build (~3x faster): the nodes a
+   dataclass makes depend only on the class (its defaults and default factories are constants).
+
+5. Every deep copy of a config (Hydra copies each loaded config and each node it sets; task=import copies a composed
+   config per experiment) copies each node's metadata through `copy`'s generic reduce-and-rebuild path, half of the
+   copy's time. Metadata whose fields are types, flags and plain keys, with no resolver results cached, is copied
+   field by field instead (a new flags dict, a new empty cache, the same immutable values); any other goes the
+   generic way.
+
+6. OmegaConf asks of nearly every value whether it is `???`, an interpolation or None (`_is_missing_value`,
+   `_is_interpolation`, `_is_none`: ~6,000 calls a composition, ~1.3 million in task=import over Primus's examples),
+   and each call imports `Node` again (`from omegaconf import Node`, ~a third of the call). The same three
+   functions, with `Node` looked up once, stand in for them in every OmegaConf module that holds them.
+
+`install()` is idempotent; config/fast_composition.py's install() calls it.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import yaml
+from omegaconf._utils import get_omega_conf_dumper as omegaconfs_get_omega_conf_dumper  # kept: install() replaces it
+from omegaconf._utils import get_yaml_loader as omegaconfs_get_yaml_loader  # kept: install() replaces it
+
+_INSTALLED = False
+
+
+def install() -> None:
+    global _INSTALLED
+    if _INSTALLED:
+        return
+    _INSTALLED = True
+    _install_c_yaml_loader()
+    _keep_interpolation_parse_trees()
+    _install_c_yaml_dumper()
+    _keep_schema_sections_built_twice()
+    _copy_node_metadata_field_by_field()
+    _check_values_without_imports()
+
+
+def _install_c_yaml_loader() -> None:
+    if not hasattr(yaml, "CSafeLoader"):
+        return
+    import omegaconf._utils as omegaconf_utils
+    import omegaconf.basecontainer as basecontainer
+
+    python_loader = python_yaml_loader()
+
+    class OmegaConfCLoader(yaml.CSafeLoader):
+        def __init__(self, stream: Any) -> None:
+            self._stream = stream
+            super().__init__(stream)
+
+        def get_single_data(self) -> Any:
+            try:
+                return super().get_single_data()
+            except yaml.YAMLError:  # libyaml words its errors its own way: read the file again as OmegaConf
+                if hasattr(self._stream, "read") and not self._stream.seekable():  # would, for its message
+                    raise
+                if hasattr(self._stream, "seek"):
+                    self._stream.seek(0)
+                loader = python_loader(self._stream)
+                try:
+                    return loader.get_single_data()
+                finally:
+                    loader.dispose()
+
+    # OmegaConf's construct_mapping calls super() of its Python class: the C class gets the same check
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> Any:
+        keys = set()
+        for key_node, _ in node.value:
+            if key_node.tag != yaml.resolver.BaseResolver.DEFAULT_SCALAR_TAG:
+                continue
+            if key_node.value in keys:
+                raise yaml.constructor.ConstructorError("while constructing a mapping", node.start_mark,
+                                                        f"found duplicate key {key_node.value}", key_node.start_mark)
+            keys.add(key_node.value)
+        return yaml.constructor.SafeConstructor.construct_mapping(self, node, deep=deep)
+
+    OmegaConfCLoader.construct_mapping = construct_mapping
+    OmegaConfCLoader.yaml_implicit_resolvers = python_loader.yaml_implicit_resolvers
+    OmegaConfCLoader.yaml_constructors = python_loader.yaml_constructors
+
+    def get_yaml_loader() -> Any:
+        return OmegaConfCLoader
+
+    omegaconf_utils.get_yaml_loader = get_yaml_loader
+    basecontainer.get_yaml_loader = get_yaml_loader
+
+
+def _keep_schema_sections_built_twice() -> None:
+    import copy
+
+    import omegaconf._utils as omegaconf_utils
+    import omegaconf.basecontainer as basecontainer
+    import omegaconf.dictconfig as dictconfig
+
+    build = omegaconf_utils.get_structured_config_data
+    seen: set[tuple] = set()
+    kept: dict[tuple, dict] = {}  # (class, allow_objects) -> its nodes, never handed out
+
+    def get_structured_config_data(obj: Any, allow_objects: Optional[bool] = None) -> Any:
+        if not isinstance(obj, type) or not obj.__module__.startswith("primus_hydra."):
+            return build(obj, allow_objects=allow_objects)
+        key = (obj, allow_objects)
+        if key not in kept:
+            if key not in seen:  # built once per process (a command line's composition): no copy kept
+                seen.add(key)
+                return build(obj, allow_objects=allow_objects)
+            kept[key] = build(obj, allow_objects=allow_objects)
+        return {name: copy.deepcopy(node) for name, node in kept[key].items()}
+
+    for module in (omegaconf_utils, basecontainer, dictconfig):
+        module.get_structured_config_data = get_structured_config_data
+
+
+def _copy_node_metadata_field_by_field() -> None:
+    import collections
+    import copy
+    import dataclasses
+    import enum
+
+    from omegaconf.base import ContainerMetadata, Metadata
+
+    plain_keys = (str, int, float, bool, bytes, type(None), enum.Enum)
+    fields = {cls: frozenset(field.name for field in dataclasses.fields(cls)) for cls in (Metadata, ContainerMetadata)}
+
+    def deepcopy_metadata(self: Metadata, memo: dict) -> Metadata:
+        state = self.__dict__
+        if type(self) not in fields or state.keys() != fields[type(self)] or self.resolver_cache \
+                or not isinstance(self.key, plain_keys) \
+                or (self.flags and any(value is not None and type(value) is not bool for value in self.flags.values())):
+            copied = copy._reconstruct(self, memo, *self.__reduce_ex__(4))  # what copy.deepcopy does without this
+        else:
+            copied = object.__new__(type(self))
+            copied.__dict__.update(state)
+            copied.__dict__["flags"] = dict(self.flags) if self.flags is not None else None
+            copied.__dict__["resolver_cache"] = collections.defaultdict(dict)
+        memo[id(self)] = copied
+        return copied
+
+    Metadata.__deepcopy__ = deepcopy_metadata  # ContainerMetadata inherits it
+
+
+def _install_c_yaml_dumper() -> None:
+    if not hasattr(yaml, "CDumper"):
+        return
+    import omegaconf._utils as omegaconf_utils
+    import omegaconf.omegaconf as omegaconf_module
+
+    python_dumper = python_omegaconf_dumper()
+
+    class OmegaConfCDumper(yaml.CDumper):  # OmegaConf's Dumper is PyYAML's full Dumper: the same, in C
+        pass
+
+    OmegaConfCDumper.yaml_representers = dict(python_dumper.yaml_representers)
+    OmegaConfCDumper.yaml_multi_representers = dict(python_dumper.yaml_multi_representers)
+
+    def get_omega_conf_dumper() -> Any:
+        return OmegaConfCDumper
+
+    omegaconf_utils.get_omega_conf_dumper = get_omega_conf_dumper
+    omegaconf_module.get_omega_conf_dumper = get_omega_conf_dumper
+
+
+def python_omegaconf_dumper() -> Any:
+    """OmegaConf's own (pure-Python) dumper class, as it builds it."""
+    return omegaconfs_get_omega_conf_dumper()
+
+
+PARSE_TREES_KEPT = 1024
+
+
+def _keep_interpolation_parse_trees() -> None:
+    import omegaconf._utils
+    import omegaconf.base
+    import omegaconf.grammar_parser
+    import omegaconf.resolvers.oc
+
+    parse = omegaconf.grammar_parser.parse
+    trees: dict[tuple, Any] = {}
+
+    def parse_once(value: str, parser_rule: str = "configValue", lexer_mode: str = "DEFAULT_MODE") -> Any:
+        key = (value, parser_rule, lexer_mode)
+        tree = trees.get(key)
+        if tree is None:
+            tree = parse(value, parser_rule, lexer_mode)  # a string the grammar refuses raises, every time
+            if len(trees) >= PARSE_TREES_KEPT:
+                trees.clear()
+            trees[key] = tree
+        return tree
+
+    for module in (omegaconf.grammar_parser, omegaconf._utils, omegaconf.base, omegaconf.resolvers.oc):
+        module.parse = parse_once
+
+
+def python_yaml_loader() -> Any:
+    """OmegaConf's own (pure-Python) loader class, as it builds it."""
+    return omegaconfs_get_yaml_loader()
+
+
+def _check_values_without_imports() -> None:
+    import sys
+
+    import omegaconf._utils as omegaconf_utils
+    from omegaconf import Node
+
+    def _is_missing_value(value: Any) -> bool:
+        if isinstance(value, Node):
+            value = value._value()
+        return isinstance(value, str) and value == "???"  # OmegaConf's _is_missing_literal
+
+    def _is_interpolation(v: Any, strict_interpolation_validation: bool = False) -> bool:
+        if isinstance(v, Node):
+            v = v._value()
+        if isinstance(v, str) and omegaconf_utils._is_interpolation_string(v, strict_interpolation_validation):
+            return True
+        return False
+
+    def _is_none(value: Any, resolve: bool = False, throw_on_resolution_failure: bool = True) -> bool:
+        if not isinstance(value, Node):
+            return value is None
+        if resolve:
+            value = value._maybe_dereference_node(throw_on_resolution_failure=throw_on_resolution_failure)
+            if not throw_on_resolution_failure and value is None:  # a failed resolution is not None
+                return False
+            assert isinstance(value, Node)
+        return value._is_none()
+
+    replacements = {name: (getattr(omegaconf_utils, name), check) for name, check in
+                    (("_is_missing_value", _is_missing_value), ("_is_interpolation", _is_interpolation),
+                     ("_is_none", _is_none))}
+    for name, module in list(sys.modules.items()):
+        if name == "omegaconf" or name.startswith("omegaconf."):
+            for function, (original, check) in replacements.items():
+                if getattr(module, function, None) is original:
+                    setattr(module, function, check)
