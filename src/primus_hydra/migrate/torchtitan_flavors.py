@@ -12,7 +12,6 @@ cannot hold at all are refused by what it cannot hold.
 """
 from __future__ import annotations
 
-import dataclasses
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -21,6 +20,7 @@ from omegaconf import OmegaConf
 from primus_hydra.backends.extra_args_owners import flatten
 from primus_hydra.errors import PrimusError
 from primus_hydra.migrate.models import ModelChoice, same_normalized, stem, with_fields, zoo_models
+from primus_hydra.migrate.torchtitan_registry import flavor_table
 
 FLAVOR_TABLE_RELEASES = ("0.2.",)
 # model args a run decides (the backend writes its own sequence length and attention kernel), not the architecture
@@ -56,7 +56,8 @@ def torchtitan_flavor_model(name: str, flavor: str, preset_name: str) -> ModelCh
 
 
 def flavor_args(name: str, flavor: str) -> Any:
-    """The installed torchtitan's model args of this flavor (imports torchtitan, and so torch: task=import only)."""
+    """The installed torchtitan's model args of this flavor, as nested dicts read by attribute (read by importing
+    torchtitan, and so torch: task=import only; migrate/torchtitan_registry.py)."""
     where = f"model.name={name} model.flavor={flavor}"
     try:
         release = version("torchtitan")
@@ -68,10 +69,8 @@ def flavor_args(name: str, flavor: str) -> Any:
         raise PrimusError(f"{where}: no zoo preset is this flavor, and the installed torchtitan {release} keeps its "
                           f"flavors otherwise than the releases read here ({', '.join(FLAVOR_TABLE_RELEASES)}x: "
                           f"TrainSpec.model_args)")
-    from torchtitan.protocols.train_spec import get_train_spec
-
     try:
-        table = get_train_spec(name).model_args
+        table = flavor_table(name)
     except ValueError:
         raise PrimusError(f"{where}: torchtitan {release} has no model {name}") from None
     if flavor not in table:
@@ -117,7 +116,7 @@ def _llama4_fields(args: Any) -> dict:
     input), the others llama3's dense FFN; the experts' width derived from the dense one (torchtitan's model.py)."""
     moe = args.moe_args
     return {**_llama_fields(args),
-            **_moe_fields(moe, _llama4_expert_width(dataclasses.asdict(args)), first_dense_layers=0),
+            **_moe_fields(moe, _llama4_expert_width(args), first_dense_layers=0),
             "moe.interleave_step": args.interleave_moe_layer_step,
             "moe.score_before_experts": bool(moe.score_before_experts)}
 
@@ -203,7 +202,7 @@ def flavor_differences(name: str, model: Any, args: Any) -> list[str]:
     from primus_hydra.backends.torchtitan.args import model_args_section
 
     translated = flatten(_normalized(name, model_args_section(model, args.max_seq_len)))
-    flavor = flatten(_normalized(name, dataclasses.asdict(args)))
+    flavor = flatten(_normalized(name, args))
     return [f"{key}: torchtitan={flavor.get(key, '(no such arg)')!r} translated={value!r}"
             for key, value in translated.items()
             if key.split(".")[-1] not in RUN_CHOICES and not same_normalized(flavor.get(key, _ABSENT), value)]
