@@ -13,14 +13,15 @@ cannot hold at all are refused by what it cannot hold.
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterable
 
 from omegaconf import OmegaConf
 
 from primus_hydra.backends.extra_args_owners import flatten
 from primus_hydra.errors import PrimusError
 from primus_hydra.migrate.models import ModelChoice, same_normalized, stem, with_fields, zoo_models
-from primus_hydra.migrate.torchtitan_registry import flavor_table
+from primus_hydra.migrate.torchtitan_registry import flavor_table, read_ahead
 
 FLAVOR_TABLE_RELEASES = ("0.2.",)
 # model args a run decides (the backend writes its own sequence length and attention kernel), not the architecture
@@ -53,6 +54,17 @@ def torchtitan_flavor_model(name: str, flavor: str, preset_name: str) -> ModelCh
     ours = zoo_models()[base]
     generated = {key: value for key, value in fields.items() if OmegaConf.select(ours, key) != value}
     return ModelChoice(base, generated=generated, name=stem(preset_name).replace(".", "_") + "_torchtitan")
+
+
+def read_tables_ahead(files: Iterable[Path]) -> None:
+    """torchtitan's flavor tables read ahead by a helper process (torchtitan_registry.read_ahead) where any of `files`
+    names torchtitan and the installed release keeps them where they are read from."""
+    try:
+        release = version("torchtitan")
+    except PackageNotFoundError:
+        return
+    if release.startswith(FLAVOR_TABLE_RELEASES):
+        read_ahead(files)
 
 
 def flavor_args(name: str, flavor: str) -> Any:

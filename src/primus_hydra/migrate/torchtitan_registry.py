@@ -2,10 +2,10 @@
 
 Reading them imports torchtitan, and with it torch, datasets and inductor: 4-5 s on this 2-core machine, a third of
 what task=import's own process spends on a folder of Primus's examples, during which its checking processes wait
-for work. An import whose files name torchtitan has them read at its start by a helper process (read_ahead), beside
-the other files' work; the first flavor looked up waits for what is left of it. Anywhere else, or where the helper
-fails, a table is read in this process when first asked for. Both read with the same function (read_tables) from the
-same sys.path.
+for work. An import whose files name torchtitan (at a release whose tables are read: migrate/torchtitan_flavors.py)
+has them read at its start by a helper process (read_ahead), beside the other files' work; the first flavor looked
+up waits for what is left of it. Anywhere else, or where the helper fails, a table is read in this process when
+first asked for. Both read with the same function (read_tables) from the same sys.path.
 """
 from __future__ import annotations
 

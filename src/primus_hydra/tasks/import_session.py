@@ -15,7 +15,8 @@ from primus_hydra.errors import PrimusError
 from primus_hydra.migrate.ledger import Ledger, _atomic_write, digest
 from primus_hydra.migrate.mapping import FRAMEWORKS, GPUS_PER_NODE, import_module
 from primus_hydra.migrate.primus_yaml import SetApart, from_environment, load_experiment, plain
-from primus_hydra.migrate.torchtitan_registry import read_ahead, stop_reading
+from primus_hydra.migrate.torchtitan_flavors import read_tables_ahead
+from primus_hydra.migrate.torchtitan_registry import stop_reading
 from primus_hydra.migrate.writer import RESOLVED_DIR, experiment_text, model_text, resolved_text
 from primus_hydra.tasks.import_checks import checked_in_order
 from primus_hydra.tasks.import_composition import composition_failure
@@ -91,7 +92,7 @@ class ImportSession:
     def import_all(self, files: list[Path], base: Path, workers: int = 1) -> Iterator[ImportResult]:
         """Each file's result, in the files' order: read, mapped and staged here, checked in `workers` processes
         (tasks/import_checks.py), written here. Ctrl-C takes effect between two files' steps."""
-        read_ahead(files)  # torchtitan's flavor tables, in a helper process, where a file names torchtitan
+        read_tables_ahead(files)  # torchtitan's flavor tables, in a helper process, where a file names torchtitan
         checked = checked_in_order(self._staged(files, base), StagedImport.check_arguments, composition_failure,
                                    workers, StagedImport.choices)
         with contextlib.closing(checked):  # stopped: the checks under way end before their staged files go
