@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, List, Optional
 
-from omegaconf import DictConfig, ListConfig, OmegaConf, ValueNode
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from primus_hydra.config.choices import auto_int_failure
 from primus_hydra.config.derived_values import with_typed_sources
@@ -19,6 +19,7 @@ from primus_hydra.config.schema_logger import check_logger
 from primus_hydra.config.targets import load_target
 from primus_hydra.config.validate_hybrid import check_hybrid_model
 from primus_hydra.config.validate_numbers import number_failures
+from primus_hydra.config.values import read_value
 from primus_hydra.errors import ConfigValidationError
 
 Rule = Callable[[DictConfig, List[str], List[str]], None]  # (cfg, failures, warnings)
@@ -74,10 +75,7 @@ def _walk(node: DictConfig, prefix: str, missing: list[str], leaves: Optional[di
         if child._is_missing():
             missing.append(node._get_full_key(key))
             continue
-        if isinstance(child, ValueNode) and not child._is_interpolation():
-            value = child._value()  # what node[key] returns, without its lookups (~5x faster)
-        else:
-            value = node[key]  # resolved: an interpolation that fails raises here, as reading it anywhere would
+        value = read_value(node, key)  # an interpolation that fails raises here, as reading it anywhere would
         if isinstance(value, DictConfig):
             # a node reached through an interpolation is walked for ??? only: its values are read at their own key
             _walk(value, f"{prefix}{key}.", missing, leaves if isinstance(child, DictConfig) else None)
