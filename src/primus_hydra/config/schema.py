@@ -7,12 +7,13 @@ names in its defaults; backends/schemas.py registers them all in Hydra's ConfigS
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from omegaconf import MISSING
 
 from primus_hydra.config import resolvers  # noqa: F401  (registers ${primus.times:...})
+from primus_hydra.config.schema_class import schema_class
 from primus_hydra.config.schema_hardware import HardwareConfig
 from primus_hydra.config.schema_logger import LoggerConfig
 from primus_hydra.config.schema_model import ModelConfig
@@ -20,7 +21,7 @@ from primus_hydra.config.schema_module import ModuleConfig
 from primus_hydra.config.schema_run import LaunchConfig, PatchesConfig, PlatformConfig, SweepConfig
 
 
-@dataclass
+@schema_class
 class PrimusConfig:
     platform: PlatformConfig = MISSING
     module: ModuleConfig = MISSING

@@ -8,13 +8,15 @@ number may be; task=projection refuses anything else when it prepares the job (p
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import List, NamedTuple, Optional
 
 from omegaconf import MISSING
 
+from primus_hydra.config.schema_class import schema_class
 
-@dataclass
+
+@schema_class
 class HardwareConfig:
     name: str = MISSING  # auto: the detected GPU model's entry (cpu when no GPU is visible)
     vendor: str = "unknown"  # amd | nvidia | cpu

@@ -6,12 +6,13 @@ sinks live in backends/common/tracking.py and run in the worker's rank 0.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Dict, List, Optional
 
 from omegaconf import MISSING
 
 from primus_hydra.config.choices import Choice
+from primus_hydra.config.schema_class import schema_class
 
 
 class Sink(Choice):
@@ -27,7 +28,7 @@ class WandbMode(Choice):
     disabled = "disabled"
 
 
-@dataclass
+@schema_class
 class WandbConfig:
     project: str = "primus-hydra"
     entity: Optional[str] = None  # null: the API key's default entity
@@ -38,7 +39,7 @@ class WandbConfig:
     dir: Optional[str] = None  # null: the run dir (wandb/ inside it)
 
 
-@dataclass
+@schema_class
 class MlflowConfig:
     tracking_uri: Optional[str] = None  # null: $MLFLOW_TRACKING_URI, else a file store in <cwd>/mlruns
     experiment_name: str = "primus-hydra"
@@ -46,7 +47,7 @@ class MlflowConfig:
     tags: Dict[str, str] = field(default_factory=dict)
 
 
-@dataclass
+@schema_class
 class LoggerConfig:
     name: str = MISSING  # the option (conf/logger/<name>.yaml)
     use: List[Sink] = field(default_factory=lambda: [Sink.tensorboard])

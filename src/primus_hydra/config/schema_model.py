@@ -4,12 +4,13 @@ Names follow Megatron/Primus where they exist (hidden_size, ffn_hidden_size, num
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Optional
 
 from omegaconf import MISSING
 
 from primus_hydra.config.choices import Choice
+from primus_hydra.config.schema_class import schema_class
 
 
 class RopeScalingType(Choice):
@@ -19,7 +20,7 @@ class RopeScalingType(Choice):
     yarn = "yarn"
 
 
-@dataclass
+@schema_class
 class RopeScalingConfig:
     type: RopeScalingType = RopeScalingType.none
     factor: float = 1.0
@@ -49,7 +50,7 @@ class LoadBalancingType(Choice):
     none = "none"                  # no balancing term (aux-loss-free uses router_bias_update_rate)
 
 
-@dataclass
+@schema_class
 class MoEConfig:
     """Mixture of experts. num_experts == 0 means a dense model."""
 
@@ -78,7 +79,7 @@ class MoEConfig:
     capacity_factor: Optional[float] = None  # null: dropless
 
 
-@dataclass
+@schema_class
 class MLAConfig:
     """DeepSeek multi-head latent attention. enabled=false means standard (GQA) attention."""
 
@@ -116,7 +117,7 @@ class HybridMixer(Choice):
     kimi_delta_attention = "kimi_delta_attention"  # Kimi Delta Attention (the linear_* sizes; Primus's layer)
 
 
-@dataclass
+@schema_class
 class HybridConfig:
     """A hybrid (state-space) model: layer_pattern null means a plain transformer (attention + FFN per layer).
 
@@ -136,7 +137,7 @@ class HybridConfig:
     linear_num_value_heads: int = 32
 
 
-@dataclass
+@schema_class
 class GlobalAttentionConfig:
     """The full-attention layers of a sliding-window model, where they differ from the window layers (Gemma 4's
     global layers); null keeps the model's own value."""
@@ -162,7 +163,7 @@ GPT_OSS_LAYERS_OFF = {"attention_sinks": False, "sliding_window": None, "attenti
                       "swiglu_limit": None, "moe.router_bias": False, "moe.experts_bias": False}
 
 
-@dataclass
+@schema_class
 class ModelConfig:
     name: str = MISSING
     # a local Hugging Face folder: its config.json gives the architecture (config/hf_config.py)

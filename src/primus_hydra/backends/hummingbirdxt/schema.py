@@ -2,12 +2,12 @@
 Imports no HummingbirdXT."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
+from primus_hydra.config.schema_class import schema_class
 from primus_hydra.config.schema_run import BackendConfig
 
 
-@dataclass
+@schema_class
 class HummingbirdXTBackendConfig(BackendConfig):
     model_name_or_path: Optional[str] = None

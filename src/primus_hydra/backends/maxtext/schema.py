@@ -2,10 +2,10 @@
 nor JAX."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 from primus_hydra.config.choices import Choice
+from primus_hydra.config.schema_class import schema_class
 from primus_hydra.config.schema_run import BackendConfig
 
 
@@ -31,7 +31,7 @@ class RematPolicy(Choice):  # the choices listed in MaxText's base.yml (minimal_
     full = "full"
 
 
-@dataclass
+@schema_class
 class MaxTextBackendConfig(BackendConfig):
     model_name: Optional[str] = None  # MaxText model name; null: derived from the model preset
     attention: AttentionKernel = AttentionKernel.dot_product

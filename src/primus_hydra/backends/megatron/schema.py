@@ -1,10 +1,10 @@
 """backend=megatron's schema (conf/backend/megatron.yaml); stored as schema/backend/megatron. No megatron import."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 from primus_hydra.config.choices import Choice
+from primus_hydra.config.schema_class import schema_class
 from primus_hydra.config.schema_run import BackendConfig
 
 
@@ -29,7 +29,7 @@ class RecomputeGranularity(Choice):
     selective = "selective"
 
 
-@dataclass
+@schema_class
 class MegatronBackendConfig(BackendConfig):
     # auto: Megatron-LM's pretrain() when a checkout is found, else core | core: this project's loop on
     # megatron-core | megatron_lm: Megatron-LM's pretrain() | a trainer class path

@@ -2,14 +2,14 @@
 Imports no Megatron-Bridge."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 from primus_hydra.backends.megatron.schema import MegatronDataset
+from primus_hydra.config.schema_class import schema_class
 from primus_hydra.config.schema_run import BackendConfig
 
 
-@dataclass
+@schema_class
 class MegatronBridgeBackendConfig(BackendConfig):
     recipe: Optional[str] = None  # Megatron-Bridge recipe name; null: derived from the model preset
     hf_model_id: Optional[str] = None

@@ -1,13 +1,13 @@
 """backend=torch's schema (conf/backend/torch.yaml); stored as schema/backend/torch. No torch import."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
+from primus_hydra.config.schema_class import schema_class
 from primus_hydra.config.schema_run import BackendConfig
 
 
-@dataclass
+@schema_class
 class TorchBackendConfig(BackendConfig):
     num_threads: Optional[int] = None  # torch intra-op threads; null: leave torch's default
     deterministic: bool = True  # torch.use_deterministic_algorithms on CPU

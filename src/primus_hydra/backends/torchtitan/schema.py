@@ -2,10 +2,10 @@
 import."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 from primus_hydra.config.choices import Choice
+from primus_hydra.config.schema_class import schema_class
 from primus_hydra.config.schema_run import BackendConfig
 
 
@@ -22,7 +22,7 @@ class ActivationCheckpoint(Choice):
     memory_budget = "memory_budget"
 
 
-@dataclass
+@schema_class
 class TorchTitanBackendConfig(BackendConfig):
     flavor: Optional[str] = None  # torchtitan model flavor name; null: derived from the model preset
     compile: bool = False
