@@ -6,6 +6,7 @@ Errors the user can fix are printed as one line and exit with code 2; set HYDRA_
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import sys
@@ -39,6 +40,7 @@ def _report(error: PrimusError, prefix: str = "") -> None:
 def _hydra_main(cfg: DictConfig):
     from primus_hydra.tasks import run_task  # --cfg and --help answer without it
 
+    gc.enable()  # the task runs with Python's collector, as any program does (__main__.console_script)
     try:
         return run_task(cfg)
     except PrimusError as error:

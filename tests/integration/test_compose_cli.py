@@ -96,3 +96,22 @@ def test_importing_the_adapters_imports_neither_torch_nor_a_backend_library():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+
+def _printed_by_console_script(tmp_path, code: str, *args: str) -> str:
+    program = f"import gc, sys\n{code}\nsys.argv = ['primus-hydra', *{list(args)!r}]\n" \
+              "from primus_hydra.__main__ import console_script\nconsole_script()\n"
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_the_collector_is_paused_for_start_up_and_runs_with_the_task(tmp_path):
+    """__main__.console_script: Python's collector off while a single run composes (not for a sweep's), on in its task."""
+    main_sees = "import primus_hydra.cli as cli\ncli.main = lambda: print('collector', gc.isenabled())"
+    assert _printed_by_console_script(tmp_path, main_sees, "module.train_iters=1") == "collector False\n"
+    assert _printed_by_console_script(tmp_path, main_sees, "-m", "module.lr=1e-3,2e-3") == "collector True\n"
+    task_sees = "import primus_hydra.tasks as tasks\ntasks.run_task = lambda cfg: print('task', gc.isenabled())"
+    printed = _printed_by_console_script(tmp_path, task_sees, "module.train_iters=1", "hydra.run.dir=run")
+    assert printed.splitlines()[-1] == "task True"
