@@ -3,8 +3,9 @@
 Python's garbage collector is paused before anything is imported: importing Hydra, composing, validating and
 preparing one job make ~10^5 objects and almost no garbage (~2 MB of reference cycles), and the collector's ~140
 passes over them were ~20 ms of Hydra's import and ~20 ms of a command's work on this machine (docs/benchmarks.md).
-It is switched on when a task runs (cli._hydra_main), and stays off for a command that runs none (--cfg, --help,
-task=plan, a projection: each ends within a second). A sweep (-m) composes a config for every point and keeps it on.
+It is switched on when a task runs (cli._hydra_main), with what start-up made frozen (never scanned again: the
+config and the modules live as long as the run), and stays off for a command that runs none or ends right after
+(--cfg, --help, task=plan, a projection, a dry run). A sweep (-m) composes a config for every point and keeps it on.
 """
 
 

@@ -40,7 +40,12 @@ def _report(error: PrimusError, prefix: str = "") -> None:
 def _hydra_main(cfg: DictConfig):
     from primus_hydra.tasks import run_task  # --cfg and --help answer without it
 
-    gc.enable()  # the task runs with Python's collector, as any program does (__main__.console_script)
+    if not gc.isenabled() and not cfg.task.get("dry_run", False):
+        # paused for start-up (__main__.console_script): the task runs with Python's collector, which leaves what
+        # start-up made (the config, the modules: kept for the run anyway) unscanned. A dry run writes the backend's
+        # arguments and ends: it runs without.
+        gc.freeze()
+        gc.enable()
     try:
         return run_task(cfg)
     except PrimusError as error:

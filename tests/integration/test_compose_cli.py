@@ -115,3 +115,5 @@ def test_the_collector_is_paused_for_start_up_and_runs_with_the_task(tmp_path):
     task_sees = "import primus_hydra.tasks as tasks\ntasks.run_task = lambda cfg: print('task', gc.isenabled())"
     printed = _printed_by_console_script(tmp_path, task_sees, "module.train_iters=1", "hydra.run.dir=run")
     assert printed.splitlines()[-1] == "task True"
+    printed = _printed_by_console_script(tmp_path, task_sees, "task.dry_run=true", "hydra.run.dir=dry")
+    assert printed.splitlines()[-1] == "task False"  # a dry run writes the arguments and ends
