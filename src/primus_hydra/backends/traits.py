@@ -8,14 +8,15 @@ backend's library.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
+
+from primus_hydra.util.records import record
 
 RECOMPUTE_MODES = ("none", "selective", "full")  # least recompute first
 FP32_STATE_BYTES = (4, 4, 8)  # fp32 training: weights, gradients, two Adam moments (no master copy)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BackendTraits:
     # -- the layouts it runs --------------------------------------------------------------------------------------
     context_parallel: bool = True  # module.parallel.cp > 1

@@ -15,7 +15,6 @@ import hashlib
 import json
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -25,9 +24,10 @@ from primus_hydra.backends.base import BackendAdapter
 from primus_hydra.config.values import to_plain
 from primus_hydra.patches.registry import PatchContext, resolve_enabled_ids
 from primus_hydra.patches.runner import run_patches
+from primus_hydra.util.records import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Translation:
     arguments: Any  # as the trainer reads them (typed), or their plain form as a job config holds them
     library_version: Optional[str]  # the installed backend library they were made for (None: none, or it ships here)

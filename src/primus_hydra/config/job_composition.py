@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Iterator, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf, flag_override
 
 from primus_hydra.config.hf_config import apply_model_from_hf
+from primus_hydra.util.records import record
 
 # the packages under hydra_plugins/ whose plugins add no config search path: Hydra's submitit, joblib and Optuna
 # plugins, and this project's own
@@ -34,7 +35,7 @@ KNOWN_PLUGIN_PACKAGES = frozenset({"hydra_submitit_launcher", "hydra_joblib_laun
 HYDRA_ROOT_CONFIG = "hydra/config"
 
 
-@dataclass
+@record
 class JobComposition:
     """The job's config, and what of Hydra's config its files asked for and was left out."""
 

@@ -3,14 +3,14 @@ number of processes. The one place these are computed; a pure function, no probi
 `launch.nproc_per_node=auto` first)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Optional
 
 from primus_hydra.config.choices import auto_int
 from primus_hydra.errors import ConfigValidationError
+from primus_hydra.util.records import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ParallelLayout:
     """world_size = tp * pp * cp * dp; a global batch = micro_batch_size * dp * grad_accum."""
 

@@ -13,15 +13,15 @@ from typing import Any
 from omegaconf import MISSING
 
 from primus_hydra.config import resolvers  # noqa: F401  (registers ${primus.times:...})
-from primus_hydra.config.schema_class import schema_class
 from primus_hydra.config.schema_hardware import HardwareConfig
 from primus_hydra.config.schema_logger import LoggerConfig
 from primus_hydra.config.schema_model import ModelConfig
 from primus_hydra.config.schema_module import ModuleConfig
 from primus_hydra.config.schema_run import LaunchConfig, PatchesConfig, PlatformConfig, SweepConfig
+from primus_hydra.util.records import record
 
 
-@schema_class
+@record
 class PrimusConfig:
     platform: PlatformConfig = MISSING
     module: ModuleConfig = MISSING

@@ -13,10 +13,10 @@ from typing import List, NamedTuple, Optional
 
 from omegaconf import MISSING
 
-from primus_hydra.config.schema_class import schema_class
+from primus_hydra.util.records import record
 
 
-@schema_class
+@record
 class HardwareConfig:
     name: str = MISSING  # auto: the detected GPU model's entry (cpu when no GPU is visible)
     vendor: str = "unknown"  # amd | nvidia | cpu

@@ -12,7 +12,7 @@ from typing import Dict, List, Optional
 from omegaconf import MISSING
 
 from primus_hydra.config.choices import Choice
-from primus_hydra.config.schema_class import schema_class
+from primus_hydra.util.records import record
 
 
 class Sink(Choice):
@@ -28,7 +28,7 @@ class WandbMode(Choice):
     disabled = "disabled"
 
 
-@schema_class
+@record
 class WandbConfig:
     project: str = "primus-hydra"
     entity: Optional[str] = None  # null: the API key's default entity
@@ -39,7 +39,7 @@ class WandbConfig:
     dir: Optional[str] = None  # null: the run dir (wandb/ inside it)
 
 
-@schema_class
+@record
 class MlflowConfig:
     tracking_uri: Optional[str] = None  # null: $MLFLOW_TRACKING_URI, else a file store in <cwd>/mlruns
     experiment_name: str = "primus-hydra"
@@ -47,7 +47,7 @@ class MlflowConfig:
     tags: Dict[str, str] = field(default_factory=dict)
 
 
-@schema_class
+@record
 class LoggerConfig:
     name: str = MISSING  # the option (conf/logger/<name>.yaml)
     use: List[Sink] = field(default_factory=lambda: [Sink.tensorboard])

@@ -10,7 +10,7 @@ from typing import Optional
 from omegaconf import MISSING
 
 from primus_hydra.config.choices import Choice
-from primus_hydra.config.schema_class import schema_class
+from primus_hydra.util.records import record
 
 
 class RopeScalingType(Choice):
@@ -20,7 +20,7 @@ class RopeScalingType(Choice):
     yarn = "yarn"
 
 
-@schema_class
+@record
 class RopeScalingConfig:
     type: RopeScalingType = RopeScalingType.none
     factor: float = 1.0
@@ -50,7 +50,7 @@ class LoadBalancingType(Choice):
     none = "none"                  # no balancing term (aux-loss-free uses router_bias_update_rate)
 
 
-@schema_class
+@record
 class MoEConfig:
     """Mixture of experts. num_experts == 0 means a dense model."""
 
@@ -79,7 +79,7 @@ class MoEConfig:
     capacity_factor: Optional[float] = None  # null: dropless
 
 
-@schema_class
+@record
 class MLAConfig:
     """DeepSeek multi-head latent attention. enabled=false means standard (GQA) attention."""
 
@@ -117,7 +117,7 @@ class HybridMixer(Choice):
     kimi_delta_attention = "kimi_delta_attention"  # Kimi Delta Attention (the linear_* sizes; Primus's layer)
 
 
-@schema_class
+@record
 class HybridConfig:
     """A hybrid (state-space) model: layer_pattern null means a plain transformer (attention + FFN per layer).
 
@@ -137,7 +137,7 @@ class HybridConfig:
     linear_num_value_heads: int = 32
 
 
-@schema_class
+@record
 class GlobalAttentionConfig:
     """The full-attention layers of a sliding-window model, where they differ from the window layers (Gemma 4's
     global layers); null keeps the model's own value."""
@@ -163,7 +163,7 @@ GPT_OSS_LAYERS_OFF = {"attention_sinks": False, "sliding_window": None, "attenti
                       "swiglu_limit": None, "moe.router_bias": False, "moe.experts_bias": False}
 
 
-@schema_class
+@record
 class ModelConfig:
     name: str = MISSING
     # a local Hugging Face folder: its config.json gives the architecture (config/hf_config.py)

@@ -7,7 +7,7 @@ from typing import Optional
 from omegaconf import MISSING
 
 from primus_hydra.config.choices import AUTO, AutoInt, Choice, choice
-from primus_hydra.config.schema_class import schema_class
+from primus_hydra.util.records import record
 
 
 class Stage(Choice):
@@ -45,7 +45,7 @@ class TokenDtype(Choice):
 PipelineSchedule = choice("PipelineSchedule", "1f1b gpipe", __name__)
 
 
-@schema_class
+@record
 class ParallelConfig:
     tp: int = 1
     pp: int = 1
@@ -57,7 +57,7 @@ class ParallelConfig:
     pp_schedule: PipelineSchedule = PipelineSchedule["1f1b"]
 
 
-@schema_class
+@record
 class CheckpointConfig:
     dir: Optional[str] = None  # null: <run_dir>/checkpoints
     interval: int = 0  # save every N steps; 0: only at the end of training
@@ -67,7 +67,7 @@ class CheckpointConfig:
     on_signal: bool = False  # SIGTERM/SIGINT: write a checkpoint at the end of the current step, then stop
 
 
-@schema_class
+@record
 class DataConfig:
     source: DataSource = DataSource.text
     # text: a file or folder of text files (null: Python's stdlib); tokens: a file; indexed: a prefix or a blend;
@@ -89,7 +89,7 @@ class PeftMethod(Choice):
     lora = "lora"
 
 
-@schema_class
+@record
 class PeftConfig:
     """Parameter-efficient fine-tuning: the base weights stay frozen, only the adapters train."""
     method: Optional[PeftMethod] = None  # null: every weight trains | lora: low-rank adapters beside the targets
@@ -102,7 +102,7 @@ class PeftConfig:
     target_modules: list[str] = field(default_factory=lambda: ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"])
 
 
-@schema_class
+@record
 class LogConfig:
     interval: int = 10  # steps between log lines (metrics.jsonl gets every step)
     tensorboard: bool = True
@@ -110,7 +110,7 @@ class LogConfig:
     plot: bool = True  # loss-curve PNG in the run dir at the end
 
 
-@schema_class
+@record
 class ModuleConfig:
     name: str = MISSING  # pre_trainer | post_trainer
     stage: Stage = Stage.pretrain

@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional
 from omegaconf import MISSING
 
 from primus_hydra.config.choices import AUTO, AutoInt, Choice
-from primus_hydra.config.schema_class import schema_class
+from primus_hydra.util.records import record
 
 
 class Device(Choice):
@@ -27,7 +27,7 @@ class LaunchMode(Choice):
     torchrun = "torchrun"  # one Slurm task per node, running torch's elastic agent
 
 
-@schema_class
+@record
 class PlatformConfig:
     name: str = MISSING
     env: Dict[str, str] = field(default_factory=dict)  # applied in each worker's runtime with setdefault semantics
@@ -36,7 +36,7 @@ class PlatformConfig:
     peak_tflops_per_device: Optional[float] = None  # dense bf16 peak for MFU; null: measured on CPU, unknown on GPU
 
 
-@schema_class
+@record
 class LaunchConfig:
     """How the job's processes start: torch's elastic agent, in the process that composed the config."""
 
@@ -57,7 +57,7 @@ class LaunchConfig:
     freeze_code: bool = True  # Slurm: the job runs a copy of src/ and conf/ made at submission (launch/slurm/frozen_code.py)
 
 
-@schema_class
+@record
 class SweepConfig:
     """Multirun points on this machine (hydra/launcher=primus_local)."""
 
@@ -66,13 +66,13 @@ class SweepConfig:
     probe_steps: int = 5
 
 
-@schema_class
+@record
 class PatchesConfig:
     enabled: str = "all"  # all | none | comma-separated patch ids (PRIMUS_PATCHES overrides when set)
     modules: List[str] = field(default_factory=list)  # extra modules that register patches (imported by the callback)
 
 
-@schema_class
+@record
 class BackendConfig:
     """Fields every backend option has; each backend extends it with its own typed knobs."""
 

@@ -9,8 +9,8 @@ from typing import List, Optional
 from omegaconf import MISSING
 
 from primus_hydra.config.choices import Choice
-from primus_hydra.config.schema_class import schema_class
 from primus_hydra.config.schema_module import Precision
+from primus_hydra.util.records import record
 
 
 class BenchmarkSuite(Choice):
@@ -26,7 +26,7 @@ class Objective(Choice):
     loss = "loss"  # the last step's training loss: one mini-batch, noisy
 
 
-@schema_class
+@record
 class TaskConfig:
     """Fields every task option has (task=plan has no others)."""
 
@@ -34,7 +34,7 @@ class TaskConfig:
     name: str = MISSING
 
 
-@schema_class
+@record
 class TrainTaskConfig(TaskConfig):
     dry_run: bool = False  # stop after build_args and write the backend's final arguments to the run dir
     objective: Objective = Objective.auto  # the float a run returns (what Optuna and other sweepers optimize)
@@ -46,20 +46,20 @@ class StatusFormat(Choice):
     json = "json"  # one JSON list of runs on stdout
 
 
-@schema_class
+@record
 class StatusTaskConfig(TaskConfig):
     runs: Optional[str] = None  # a run or sweep dir (null: every run under outputs/ and multirun/)
     format: StatusFormat = StatusFormat.table
     watch: bool = False  # print again every few seconds until interrupted
 
 
-@schema_class
+@record
 class DiffTaskConfig(TaskConfig):
     a: Optional[str] = None  # a run dir
     b: Optional[str] = None  # the run dir compared with task.a
 
 
-@schema_class
+@record
 class LogsTaskConfig(TaskConfig):
     run: Optional[str] = None  # a run dir, a sweep dir or a Slurm job id
     rank: Optional[int] = None  # that rank's log (null: the run's own log: primus.log, or the Slurm job's output)
@@ -67,12 +67,12 @@ class LogsTaskConfig(TaskConfig):
     lines: int = 100  # how many of the last lines to print first
 
 
-@schema_class
+@record
 class CancelTaskConfig(TaskConfig):
     run: Optional[str] = None  # a run dir, a sweep dir or a Slurm job id
 
 
-@schema_class
+@record
 class ImportTaskConfig(TaskConfig):
     source: Optional[str] = None  # a Primus experiment file, or a folder of them
     primus_root: Optional[str] = None  # the Primus checkout (null: the one that contains task.source)
@@ -82,7 +82,7 @@ class ImportTaskConfig(TaskConfig):
     workers: Optional[int] = None
 
 
-@schema_class
+@record
 class ProjectionTaskConfig(TaskConfig):
     search: bool = False  # rank every layout of the world size by projected tokens/s
     top: int = 10  # how many ranked layouts task.search prints
@@ -90,7 +90,7 @@ class ProjectionTaskConfig(TaskConfig):
     calibrate_steps: int = 6  # steps of the calibration run (the first two warm up)
 
 
-@schema_class
+@record
 class BenchmarkTaskConfig(TrainTaskConfig):
     suite: Optional[BenchmarkSuite] = None  # what to measure
     sizes: Optional[List[int]] = None  # gemm M=N=K sizes, collective message bytes (null: the defaults)
@@ -99,14 +99,14 @@ class BenchmarkTaskConfig(TrainTaskConfig):
     iters: int = 10  # timed repetitions (the median is reported)
 
 
-@schema_class
+@record
 class PreflightTaskConfig(TrainTaskConfig):
     shared_dir: Optional[str] = None  # the folder every node must see (null: the run dir)
     processes_per_node: Optional[int] = None  # set from launch.nproc_per_node (preflight runs 1 per node)
     checkpoint_dir: Optional[str] = None  # set from module.checkpoint.dir (checked, not refused)
 
 
-@schema_class
+@record
 class GenerateTaskConfig(TaskConfig):
     checkpoint: Optional[str] = None  # a run dir, a checkpoint step dir or a Hugging Face folder
     prompt: Optional[str] = None  # text, tokenized by the folder's tokenizer.json (else byte b is token b)
@@ -123,7 +123,7 @@ class ExportFormat(Choice):
     hf = "hf"  # a Hugging Face folder: transformers' AutoModelForCausalLM.from_pretrained loads it
 
 
-@schema_class
+@record
 class ExportTaskConfig(TaskConfig):
     checkpoint: Optional[str] = None  # a run dir or a checkpoint step dir (any backend, any layout)
     format: ExportFormat = ExportFormat.hf
@@ -149,7 +149,7 @@ class TokenDtype(Choice):
     int32 = "int32"
 
 
-@schema_class
+@record
 class PrepareDataTaskConfig(TaskConfig):
     input: Optional[str] = None  # a file, a folder (walked in sorted order) or a glob; .gz and .zst read as they are
     tokenizer: Optional[str] = None  # byte, a Hugging Face tokenizer folder (tokenizer.json) or a sentencepiece .model

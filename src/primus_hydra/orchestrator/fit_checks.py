@@ -10,13 +10,13 @@ brings its own MemoryNeed: what it allocates, not what training the configured m
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 from omegaconf import DictConfig
 
 from primus_hydra.orchestrator.plan import ResourcePlan
 from primus_hydra.orchestrator.working_set import CONTEXT_OVERHEAD_GIB
+from primus_hydra.util.records import record
 
 MIN_HOST_GIB_PER_PROCESS = 0.5  # a training process's own host memory (interpreter, torch, gloo) at the least
 SOURCES_THAT_REFUSE = ("estimate", "env", "probe")  # not "fallback": a guess never refuses a job
@@ -26,7 +26,7 @@ _FIXES = ("lower module.micro_batch_size or module.seq_length, shard more (modul
           f"processes per node, or {_INSIST}")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class MemoryNeed:
     """The memory one rank of a job that does not train holds (the plan sizes it by this, not by a training step)."""
 

@@ -11,24 +11,24 @@ from __future__ import annotations
 import json
 import math
 import shutil
-from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from primus_hydra.errors import ConfigValidationError
+from primus_hydra.util.records import record
 
 PROBE_TIMEOUT_S = 5
 NO_DEVICE_ENTRIES = ("-1", "none", "void", "nodevfiles")
 MIB_PER_GIB = 1024.0
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GpuInfo:
     index: int  # the id to put in the visible-devices variable (`mask_variable` of MachineResources)
     vendor: str  # nvidia | amd
     free_gib: Optional[float]  # None: unknown
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Listed:
     """A device as the vendor tool (or PRIMUS_AUTO_NUM_GPUS) lists it, before the mask is applied."""
 
@@ -37,7 +37,7 @@ class _Listed:
     free_gib: Optional[float]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GpuDetection:
     gpus: tuple[GpuInfo, ...]
     vendor: Optional[str]

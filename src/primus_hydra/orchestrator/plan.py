@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Mapping, Optional
 
@@ -23,6 +23,7 @@ from primus_hydra.orchestrator import rules
 from primus_hydra.orchestrator.gpu_probe import parse_number_env
 from primus_hydra.orchestrator.resources import MachineResources, detect_resources, nproc_for
 from primus_hydra.orchestrator.working_set import CONTEXT_OVERHEAD_GIB, estimate_rank_gib
+from primus_hydra.util.records import record
 
 FALLBACK_PER_JOB_GIB = 4.0  # a training rank whose working set cannot be estimated
 PROBE_DEVICE_MARGIN = 1.15  # a measured peak is raised by this much before it sizes jobs
@@ -31,7 +32,7 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 COMPILE_THREADS_VARIABLE = "TORCHINDUCTOR_COMPILE_THREADS"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Slot:
     """Where one concurrently running sweep point goes."""
 
@@ -40,7 +41,7 @@ class Slot:
     threads: int  # CPU threads of each of the point's processes
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PlanInputs:
     """The config values the plan depends on, as plain data (kept so a probe can re-plan without the cfg)."""
 
@@ -54,7 +55,7 @@ class PlanInputs:
     estimate_gib: Optional[float]  # None: the model could not be estimated
 
 
-@dataclass
+@record
 class ResourcePlan:
     nproc_per_node: int
     num_workers: int

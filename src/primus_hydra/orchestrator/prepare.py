@@ -14,7 +14,7 @@ import copy
 import dataclasses
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
@@ -45,9 +45,10 @@ from primus_hydra.orchestrator.resource_checks import (
 )
 from primus_hydra.orchestrator.resources import detect_resources
 from primus_hydra.patches.runner import patch_failures
+from primus_hydra.util.records import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Placement:
     """Where a job runs, decided once, when it is prepared (tasks/train.py: placement_of)."""
 
@@ -58,7 +59,7 @@ class Placement:
     slurm: Optional[dict] = None  # kind=slurm: the primus_slurm launcher's settings
 
 
-@dataclass
+@record
 class PreparedJob:
     cfg: DictConfig  # the job's config (no `hydra` node): validated, its `auto` knobs resolved where planned
     layout: ParallelLayout

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Mapping, Optional
 
 from primus_hydra.config.choices import auto_int
 from primus_hydra.orchestrator.gpu_probe import GpuInfo, detect_gpus
 from primus_hydra.orchestrator.host_probe import detect_cpus, detect_ram_gib
+from primus_hydra.util.records import record
 
 __all__ = ["GpuInfo", "MachineResources", "detect_resources", "nproc_for"]
 
@@ -24,7 +25,7 @@ DETECTION_VARIABLES = ("PATH", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "R
                        "PRIMUS_AUTO_NUM_GPUS", "PRIMUS_AUTO_FREE_VRAM_GB", "PRIMUS_AUTO_VCPUS", "PRIMUS_AUTO_RAM_GB")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class MachineResources:
     gpus: tuple[GpuInfo, ...]
     vcpus: int

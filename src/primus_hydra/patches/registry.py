@@ -3,17 +3,18 @@ a priority (lower runs first), optional backend version patterns, tags and a con
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from primus_hydra.errors import PatchError
 from primus_hydra.patches.versions import parse_version
+from primus_hydra.util.records import record
 
 PATCH_PHASES = ("build_args", "setup", "before_train", "after_train")
 
 
-@dataclass
+@record
 class PatchContext:
     """What a patch sees. backend_args is what the trainer will receive: a dict for the external backends (edit
     it in place in build_args), frozen TorchTrainingArgs for backend=torch (replace it with dataclasses.replace)."""
@@ -28,7 +29,7 @@ class PatchContext:
     state: dict = field(default_factory=dict)  # scratch space shared by patches of one run
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Patch:
     id: str
     handler: Callable[[PatchContext], None]

@@ -18,14 +18,14 @@ Two accountings, each a list of the tensors autograd keeps (per token, in elemen
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from primus_hydra.config import model_math
 from primus_hydra.config.attention_math import attention_head_dim
+from primus_hydra.util.records import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Widths:
     h: int
     q: int  # query width (heads x qk head dim)

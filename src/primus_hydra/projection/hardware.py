@@ -3,7 +3,6 @@ the cpu entry's measured matmul peak (at the job's threads per rank)."""
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -12,13 +11,14 @@ from omegaconf import OmegaConf
 from primus_hydra.config.paths import find_conf_dir
 from primus_hydra.config.schema_hardware import HARDWARE_RANGES, PEAK_RANGE, HardwareConfig, out_of_range
 from primus_hydra.errors import ConfigValidationError
+from primus_hydra.util.records import record
 
 REQUIRED = ("memory_bandwidth_gbps", "intra_node_bandwidth_gbps", "intra_node_latency_us",
             "inter_node_bandwidth_gbps", "inter_node_latency_us")
 GIB = 1024.0 ** 3
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Hardware:
     name: str
     vendor: str

@@ -11,10 +11,10 @@ under FSDP2 every parameter is a sharded DTensor.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from primus_hydra.config.model_math import is_moe_layer
+from primus_hydra.util.records import record
 
 DENSE_LAYER_OPS = 80
 ATTENTION_OPS = 60  # the attention half of a layer, norms and residuals included
@@ -25,7 +25,7 @@ OPTIMIZER_OPS_PER_TENSOR = 15
 TP_LINEARS_PER_LAYER = 7  # wq, wk, wv, wo, w1, w3, w2 (backends/torch/parallelize.py's plan)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HostOps:
     plain: float  # ops on plain tensors per step
     dtensor: float  # ops on DTensors per step

@@ -2,13 +2,14 @@
 (its adapter's traits, backends/traits.py)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any, Optional
 
 from primus_hydra.backends.base import adapter_class, adapter_class_named
 from primus_hydra.backends.megatron.pipeline_layout import layout_stages, virtual_stages
 from primus_hydra.backends.traits import BackendTraits
 from primus_hydra.config.layout import ParallelLayout, shards_beside_tp, unchecked_parallel_layout
+from primus_hydra.util.records import record
 
 # World sizes beyond real clusters. The largest built for training hold about 200,000 accelerators (2025) and the
 # step-time model (one ring per group, each device's share of its node's NICs, no congestion, no failures) was
@@ -19,7 +20,7 @@ LARGE_WORLD = 1 << 18  # 262,144 ranks
 MAX_WORLD = 1 << 20  # 1,048,576 ranks
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Layout:
     backend: str
     world: int

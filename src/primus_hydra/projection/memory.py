@@ -12,7 +12,6 @@ Byte rules per parameter a rank holds (parameters.py), by backend:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from primus_hydra.backends.megatron.pipeline_layout import layout_stages, rank_layer_ids
@@ -27,11 +26,12 @@ from primus_hydra.projection.parameters import (
     rank_parameters,
     stage_layer_ids,
 )
+from primus_hydra.util.records import record
 
 GIB = 1024.0 ** 3
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class StageMemory:
     stage: int
     parameters: RankParameters

@@ -11,15 +11,15 @@ Built on config/model_math.py's exact counts, split the way Megatron-Core (and t
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from primus_hydra.config import model_math
 from primus_hydra.config.attention_math import layer_attention_shape
 from primus_hydra.config.hybrid_math import mixer_layer_weights, norm_weights
+from primus_hydra.util.records import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RankParameters:
     """The parameters one rank holds (already divided by its shards, before FSDP / distributed-optimizer sharding)."""
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -13,9 +12,10 @@ from primus_hydra.projection.hardware import GIB, Hardware
 from primus_hydra.projection.layout import Layout
 from primus_hydra.projection.memory import StageMemory, most_loaded_stage, stage_memory, stage_split
 from primus_hydra.projection.step_time import StepTime, step_time
+from primus_hydra.util.records import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Projection:
     layout: Layout
     hardware: Hardware
@@ -74,7 +74,7 @@ def _rounded(value: Any) -> Any:
     return float(f"{value:.6g}")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Workload:
     """What a projection reads of a config, as plain values (OmegaConf's attribute access would dominate a search)."""
 

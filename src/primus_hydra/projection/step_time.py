@@ -17,7 +17,6 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from primus_hydra.config import model_math
@@ -27,9 +26,10 @@ from primus_hydra.projection.host_ops import step_host_ops
 from primus_hydra.projection.layout import Layout
 from primus_hydra.projection.memory import StageMemory, activation_bytes
 from primus_hydra.projection.parameters import attention_parameters, ffn_parameters
+from primus_hydra.util.records import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class StepTime:
     compute: float
     optimizer: float

@@ -9,11 +9,11 @@ import importlib.util
 import json
 import re
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from primus_hydra.errors import CheckpointError
+from primus_hydra.util.records import record
 
 LATEST = "latest"
 META = "meta.json"
@@ -95,7 +95,7 @@ def file_checksum(path: Path, algorithm: Optional[str] = None) -> str:
             hasher.update(view[:count])
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FileRecord:
     """One file of a step as meta.json records it: its size, its checksum (None in checkpoints written before
     checksums were recorded: sizes only) and the rank that wrote it (which rank verifies it at load)."""
@@ -123,11 +123,11 @@ def read_meta(path: Path) -> tuple[dict[str, Any], dict[str, FileRecord]]:
                               f"and `files` listing {TRAINER_STATE})")
     records = {}
     for name, entry in files.items():
-        record = _file_record(entry)
-        if record is None or name != Path(name).name or name in ("", ".", ".."):
+        file_record = _file_record(entry)
+        if file_record is None or name != Path(name).name or name in ("", ".", ".."):
             raise CheckpointError(f"{meta_path} is corrupt: its entry for file {name!r} is {entry!r} "
                                   f"(a plain file name with size, checksum and rank)")
-        records[name] = record
+        records[name] = file_record
     return meta, records
 
 
@@ -147,7 +147,7 @@ def _file_record(entry: Any) -> Optional[FileRecord]:
 def verify_files(path: Path, records: dict[str, FileRecord]) -> None:
     """Every file present with its recorded size and checksum (where one is recorded); CheckpointError naming the
     first file that is not."""
-    for name, record in records.items():
+    for name, expected in records.items():
         file = path / name
         try:
             size = file.stat().st_size if file.is_file() else None
@@ -155,10 +155,10 @@ def verify_files(path: Path, records: dict[str, FileRecord]) -> None:
             size = None
         if size is None:
             raise CheckpointError(f"{file} is missing (incomplete checkpoint)")
-        if size != record.size:
-            raise CheckpointError(f"{file} has {size} bytes, expected {record.size} (truncated or corrupt)")
-        if record.checksum is not None:
-            algorithm = record.checksum.split(":")[0]
+        if size != expected.size:
+            raise CheckpointError(f"{file} has {size} bytes, expected {expected.size} (truncated or corrupt)")
+        if expected.checksum is not None:
+            algorithm = expected.checksum.split(":")[0]
             if not algorithm_available(algorithm):
                 raise CheckpointError(f"{file} is checked with {algorithm}, which needs the xxhash package: "
                                       f"pip install xxhash (it is part of primus-hydra[torch])")
@@ -166,17 +166,17 @@ def verify_files(path: Path, records: dict[str, FileRecord]) -> None:
                 actual = file_checksum(file, algorithm)
             except OSError as error:
                 raise CheckpointError(f"{file} cannot be read ({error.strerror or error})") from error
-            if actual != record.checksum:
-                raise CheckpointError(f"{file} is corrupt: its checksum is {actual}, meta.json recorded {record.checksum}")
+            if actual != expected.checksum:
+                raise CheckpointError(f"{file} is corrupt: its checksum is {actual}, meta.json recorded {expected.checksum}")
 
 
 def records_for_rank(records: dict[str, FileRecord], rank: int, world_size: int) -> dict[str, FileRecord]:
     """The files one rank verifies at load: those written by the ranks it stands for (rank r of the writing job
     -> r % world_size), so each file is read once and, in the same layout, by the rank that wrote it."""
-    return {name: record for name, record in records.items() if record.rank % world_size == rank}
+    return {name: entry for name, entry in records.items() if entry.rank % world_size == rank}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Pointer:
     """What `latest` says: the step folder it names (a sibling `step_NNNNNNN`), or why it names none."""
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import re
 import struct
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from primus_hydra.backends.common.hf_names import hf_tensor_table
 from primus_hydra.config.hf_config import hf_config_for
 from primus_hydra.errors import ConfigValidationError
+from primus_hydra.util.records import record
 
 CONFIG = "config.json"
 INDEX = "model.safetensors.index.json"
@@ -32,7 +32,7 @@ class HfFolderError(Exception):
     """A folder that is no readable HF checkpoint: one line."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TensorInfo:
     file: str  # the safetensors file holding it (a name inside the folder)
     dtype: str  # safetensors' spelling: F32, BF16, ...

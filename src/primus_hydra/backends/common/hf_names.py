@@ -12,10 +12,10 @@ Most are the native tensor itself under another name. Two are not:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Optional
 
 from primus_hydra.config.model_math import is_moe_layer, shared_expert_ffn_hidden_size
+from primus_hydra.util.records import record
 
 # canonical gate / up / down of a SwiGLU -> native names
 _SWIGLU = (("gate", "w1"), ("up", "w3"), ("down", "w2"))
@@ -24,7 +24,7 @@ _MOE_NAMES = {"mixtral": ("block_sparse_moe", {"gate": "w1", "up": "w3", "down":
 _DEFAULT_MOE_NAMES = ("mlp", {"gate": "gate_proj", "up": "up_proj", "down": "down_proj"})
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RopeRows:
     """In every block of `period` rows, rows [start, start + count) are rope dims stored interleaved by HF."""
 
@@ -48,7 +48,7 @@ class RopeRows:
         return block * self.period + self.start + k // 2 + (k % 2) * half
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HfTensor:
     hf_name: str
     shape: tuple[int, ...]

@@ -6,7 +6,6 @@ earlier run's checkpoints or metrics. Weights of a model of another name but the
 where every shape matches (llama3_8b's into llama3.1_8b)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -14,6 +13,7 @@ from primus_hydra.backends.common.checkpoint_paths import CheckpointFolder, mega
 from primus_hydra.backends.common.hf_folder import check_hf_folder, is_hf_folder
 from primus_hydra.config.model_math import count_parameters
 from primus_hydra.errors import CheckpointError
+from primus_hydra.util.records import record
 
 METRICS_FILE = "metrics.jsonl"
 RESUME, LOAD = "module.checkpoint.resume", "module.checkpoint.load"
@@ -23,7 +23,7 @@ STEP_LOOP_BACKENDS = ("torch", "megatron", "torchtitan")
 HF_LOADING_BACKENDS = ("torch", "megatron", "torchtitan")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NamedStep:
     """The step folder module.checkpoint.resume or load names, with its meta.json (problem: why it names none)."""
 

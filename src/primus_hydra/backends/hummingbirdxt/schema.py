@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Optional
 
-from primus_hydra.config.schema_class import schema_class
 from primus_hydra.config.schema_run import BackendConfig
+from primus_hydra.util.records import record
 
 
-@schema_class
+@record
 class HummingbirdXTBackendConfig(BackendConfig):
     model_name_or_path: Optional[str] = None

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Optional
 
 from primus_hydra.config.choices import Choice
-from primus_hydra.config.schema_class import schema_class
 from primus_hydra.config.schema_run import BackendConfig
+from primus_hydra.util.records import record
 
 
 class AttentionKernel(Choice):  # the choices listed in MaxText's base.yml
@@ -31,7 +31,7 @@ class RematPolicy(Choice):  # the choices listed in MaxText's base.yml (minimal_
     full = "full"
 
 
-@schema_class
+@record
 class MaxTextBackendConfig(BackendConfig):
     model_name: Optional[str] = None  # MaxText model name; null: derived from the model preset
     attention: AttentionKernel = AttentionKernel.dot_product

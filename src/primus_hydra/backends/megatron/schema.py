@@ -4,8 +4,8 @@ from __future__ import annotations
 from typing import Optional
 
 from primus_hydra.config.choices import Choice
-from primus_hydra.config.schema_class import schema_class
 from primus_hydra.config.schema_run import BackendConfig
+from primus_hydra.util.records import record
 
 
 class TransformerImpl(Choice):
@@ -29,7 +29,7 @@ class RecomputeGranularity(Choice):
     selective = "selective"
 
 
-@schema_class
+@record
 class MegatronBackendConfig(BackendConfig):
     # auto: Megatron-LM's pretrain() when a checkout is found, else core | core: this project's loop on
     # megatron-core | megatron_lm: Megatron-LM's pretrain() | a trainer class path

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Optional
 
 from primus_hydra.backends.megatron.schema import MegatronDataset
-from primus_hydra.config.schema_class import schema_class
 from primus_hydra.config.schema_run import BackendConfig
+from primus_hydra.util.records import record
 
 
-@schema_class
+@record
 class MegatronBridgeBackendConfig(BackendConfig):
     recipe: Optional[str] = None  # Megatron-Bridge recipe name; null: derived from the model preset
     hf_model_id: Optional[str] = None

@@ -13,9 +13,10 @@ from primus_hydra.config.layout import ParallelLayout
 from primus_hydra.config.schema_model import ModelConfig
 from primus_hydra.config.schema_module import ModuleConfig
 from primus_hydra.config.schema_run import Device
+from primus_hydra.util.records import record
 
 
-@dataclasses.dataclass(frozen=True)
+@record(frozen=True)
 class TorchTrainingArgs:
     model: ModelConfig
     module: ModuleConfig  # module.checkpoint.dir is resolved (default: <run_dir>/checkpoints)

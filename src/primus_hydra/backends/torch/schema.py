@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from typing import Optional
 
-from primus_hydra.config.schema_class import schema_class
 from primus_hydra.config.schema_run import BackendConfig
+from primus_hydra.util.records import record
 
 
-@schema_class
+@record
 class TorchBackendConfig(BackendConfig):
     num_threads: Optional[int] = None  # torch intra-op threads; null: leave torch's default
     deterministic: bool = True  # torch.use_deterministic_algorithms on CPU

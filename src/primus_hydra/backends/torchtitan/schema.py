@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Optional
 
 from primus_hydra.config.choices import Choice
-from primus_hydra.config.schema_class import schema_class
 from primus_hydra.config.schema_run import BackendConfig
+from primus_hydra.util.records import record
 
 
 class TorchTitanJobFormat(Choice):
@@ -22,7 +22,7 @@ class ActivationCheckpoint(Choice):
     memory_budget = "memory_budget"
 
 
-@schema_class
+@record
 class TorchTitanBackendConfig(BackendConfig):
     flavor: Optional[str] = None  # torchtitan model flavor name; null: derived from the model preset
     compile: bool = False
