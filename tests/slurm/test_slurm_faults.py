@@ -112,6 +112,12 @@ def test_a_slurm_requeue_of_a_running_job_resumes_from_its_checkpoint_with_one_m
     assert sorted(step for records in logs for step in history_steps(records)) == steps
 
 
+def job_logs(run_dir: Path, tail: int = 1500) -> str:
+    """The end of each log a failed job left (submitit's, each rank's): what a failure's report needs."""
+    logs = sorted((run_dir / ".submitit").glob("*/*.err")) + sorted((run_dir / "logs").glob("*.log"))
+    return "".join(f"\n--- {log}\n{log.read_text(errors='replace')[-tail:]}" for log in logs)
+
+
 def test_a_node_failure_requeues_the_job_and_the_rerun_resumes_from_its_checkpoint(tmp_path, local_curve):
     """n2's slurmd is killed while rank 1 (on n2) is stuck after step 5: Slurm marks the job NODE_FAIL and
     requeues it itself (submitit's attempt 0 again); the waiting command shows it pending on the down node, and
@@ -131,7 +137,7 @@ def test_a_node_failure_requeues_the_job_and_the_rerun_resumes_from_its_checkpoi
             # slurmctld's reason while a node the job needs is down (ReqNodeNotAvail, in words)
             waiting.wait_for_match(rf"job {job_id} \[run\]: PENDING \((ReqNodeNotAvail|Nodes required for job are "
                                    "DOWN)", timeout_s=120)
-        assert waiting.wait() == 0, waiting.stderr[-3000:]
+        assert waiting.wait() == 0, waiting.stderr[-3000:] + job_logs(run_dir)
     finally:
         waiting.stop()
         if job_id and job_id in squeue_job_ids():
