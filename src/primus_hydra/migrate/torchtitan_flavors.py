@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional
 
 from omegaconf import OmegaConf
 
@@ -59,24 +59,27 @@ def torchtitan_flavor_model(name: str, flavor: str, preset_name: str) -> ModelCh
 def read_tables_ahead(files: Iterable[Path]) -> None:
     """torchtitan's flavor tables read ahead by a helper process (torchtitan_registry.read_ahead) where any of `files`
     names torchtitan and the installed release keeps them where they are read from."""
-    try:
-        release = version("torchtitan")
-    except PackageNotFoundError:
-        return
-    if release.startswith(FLAVOR_TABLE_RELEASES):
+    release = _installed_release()
+    if release is not None and release.startswith(FLAVOR_TABLE_RELEASES):
         read_ahead(files)
+
+
+def _installed_release() -> Optional[str]:
+    try:
+        return version("torchtitan")
+    except PackageNotFoundError:
+        return None
 
 
 def flavor_args(name: str, flavor: str) -> Any:
     """The installed torchtitan's model args of this flavor, as nested dicts read by attribute (read by importing
     torchtitan, and so torch: task=import only; migrate/torchtitan_registry.py)."""
     where = f"model.name={name} model.flavor={flavor}"
-    try:
-        release = version("torchtitan")
-    except PackageNotFoundError:
+    release = _installed_release()
+    if release is None:
         raise PrimusError(f"{where}: no zoo preset is this flavor, and torchtitan is not installed to read its "
                           f"numbers from (install torchtitan {FLAVOR_TABLE_RELEASES[0]}x, or add a preset to "
-                          f"conf/model/)") from None
+                          f"conf/model/)")
     if not release.startswith(FLAVOR_TABLE_RELEASES):
         raise PrimusError(f"{where}: no zoo preset is this flavor, and the installed torchtitan {release} keeps its "
                           f"flavors otherwise than the releases read here ({', '.join(FLAVOR_TABLE_RELEASES)}x: "

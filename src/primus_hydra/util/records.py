@@ -55,7 +55,7 @@ def _make(cls: type, frozen: bool) -> type:
         shown=tuple(spec.name for spec in specs if spec.repr),
         compared=tuple(spec.name for spec in specs if spec.compare),
         hashed=tuple(spec.name for spec in specs if (spec.compare if spec.hash is None else spec.hash)),
-        frozen=frozen, post_init=hasattr(made, "__post_init__"))
+        post_init=hasattr(made, "__post_init__"))
     return made
 
 
@@ -63,7 +63,7 @@ class _Table:
     """What the shared methods read of a record's fields: (name, default, default_factory) of each __init__ argument
     in order and of each field with init=False, the names shown, compared and hashed, and whether __post_init__ runs."""
 
-    __slots__ = ("init", "after_init", "shown", "compared", "hashed", "frozen", "post_init")
+    __slots__ = ("init", "after_init", "shown", "compared", "hashed", "post_init")
 
     def __init__(self, **parts: Any) -> None:
         for name, value in parts.items():
@@ -79,26 +79,26 @@ def _init(self: Any, *args: Any, **kwargs: Any) -> None:
     for (name, _, _), value in zip(table.init, args):
         values[name] = value
     for name, default, factory in table.init[len(args):]:
-        if name in kwargs:
-            values[name] = kwargs.pop(name)
-        elif default is not MISSING:
-            values[name] = default
-        elif factory is not MISSING:
-            values[name] = factory()
-        else:
+        value = kwargs.pop(name) if name in kwargs else _default(default, factory)
+        if value is MISSING:
             raise TypeError(f"{type(self).__qualname__}.__init__() missing 1 required argument: {name!r}")
+        values[name] = value
     if kwargs:
         name = next(iter(kwargs))
         given = any(name == spec[0] for spec in table.init)
         raise TypeError(f"{type(self).__qualname__}.__init__() got " + (
             f"multiple values for argument {name!r}" if given else f"an unexpected keyword argument {name!r}"))
     for name, default, factory in table.after_init:
-        if default is not MISSING:
-            values[name] = default
-        elif factory is not MISSING:
-            values[name] = factory()
+        value = _default(default, factory)
+        if value is not MISSING:
+            values[name] = value
     if table.post_init:
         self.__post_init__()
+
+
+def _default(default: Any, factory: Any) -> Any:
+    """A field's default, else a fresh value from its factory, else MISSING."""
+    return default if default is not MISSING or factory is MISSING else factory()
 
 
 def _repr(self: Any) -> str:
