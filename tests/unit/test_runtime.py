@@ -111,3 +111,60 @@ def test_an_srun_task_meets_its_peers_on_the_first_node_of_the_job():
     env = detect_distributed_env({"SLURM_STEP_ID": "0", "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "42",
                                   "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_RESTART_COUNT": "1"})
     assert (env.launcher, env.master_addr, env.master_port) == ("slurm", "gpu07", 20042 + 7919)
+
+
+def test_set_up_runs_without_the_collector_and_training_without_rescanning_it(compose_config, tmp_path, monkeypatch):
+    """Set-up (imports, the model) makes long-lived objects: no collector pass runs in it and what it made is frozen
+    while training runs with the collector on; cleanup runs with no pass; afterwards all is as it was."""
+    import gc
+
+    seen = {}
+    made_in_setup = []
+
+    def collector_runs():
+        return gc.isenabled() and gc.get_threshold()[0] > 0
+
+    def setup(self):
+        seen["setup"] = collector_runs()
+        made_in_setup.append([])  # a tracked object, made while the collector is paused
+
+    def train(self):
+        seen["train"] = collector_runs()
+        seen["frozen in train"] = gc.get_freeze_count()
+        return 1.5
+
+    def cleanup(self, on_error=False):
+        seen["cleanup"] = collector_runs()
+
+    monkeypatch.setattr(recording_backend.RecordingTrainer, "setup", setup)
+    monkeypatch.setattr(recording_backend.RecordingTrainer, "train", train)
+    monkeypatch.setattr(recording_backend.RecordingTrainer, "cleanup", cleanup)
+    runtime = prepared_runtime(compose_config(*RECORDING), tmp_path)
+    thresholds = gc.get_threshold()
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    assert runtime.run() == 1.5
+    assert (seen["setup"], seen["train"], seen["cleanup"]) == (False, True, False)
+    assert seen["frozen in train"] > 0
+    # the caller's process (the Python API) is left as it was
+    assert gc.isenabled() and gc.get_freeze_count() == 0 and gc.get_threshold() == thresholds
+    assert gc.is_tracked(made_in_setup[0])
+
+
+def test_a_library_that_turns_the_collector_off_in_set_up_keeps_it_off(compose_config, tmp_path, monkeypatch):
+    """torchtitan's Trainer disables the collector (and runs it every gc_freq steps itself): the pause keeps that."""
+    import gc
+
+    seen = {}
+    monkeypatch.setattr(recording_backend.RecordingTrainer, "init", lambda self: gc.disable())
+
+    def train(self):
+        seen["train"] = gc.isenabled()
+        gc.enable()
+        return 1.5
+
+    monkeypatch.setattr(recording_backend.RecordingTrainer, "train", train)
+    try:
+        assert prepared_runtime(compose_config(*RECORDING), tmp_path).run() == 1.5
+    finally:
+        gc.enable()
+    assert seen == {"train": False}
