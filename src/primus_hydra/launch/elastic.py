@@ -16,6 +16,7 @@ from primus_hydra.launch.job_config import JOB_CONFIG_FILE, node_job_config_file
 from primus_hydra.launch.ports import resolve_master_port
 from primus_hydra.orchestrator.apply import report_resource_plan, worker_environment
 from primus_hydra.orchestrator.prepare import PreparedJob
+from primus_hydra.util.collector import collector_paused
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ def launch_elastic_job(job: PreparedJob, run_dir: Path) -> Any:
     already, so no worker pays that again (~1 s with "spawn"), and they are this process's own children, so the
     agent sees at once which one died first. It never initialises CUDA/HIP, so forking it is safe; the workers'
     thread variables are set before it imports torch, because OpenMP reads them when torch loads."""
-    with worker_environment(job.plan.worker_env):
+    with worker_environment(job.plan.worker_env), collector_paused(freeze_what_was_made=True):
         from torch.distributed import DistStoreError
         from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
         from torch.distributed.elastic.multiprocessing.api import SignalException

@@ -10,12 +10,11 @@ the run dir, re-raised.
 """
 from __future__ import annotations
 
-import contextlib
 import gc
 import logging
 import os
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 from primus_hydra.backends.base import BackendAdapter, BaseTrainer, load_adapter
 from primus_hydra.backends.translation import Translation, translate, why_translate_again
@@ -27,6 +26,7 @@ from primus_hydra.orchestrator.prepare import PreparedJob
 from primus_hydra.patches.registry import PatchContext, resolve_enabled_ids
 from primus_hydra.patches.runner import load_patch_modules, raise_load_errors, run_patches
 from primus_hydra.runtime.logging_setup import FILE_ONLY, setup_rank_logging, teardown_rank_logging
+from primus_hydra.util.collector import collector_paused
 from primus_hydra.util.private_files import write_private_text
 from primus_hydra.util.yaml_text import dump_yaml
 
@@ -99,7 +99,7 @@ class PrimusRuntime:
         # and almost no garbage. Python's collector would scan them all ~5 times on the way (~0.35 s a process here);
         # it is paused instead, and what set-up made is frozen (never scanned) until the run ends. The teardown draws
         # the loss curve (matplotlib's import: one more full pass, ~0.2 s) with it paused too.
-        with _collector_paused(freeze_what_was_made=True):
+        with collector_paused(freeze_what_was_made=True):
             ctx, enabled_ids = self._set_up()
         if self.trainer is None:
             return self._write_dry_run()
@@ -109,7 +109,7 @@ class PrimusRuntime:
         self._patch_phase(ctx, "after_train", enabled_ids)
         self._mark("cleanup")
         self.trainer = None  # cleaned up normally: no second cleanup on a later error
-        with _collector_paused(freeze_what_was_made=False):
+        with collector_paused(freeze_what_was_made=False):
             trainer.cleanup(on_error=False)
         return result
 
@@ -209,18 +209,3 @@ class PrimusRuntime:
         self.trainer = None
 
 
-
-@contextlib.contextmanager
-def _collector_paused(freeze_what_was_made: bool) -> Iterator[None]:
-    """No automatic pass of Python's cyclic collector in the block (its first threshold 0); with freeze_what_was_made,
-    what the block made is then moved out of its reach (gc.freeze: no pass over it, not even the young generation's,
-    which would otherwise scan everything made in the block). gc.disable() or enable() by a library in the block
-    stands (torchtitan's Trainer disables the collector and runs it every gc_freq steps itself)."""
-    thresholds = gc.get_threshold()
-    gc.set_threshold(0)
-    try:
-        yield
-    finally:
-        if freeze_what_was_made:
-            gc.freeze()
-        gc.set_threshold(*thresholds)
