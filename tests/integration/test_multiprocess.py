@@ -104,6 +104,17 @@ def test_user_torchrun_shares_one_run_dir_and_is_not_launched_again(tmp_path, si
     assert_same_curve(losses(run_dir), single_process_curve)
 
 
+@pytest.mark.parametrize("task, shared", [("train", True), ("benchmark", False)])
+def test_the_agent_imports_what_a_training_jobs_workers_share_before_it_forks_them(task, shared):
+    """torch._dynamo (every torch optimizer's first step imports it) once in the agent, not in each forked worker;
+    a benchmark's workers make no optimizer step. In a fresh interpreter: the agent's own imports only."""
+    code = ("import sys\nfrom primus_hydra.launch.elastic import import_what_the_workers_share\n"
+            f"import_what_the_workers_share({task!r})\nprint('torch._dynamo' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == [str(shared)]
+
+
 def test_a_raising_rank_fails_the_job_naming_it(tmp_path):
     started = time.monotonic()
     result = primus(tmp_path / "run", "module.train_iters=20", *SMALL, *LAYOUTS["dp2"], env={"PRIMUS_FAULT": "raise:1:2"})

@@ -31,13 +31,21 @@ class JobInterruptedError(PrimusError):
         self.exit_code = 128 + signum
 
 
+def import_what_the_workers_share(task_name: str) -> None:
+    """What every forked worker of a `task_name` job would import for itself, imported once before the fork: a torch
+    optimizer's first step imports torch._dynamo (torch.optim's graph-break wrapper), ~1.4 s and ~145 MB a process
+    here; a training job's workers all make one. Other tasks' workers (benchmark, preflight) need none."""
+    if task_name == "train":
+        import torch._dynamo  # noqa: F401
+
+
 def launch_elastic_job(job: PreparedJob, run_dir: Path) -> Any:
     """The job's plan decided its worker_env (threads per worker, compile threads) before any worker starts;
     workers inherit it and never change it.
 
     Workers are forked from this process (start_method="fork"): it has imported torch and the worker's modules
-    already, so no worker pays that again (~1 s with "spawn"), and they are this process's own children, so the
-    agent sees at once which one died first. It never initialises CUDA/HIP, so forking it is safe; the workers'
+    already (and torch._dynamo for a training job), so no worker pays that again (~1 s with "spawn"), and they are
+    this process's own children, so the agent sees at once which one died first. It never initialises CUDA/HIP, so forking it is safe; the workers'
     thread variables are set before it imports torch, because OpenMP reads them when torch loads."""
     with worker_environment(job.plan.worker_env), collector_paused(freeze_what_was_made=True):
         from torch.distributed import DistStoreError
@@ -48,6 +56,8 @@ def launch_elastic_job(job: PreparedJob, run_dir: Path) -> Any:
         from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
         from primus_hydra.launch.worker import worker_main
+
+        import_what_the_workers_share(str(job.cfg.task.name))
 
     launch, plan = job.cfg.launch, job.plan
     nproc = plan.nproc_per_node
