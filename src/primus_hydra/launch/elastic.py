@@ -4,6 +4,7 @@ and planned already (orchestrator/prepare.py), picks or checks the port, writes 
 and reports a failed rank in one line."""
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -45,8 +46,9 @@ def launch_elastic_job(job: PreparedJob, run_dir: Path) -> Any:
 
     Workers are forked from this process (start_method="fork"): it has imported torch and the worker's modules
     already (and torch._dynamo for a training job), so no worker pays that again (~1 s with "spawn"), and they are
-    this process's own children, so the agent sees at once which one died first. It never initialises CUDA/HIP, so forking it is safe; the workers'
-    thread variables are set before it imports torch, because OpenMP reads them when torch loads."""
+    this process's own children, so the agent sees at once which one died first. It never initialises CUDA/HIP, so
+    forking it is safe; the workers' thread variables are set before it imports torch, because OpenMP reads them when
+    torch loads."""
     with worker_environment(job.plan.worker_env), collector_paused(freeze_what_was_made=True):
         from torch.distributed import DistStoreError
         from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
@@ -102,6 +104,8 @@ def launch_elastic_job(job: PreparedJob, run_dir: Path) -> Any:
             f"stopped by {name}: all workers were stopped (with module.checkpoint.on_signal=true they saved a checkpoint first)",
             int(error.sigval),
         ) from None
+    finally:
+        gc.unfreeze()  # what was frozen for the fork is collectable again (the API launches in the caller's process)
     return results.get(0)
 
 

@@ -207,5 +207,3 @@ class PrimusRuntime:
         except Exception:  # noqa: BLE001 - the original error matters more
             log.exception("cleanup(on_error=True) failed as well")
         self.trainer = None
-
-
