@@ -21,7 +21,10 @@ from primus_hydra.config.values import PlainTree
 from primus_hydra.errors import PrimusError
 from primus_hydra.migrate.source_files import read_source_text
 
-READER = ("import json, sys\n"
+# The helper lives for the imports and one JSON line: no collector pass over what the imports make (1,198 passes,
+# 0.78 s of its ~5 s here)
+READER = ("import gc, json, sys\n"
+          "gc.disable()\n"
           "sys.path[:] = json.loads(sys.argv[1])\n"
           "from primus_hydra.migrate.torchtitan_registry import read_tables\n"
           "json.dump(read_tables(sys.argv[2:]), sys.stdout)\n")
