@@ -18,6 +18,7 @@ from primus_hydra.config.layout import ParallelLayout
 from primus_hydra.config.targets import load_target
 from primus_hydra.distributed_env import DistributedEnv
 from primus_hydra.errors import BackendUnavailableError
+from primus_hydra.util.installed import installed_version
 
 # set in a Slurm job whose submission froze the backend.path tree (launch/slurm/user_code.py): the copy to read
 FROZEN_BACKEND_ENV = "PRIMUS_FROZEN_BACKEND_PATH"
@@ -173,14 +174,7 @@ class BackendAdapter(ABC):
             ) from error
 
     def detect_backend_version(self) -> Optional[str]:
-        import importlib.metadata  # ~8 ms (it imports email), which a query or a dry run never needs
-
-        if not self.distribution:
-            return None
-        try:
-            return importlib.metadata.version(self.distribution)
-        except importlib.metadata.PackageNotFoundError:
-            return None
+        return installed_version(self.distribution) if self.distribution else None
 
     def env_defaults(self) -> dict[str, str]:
         """Environment variables this backend wants (setdefault: the user's values win)."""
