@@ -27,6 +27,7 @@ from omegaconf import DictConfig
 from primus_hydra.config.secrets import redact_text, secret_values
 from primus_hydra.launch.data_fingerprint import data_fingerprints
 from primus_hydra.launch.slurm.user_code import user_code_record
+from primus_hydra.util.installed import installed_version
 from primus_hydra.util.private_files import write_private_text
 from primus_hydra.util.yaml_text import load_yaml
 
@@ -173,15 +174,8 @@ def code_digest() -> str:
 
 
 def package_versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    versions = {}
-    for name in PACKAGES:
-        try:
-            versions[name] = version(name)
-        except PackageNotFoundError:
-            continue
-    return versions
+    versions = {name: installed_version(name) for name in PACKAGES}
+    return {name: version for name, version in versions.items() if version is not None}
 
 
 def _write_json(path: Path, record: dict[str, Any], secrets: set[str]) -> None:

@@ -12,7 +12,6 @@ cannot hold at all are refused by what it cannot hold.
 """
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
@@ -22,6 +21,7 @@ from primus_hydra.backends.extra_args_owners import flatten
 from primus_hydra.errors import PrimusError
 from primus_hydra.migrate.models import ModelChoice, same_normalized, stem, with_fields, zoo_models
 from primus_hydra.migrate.torchtitan_registry import flavor_table, read_ahead
+from primus_hydra.util.installed import installed_version
 
 FLAVOR_TABLE_RELEASES = ("0.2.",)
 # model args a run decides (the backend writes its own sequence length and attention kernel), not the architecture
@@ -65,10 +65,7 @@ def read_tables_ahead(files: Iterable[Path]) -> None:
 
 
 def _installed_release() -> Optional[str]:
-    try:
-        return version("torchtitan")
-    except PackageNotFoundError:
-        return None
+    return installed_version("torchtitan")
 
 
 def flavor_args(name: str, flavor: str) -> Any:
