@@ -1,6 +1,6 @@
 """The installed version of a Python distribution, as importlib.metadata.version gives it, read from its .dist-info
-folder without importing importlib.metadata (~15-20 ms here: it imports email, zipfile and csv), which a dry run's
-translation stamp and every training start need for their backend's library.
+folder without importing importlib.metadata (~15-20 ms here: it imports email, zipfile and csv), for what runs
+without torch (which imports it): a dry run's translation stamp, the provenance record, task=import's release checks.
 
 The first entry of sys.path that holds the distribution decides, as for importlib.metadata; where that entry holds
 it as an .egg-info (or as anything but a plain .dist-info folder with a Version line), importlib.metadata answers.
