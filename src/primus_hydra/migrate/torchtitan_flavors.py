@@ -13,7 +13,7 @@ cannot hold at all are refused by what it cannot hold.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable
 
 from omegaconf import OmegaConf
 
@@ -59,20 +59,16 @@ def torchtitan_flavor_model(name: str, flavor: str, preset_name: str) -> ModelCh
 def read_tables_ahead(files: Iterable[Path]) -> None:
     """torchtitan's flavor tables read ahead by a helper process (torchtitan_registry.read_ahead) where any of `files`
     names torchtitan and the installed release keeps them where they are read from."""
-    release = _installed_release()
+    release = installed_version("torchtitan")
     if release is not None and release.startswith(FLAVOR_TABLE_RELEASES):
         read_ahead(files)
-
-
-def _installed_release() -> Optional[str]:
-    return installed_version("torchtitan")
 
 
 def flavor_args(name: str, flavor: str) -> Any:
     """The installed torchtitan's model args of this flavor, as nested dicts read by attribute (read by importing
     torchtitan, and so torch: task=import only; migrate/torchtitan_registry.py)."""
     where = f"model.name={name} model.flavor={flavor}"
-    release = _installed_release()
+    release = installed_version("torchtitan")
     if release is None:
         raise PrimusError(f"{where}: no zoo preset is this flavor, and torchtitan is not installed to read its "
                           f"numbers from (install torchtitan {FLAVOR_TABLE_RELEASES[0]}x, or add a preset to "

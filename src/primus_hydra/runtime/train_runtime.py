@@ -97,8 +97,9 @@ class PrimusRuntime:
     def _run_phases(self) -> Any:
         # Set-up imports the backend's libraries and builds the model: ~3 x 10^5 objects that live as long as the run,
         # and almost no garbage. Python's collector would scan them all ~5 times on the way (~0.35 s a process here);
-        # it is paused instead, and what set-up made is frozen (never scanned) until the run ends. The teardown draws
-        # the loss curve (matplotlib's import: one more full pass, ~0.2 s) with it paused too.
+        # it is paused instead, and what set-up made is frozen (never scanned) until the run ends or its process group
+        # is destroyed (backends/common/distributed.py). The teardown draws the loss curve (matplotlib's import: one
+        # more full pass, ~0.2 s) with it paused too.
         with collector_paused(freeze_what_was_made=True):
             ctx, enabled_ids = self._set_up()
         if self.trainer is None:

@@ -154,10 +154,12 @@ def destroy_parallel_state() -> None:
     torch 2.13 + gloo can deadlock when the last reference to a process group is dropped from Python: the
     destructor joins gloo's worker thread while holding the GIL, and that thread may still be destroying a
     finished collective whose tensors need the GIL. A barrier, a collection of our references and a short
-    GIL-free pause let gloo's thread finish before the group is destroyed."""
+    GIL-free pause let gloo's thread finish before the group is destroyed. The collection reaches what the
+    runtime froze after set-up (the model, its wrappers, a library's trainer: util/collector.py) too."""
     if not dist.is_initialized():
         return
     dist.barrier()
+    gc.unfreeze()
     gc.collect()
     time.sleep(0.05)
     dist.destroy_process_group()
