@@ -3,6 +3,7 @@ shipped file exactly as OmegaConf's own loader does, and a command line's run co
 would have composed twice."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import hydra
@@ -308,3 +309,75 @@ def test_omegaconfs_value_checks_answer_as_its_own_do():
         node = cfg._get_node(key)
         assert used._is_none(node, resolve=True, throw_on_resolution_failure=False) == \
             own._is_none(node, resolve=True, throw_on_resolution_failure=False)
+
+
+def _node_states(node, path="cfg"):
+    """(path, node type, value, own flags, flags cache, parent's path) of every node of a config, in order."""
+    from omegaconf import Container, DictConfig, ListConfig
+
+    yield path, type(node).__name__, None if isinstance(node, Container) else node._value(), \
+        dict(node._metadata.flags), node.__dict__["_flags_cache"], node._metadata.key, node._metadata.optional
+    content = node.__dict__.get("_content")
+    if isinstance(node, DictConfig) and isinstance(content, dict):
+        for key, child in content.items():
+            assert child._get_parent() is node
+            yield from _node_states(child, f"{path}.{key}")
+    elif isinstance(node, ListConfig) and isinstance(content, list):
+        for index, child in enumerate(content):
+            yield from _node_states(child, f"{path}[{index}]")
+
+
+@pytest.mark.parametrize("overrides", [[], ["backend=megatron", "model=llama3_8b"], ["backend=torchtitan",
+                                                                                      "model=moe_tiny"]])
+def test_value_nodes_made_directly_are_the_nodes_omegaconf_makes(monkeypatch, overrides):
+    import omegaconf.omegaconf as omegaconf_module
+    from omegaconf.nodes import ValueNode
+
+    from primus_hydra.config.job_composition import compose_job_config
+
+    fast_composition.install()
+    register_schemas()
+    text = "a: 1\nb: x${a}\nc: [1, 2.5, true, null, '???']\nd: {e: '${oc.env:HOME}', f: {g: str}}\n"
+    fast = [compose_job_config(find_conf_dir(), "config", overrides), OmegaConf.create(text)]
+    monkeypatch.setattr(ValueNode, "__init__", fast_omegaconf.SHIPPED["value_node_init"])
+    monkeypatch.setattr(omegaconf_module, "_node_wrap", fast_omegaconf.SHIPPED["node_wrap"])
+    shipped = [compose_job_config(find_conf_dir(), "config", overrides), OmegaConf.create(text)]
+    for made_directly, made_by_omegaconf in zip(fast, shipped):
+        assert list(_node_states(made_directly)) == list(_node_states(made_by_omegaconf))
+
+
+@dataclasses.dataclass
+class _Typed:
+    count: int = 0
+
+
+@pytest.mark.parametrize("make", [
+    lambda: OmegaConf.create({"a": "${oc.env:"}),  # an interpolation the grammar refuses
+    lambda: OmegaConf.structured(_Typed(count="many")),  # a value its type refuses
+    lambda: OmegaConf.create({"a": object()}),  # a value OmegaConf does not hold
+])
+def test_a_value_node_refuses_what_omegaconf_refuses(monkeypatch, make):
+    import omegaconf.omegaconf as omegaconf_module
+    from omegaconf.nodes import ValueNode
+
+    fast_composition.install()
+    with pytest.raises(Exception) as made_directly:
+        make()
+    monkeypatch.setattr(ValueNode, "__init__", fast_omegaconf.SHIPPED["value_node_init"])
+    monkeypatch.setattr(omegaconf_module, "_node_wrap", fast_omegaconf.SHIPPED["node_wrap"])
+    with pytest.raises(Exception) as made_by_omegaconf:
+        make()
+    assert type(made_directly.value) is type(made_by_omegaconf.value)
+    assert str(made_directly.value) == str(made_by_omegaconf.value)
+
+
+def test_a_value_node_keeps_its_own_readonly_flag_and_is_made_under_a_readonly_parent():
+    from omegaconf import AnyNode, IntegerNode
+
+    fast_composition.install()
+    frozen = OmegaConf.create({"a": {"b": 1}})
+    OmegaConf.set_readonly(frozen, True)
+    node = AnyNode(2, key="c", parent=frozen.a)
+    assert node._value() == 2 and node._metadata.flags == {} and node._get_flag("readonly") is True
+    own = IntegerNode("3", flags={"readonly": True})
+    assert own._value() == 3 and own._metadata.flags == {"readonly": True}

@@ -30,6 +30,12 @@
    and each call imports `Node` again (`from omegaconf import Node`, ~a third of the call). The same three
    functions, with `Node` looked up once, stand in for them in every OmegaConf module that holds them.
 
+7. Every value node OmegaConf makes (~60 a config file's values, ~1,000 a composition) sets its value inside
+   `read_write(node)`: a generator context manager and two flag changes through OmegaConf.set_readonly. The node's
+   own `readonly` flag is set and restored directly instead, with the same flags and caches afterwards; and a plain
+   value (str, int, float, bool, None) under an untyped key becomes an AnyNode without _node_wrap's ten type tests,
+   which end there for it. Values are validated as before (an invalid interpolation raises as before).
+
 `install()` is idempotent; config/fast_composition.py's install() calls it.
 """
 from __future__ import annotations
@@ -54,6 +60,7 @@ def install() -> None:
     _keep_schema_sections_built_twice()
     _copy_node_metadata_field_by_field()
     _check_values_without_imports()
+    _make_value_nodes_directly()
 
 
 def _install_c_yaml_loader() -> None:
@@ -253,3 +260,41 @@ def _check_values_without_imports() -> None:
             for function, (original, check) in replacements.items():
                 if getattr(module, function, None) is original:
                     setattr(module, function, check)
+
+
+SHIPPED: dict[str, Any] = {}  # OmegaConf's own functions that install() replaced (item 7), as shipped
+
+
+def _make_value_nodes_directly() -> None:
+    import omegaconf.omegaconf as omegaconf_module
+    from omegaconf import AnyNode
+    from omegaconf.nodes import ValueNode
+
+    SHIPPED.update(value_node_init=ValueNode.__init__, node_wrap=omegaconf_module._node_wrap)
+
+    def value_node_init(self: ValueNode, parent: Any, value: Any, metadata: Any) -> None:
+        state = self.__dict__  # Node.__init__'s three fields
+        state["_metadata"], state["_parent"], state["_flags_cache"] = metadata, parent, None
+        flags = metadata.flags
+        own = flags.get("readonly")
+        flags["readonly"] = False  # read_write(self): set_readonly(False) ... set_readonly(own)
+        try:
+            self._set_value(value)
+        finally:
+            if own is None:
+                del flags["readonly"]
+            else:
+                flags["readonly"] = own
+            state["_flags_cache"] = None
+
+    node_wrap = SHIPPED["node_wrap"]
+    untyped, plain_types = omegaconf_module.Any, (str, int, float, bool, type(None))
+
+    def _node_wrap(parent: Any, is_optional: bool, value: Any, key: Any, ref_type: Any = untyped) -> Any:
+        if ref_type is untyped and type(value) in plain_types:  # where _node_wrap's tests end for it
+            return AnyNode(value=value, key=key, parent=parent)
+        return node_wrap(parent, is_optional, value, key, ref_type)
+
+    ValueNode.__init__ = value_node_init
+    omegaconf_module._node_wrap = _node_wrap
+
