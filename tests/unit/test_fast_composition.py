@@ -12,7 +12,7 @@ import yaml
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra._internal.utils import create_config_search_path
 from hydra.types import RunMode
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
 from primus_hydra.backends.schemas import register_schemas
 from primus_hydra.config import fast_composition, fast_omegaconf
@@ -381,3 +381,39 @@ def test_a_value_node_keeps_its_own_readonly_flag_and_is_made_under_a_readonly_p
     assert node._value() == 2 and node._metadata.flags == {} and node._get_flag("readonly") is True
     own = IntegerNode("3", flags={"readonly": True})
     assert own._value() == 3 and own._metadata.flags == {"readonly": True}
+
+
+@pytest.mark.parametrize("overrides", [["backend=megatron", "model=llama3_8b"], ["backend=torchtitan", "model=moe_tiny"]])
+def test_a_config_copies_node_for_node_as_omegaconfs_own_copy(monkeypatch, overrides):
+    import copy
+
+    from primus_hydra.config.job_composition import compose_job_config
+
+    fast_composition.install()
+    register_schemas()
+    cfg = compose_job_config(find_conf_dir(), "config", overrides)
+    with open_dict(cfg):  # beside the schema's nodes: a list, `???`, None and interpolations in untyped nodes
+        cfg.extra = OmegaConf.create({"listed": [1, "${model.num_layers}", {"x": None}], "missing": "???",
+                                      "none": None, "path": "${module.lr}"})
+    before = list(_node_states(cfg))
+    copied = copy.deepcopy(cfg)
+    for name, shipped in fast_omegaconf.SHIPPED.items():
+        if name.endswith(".__deepcopy__"):
+            monkeypatch.setattr(getattr(__import__("omegaconf"), name.split(".")[0]), "__deepcopy__", shipped)
+    by_omegaconf = copy.deepcopy(cfg)
+    assert list(_node_states(copied)) == list(_node_states(by_omegaconf)) == before
+    assert all(set(node.__dict__) == set(twin.__dict__) for node, twin in zip(_nodes(copied), _nodes(by_omegaconf)))
+    copied.model.num_layers = 3  # a copy shares no node with its original
+    assert cfg.model.num_layers != 3 and copied.extra.listed[1] == 3 and cfg.extra.listed[1] != 3
+    shared = cfg._get_node("model")  # a node the memo hands back as itself stays in its own tree
+    assert copy.deepcopy(cfg, {id(shared): shared})._get_node("model") is shared and shared._get_parent() is cfg
+
+
+def _nodes(node):
+    from omegaconf import DictConfig, ListConfig
+
+    yield node
+    content = node.__dict__.get("_content")
+    if isinstance(node, (DictConfig, ListConfig)) and isinstance(content, (dict, list)):
+        for child in (content.values() if isinstance(content, dict) else content):
+            yield from _nodes(child)

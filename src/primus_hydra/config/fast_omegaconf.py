@@ -36,6 +36,12 @@
    value (str, int, float, bool, None) under an untyped key becomes an AnyNode without _node_wrap's ten type tests,
    which end there for it. Values are validated as before (an invalid interpolation raises as before).
 
+8. A deep copy of a config (item 5) first makes each copied node with its class's constructor, with its own
+   value and metadata (a DictConfig of None, an AnyNode of None: validated, flags set and reset), then overwrites all
+   of them. The copies of dict and list nodes and of the value nodes that hold nothing else (AnyNode, StringNode,
+   IntegerNode, FloatNode, BooleanNode, BytesNode, PathNode) are made empty and filled with the same fields
+   instead (~half a composed config's copy time); EnumNode and any other node are copied as before.
+
 `install()` is idempotent; config/fast_composition.py's install() calls it.
 """
 from __future__ import annotations
@@ -61,6 +67,7 @@ def install() -> None:
     _copy_node_metadata_field_by_field()
     _check_values_without_imports()
     _make_value_nodes_directly()
+    _copy_nodes_without_constructing_them()
 
 
 def _install_c_yaml_loader() -> None:
@@ -298,3 +305,56 @@ def _make_value_nodes_directly() -> None:
     ValueNode.__init__ = value_node_init
     omegaconf_module._node_wrap = _node_wrap
 
+
+
+def _copy_nodes_without_constructing_them() -> None:
+    import copy
+
+    from omegaconf import (
+        AnyNode,
+        BooleanNode,
+        BytesNode,
+        DictConfig,
+        FloatNode,
+        IntegerNode,
+        ListConfig,
+        PathNode,
+        StringNode,
+    )
+
+    def copy_value_node(self: Any, memo: dict) -> Any:
+        copied = object.__new__(type(self))
+        copied.__dict__["_flags_cache"] = None  # as its constructor leaves it; _deepcopy_impl sets the rest
+        self._deepcopy_impl(copied, memo)
+        return copied
+
+    def copy_container(self: Any, memo: dict) -> Any:
+        copied = object.__new__(type(self))
+        state, own = copied.__dict__, self.__dict__
+        state["_metadata"] = copy.deepcopy(own["_metadata"], memo=memo)
+        state["_flags_cache"] = copy.deepcopy(own["_flags_cache"], memo=memo)
+        content = own["_content"]
+        if isinstance(content, (dict, list)):  # else None, `???` or an interpolation: held as it is
+            children = content.items() if isinstance(content, dict) else enumerate(content)
+            copies = [(key, _copied_child(child, copied, memo)) for key, child in children]
+            content = dict(copies) if isinstance(content, dict) else [child for _, child in copies]
+        state["_content"] = content
+        state["_parent"] = own["_parent"]  # kept, not copied
+        return copied
+
+    def _copied_child(child: Any, parent: Any, memo: dict) -> Any:
+        own_parent = child.__dict__["_parent"]
+        child.__dict__["_parent"] = None  # the child's copy never reaches the tree above it
+        try:
+            copied = copy.deepcopy(child, memo=memo)
+            copied.__dict__["_parent"] = parent
+        finally:  # last, as OmegaConf does: a node the memo shares (values.without_hydra_node) stays in place
+            child.__dict__["_parent"] = own_parent
+        return copied
+
+    for node_class in (AnyNode, StringNode, IntegerNode, FloatNode, BooleanNode, BytesNode, PathNode):
+        SHIPPED[f"{node_class.__name__}.__deepcopy__"] = node_class.__deepcopy__
+        node_class.__deepcopy__ = copy_value_node
+    for container_class in (DictConfig, ListConfig):
+        SHIPPED[f"{container_class.__name__}.__deepcopy__"] = container_class.__deepcopy__
+        container_class.__deepcopy__ = copy_container
