@@ -4,7 +4,8 @@
    float rule, no timestamps), its constructors and its refusal of a key written twice. OmegaConf parses with the
    pure-Python loader and builds a new loader class for every file; composing this project's config reads ~60
    files, which took ~45 ms of ~130 (scripts/bench/bench_cfg_print.py). A file libyaml refuses is read again by
-   OmegaConf's loader, so that its error is worded as before. Where libyaml is missing nothing changes.
+   OmegaConf's loader, so that its error is worded as before. Where libyaml is missing nothing changes. The tag of a
+   plain scalar is looked up once per text (util/yaml_tags.py), here and in item 3's writer.
 
 2. OmegaConf parses an interpolation (`${...}`) with its ANTLR grammar (~1 ms a string in pure Python) each time
    it meets it: when a node is made, merged into or resolved. Composing this project's config parses the same ~10
@@ -52,6 +53,8 @@ import yaml
 from omegaconf._utils import get_omega_conf_dumper as omegaconfs_get_omega_conf_dumper  # kept: install() replaces it
 from omegaconf._utils import get_yaml_loader as omegaconfs_get_yaml_loader  # kept: install() replaces it
 
+from primus_hydra.util.yaml_tags import ScalarTagsResolvedOnce
+
 _INSTALLED = False
 
 
@@ -78,7 +81,7 @@ def _install_c_yaml_loader() -> None:
 
     python_loader = python_yaml_loader()
 
-    class OmegaConfCLoader(yaml.CSafeLoader):
+    class OmegaConfCLoader(ScalarTagsResolvedOnce, yaml.CSafeLoader):
         def __init__(self, stream: Any) -> None:
             self._stream = stream
             super().__init__(stream)
@@ -182,7 +185,7 @@ def _install_c_yaml_dumper() -> None:
 
     python_dumper = python_omegaconf_dumper()
 
-    class OmegaConfCDumper(yaml.CDumper):  # OmegaConf's Dumper is PyYAML's full Dumper: the same, in C
+    class OmegaConfCDumper(ScalarTagsResolvedOnce, yaml.CDumper):  # OmegaConf's (PyYAML's full Dumper), in C
         pass
 
     OmegaConfCDumper.yaml_representers = dict(python_dumper.yaml_representers)

@@ -22,6 +22,7 @@ from primus_hydra.config.secrets import is_secret_name
 from primus_hydra.errors import PrimusError
 from primus_hydra.migrate.primus_yaml import ENV_REFERENCE, EnvString, EnvValue
 from primus_hydra.util.omegaconf_text import escape_text
+from primus_hydra.util.yaml_tags import ScalarTagsResolvedOnce
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 HYDRA_KEY = re.compile(r"hydra|_[A-Za-z]+_")  # hydra's node, _target_, _recursive_, _convert_, _args_, _partial_
@@ -32,7 +33,7 @@ class Interpolation(str):
     """Text the importer wrote as an interpolation on purpose (an environment read): emitted as it is."""
 
 
-class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+class _Dumper(ScalarTagsResolvedOnce, getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
     """The safe dumper (libyaml's emitter where PyYAML has it), knowing what OmegaConf's loader reads as a
     non-string (its float rule is wider)."""
 
@@ -41,7 +42,7 @@ _Dumper.yaml_implicit_resolvers = {key: list(value) for key, value in _LOADER.ya
 _Dumper.add_representer(Interpolation, lambda dumper, data: dumper.represent_str(str(data)))
 
 
-class _ReadBack(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+class _ReadBack(ScalarTagsResolvedOnce, getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     """OmegaConf's loader's scalar rules on libyaml's parser, for reading back what `dump` wrote (a fraction of the
     pure-Python parser's time; a dumped dict has no duplicate keys for OmegaConf's loader to refuse)."""
 

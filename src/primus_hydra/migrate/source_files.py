@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from primus_hydra.errors import PrimusError
+from primus_hydra.util.yaml_tags import ScalarTagsResolvedOnce
 
 MAX_SOURCE_BYTES = 1 << 20
 MAX_EXPANDED_VALUES = 200_000
@@ -60,7 +61,7 @@ def read_source_text(path: Path) -> str:
                           f"its YAML files as UTF-8 text") from None
 
 
-class _SourceLoader(_BaseLoader):
+class _SourceLoader(ScalarTagsResolvedOnce, _BaseLoader):
     """The safe loader (as Primus's), noting keys written twice in one mapping."""
 
     def __init__(self, stream):

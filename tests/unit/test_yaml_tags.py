@@ -1,0 +1,45 @@
+"""util/yaml_tags.py: a scalar's implicit tag, kept per text, is the tag PyYAML's resolvers give it."""
+from __future__ import annotations
+
+import pytest
+import yaml
+from yaml.nodes import MappingNode, ScalarNode
+
+from primus_hydra.migrate import emit, source_files
+from primus_hydra.util.yaml_tags import ScalarTagsResolvedOnce
+
+TEXTS = ["", "x", "1", "1.5", "1e-4", "1.0e-4", ".inf", "-.Inf", ".nan", "nan", "true", "True", "yes", "no", "on",
+         "null", "~", "Null", "0x1f", "0o17", "017", "1_000", "1:20", "2026-12-06", "<<", "=", "-", "+1", "a b",
+         "${oc.env:HOME}", "'q'"]
+
+
+@pytest.mark.parametrize("kept, shipped", [(emit._Dumper, getattr(yaml, "CSafeDumper", yaml.SafeDumper)),
+                                           (emit._ReadBack, getattr(yaml, "CSafeLoader", yaml.SafeLoader)),
+                                           (source_files._SourceLoader, getattr(yaml, "CSafeLoader", yaml.SafeLoader))])
+def test_each_text_gets_the_tag_pyyamls_resolvers_give_it_asked_once_or_again(kept, shipped):
+    instance = kept("") if "Loader" in shipped.__name__ else kept(None)
+    for _ in range(2):  # the first answer is kept; the second comes from the table
+        for text in TEXTS:
+            for implicit in ((True, False), (False, True), (True, True), (False, False)):
+                uncached = super(ScalarTagsResolvedOnce, instance).resolve(ScalarNode, text, implicit)
+                assert instance.resolve(ScalarNode, text, implicit) == uncached, (kept.__name__, text, implicit)
+    assert instance.resolve(MappingNode, None, None) == "tag:yaml.org,2002:map"
+
+
+def test_each_class_keeps_its_own_table():
+    class Strict(ScalarTagsResolvedOnce, yaml.SafeLoader):
+        pass
+
+    class Plain(ScalarTagsResolvedOnce, yaml.BaseLoader):  # no implicit resolvers: every plain scalar is a str
+        pass
+
+    assert Strict("").resolve(ScalarNode, "1", (True, False)) == "tag:yaml.org,2002:int"
+    assert Plain("").resolve(ScalarNode, "1", (True, False)) == "tag:yaml.org,2002:str"
+    assert Strict._tags_of_texts is not Plain._tags_of_texts is not ScalarTagsResolvedOnce._tags_of_texts
+
+
+def test_what_it_writes_and_reads_back_is_the_same_with_the_table():
+    tree = {text or "empty": text for text in TEXTS} | {"n": 1, "f": 1e-4, "b": True, "none": None, "l": [1, "1"]}
+    written = emit.yaml_ready(tree, "t")
+    texts = [emit.dump(written, "t") for _ in range(2)]  # each read back and compared by dump itself
+    assert texts[0] == texts[1] and emit.same_value(yaml.load(texts[1], Loader=emit._ReadBack), written)  # noqa: S506
