@@ -51,7 +51,15 @@ class KeyTable(tuple):
     def translate(self, node: Any, group: str) -> dict:
         """The group's keys read from their parent node (a config node, or an object with those attributes), under
         the backend's names (inside their section)."""
-        return {key.native_leaf: getattr(node, key.leaf) for key in self if key.group == group and key.translated}
+        return {native: getattr(node, leaf) for native, leaf in self._names_of(group)}
+
+    def _names_of(self, group: str) -> tuple[tuple[str, str], ...]:
+        """(native name, canonical leaf) of the group's translated keys, found once per table (a translation asks
+        for each group; the extra_args owner search translates ~50 times a config)."""
+        groups = self.__dict__.setdefault("_groups", {})
+        if group not in groups:
+            groups[group] = tuple((key.native_leaf, key.leaf) for key in self if key.group == group and key.translated)
+        return groups[group]
 
     def checked(self) -> tuple[str, ...]:
         return tuple(key.native for key in self if key.checked)

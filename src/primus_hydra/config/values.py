@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from enum import Enum
 from typing import Any, Iterator
 
-from omegaconf import DictConfig, ListConfig, OmegaConf, ValueNode, open_dict, read_write
+from omegaconf import Container, DictConfig, ListConfig, OmegaConf, ValueNode, open_dict, read_write
 
 _SCALARS = frozenset({type(None), bool, int, float, str})  # exactly these types (a Choice is a str subclass)
 
@@ -78,8 +78,11 @@ class PlainTree(dict):
 
 def read_value(node: DictConfig, key: Any) -> Any:
     """node[key], but a plain value (no interpolation) read from its node without OmegaConf's lookups (~5x faster),
-    and ??? as its text (node[key] raises there); an interpolation is resolved (and raises where it fails)."""
+    a dict or list node as the node itself (what node[key] returns for it), and ??? as its text (node[key] raises
+    there); an interpolation is resolved (and raises where it fails)."""
     child = node._get_node(key)
+    if isinstance(child, Container) and isinstance(child.__dict__["_content"], (dict, list)):
+        return child
     if child._is_missing() or (isinstance(child, ValueNode) and not child._is_interpolation()):
         return child._value()
     return node[key]
