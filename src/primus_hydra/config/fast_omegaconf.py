@@ -272,7 +272,7 @@ def _check_values_without_imports() -> None:
                     setattr(module, function, check)
 
 
-SHIPPED: dict[str, Any] = {}  # OmegaConf's own functions that install() replaced (item 7), as shipped
+SHIPPED: dict[str, Any] = {}  # OmegaConf's own functions that install() replaced (items 7-8), as shipped
 
 
 def _make_value_nodes_directly() -> None:
@@ -307,7 +307,6 @@ def _make_value_nodes_directly() -> None:
 
     ValueNode.__init__ = value_node_init
     omegaconf_module._node_wrap = _node_wrap
-
 
 
 def _copy_nodes_without_constructing_them() -> None:
