@@ -260,23 +260,12 @@ def test_a_schema_section_built_again_is_what_its_class_builds():
 def test_node_metadata_copies_as_the_generic_deep_copy_does():
     import copy
 
-    from omegaconf import DictConfig, ListConfig
-
     from primus_hydra.config.job_composition import compose_job_config
 
     register_schemas()
     cfg = compose_job_config(find_conf_dir(), "config", ["backend=megatron", "model=llama3_8b"])
 
-    def nodes(node):
-        yield node
-        if isinstance(node, DictConfig) and not node._is_missing() and not node._is_none():
-            for key in node.keys():
-                yield from nodes(node._get_node(key))
-        elif isinstance(node, ListConfig) and not node._is_missing() and not node._is_none():
-            for index in range(len(node)):
-                yield from nodes(node._get_node(index))
-
-    metadata = [node._metadata for node in nodes(cfg)]
+    metadata = [node._metadata for node in _nodes(cfg)]
     assert len(metadata) > 200
     for meta in metadata:
         copied, generic = copy.deepcopy(meta), copy._reconstruct(meta, {}, *meta.__reduce_ex__(4))

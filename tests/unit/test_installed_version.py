@@ -7,13 +7,18 @@ import sys
 
 import pytest
 
-from primus_hydra.util.installed import installed_version
+from primus_hydra.util.installed import installed_version, installed_versions
 
 
 @pytest.mark.parametrize("distribution", ["torch", "hydra-core", "hydra_core", "OmegaConf", "megatron-core",
                                           "torchtitan", "megatron.bridge", "PyYAML", "primus-hydra"])
 def test_each_installed_distribution_reads_as_importlib_metadata_reads_it(distribution):
     assert installed_version(distribution) == importlib.metadata.version(distribution)
+
+
+def test_several_read_at_once_read_as_each_alone():
+    names = ["torch", "hydra-core", "hydra_core", "no-such-distribution-here", "PyYAML", "omegaconf"]
+    assert installed_versions(names) == {name: installed_version(name) for name in names}
 
 
 def test_a_distribution_that_is_not_installed_is_none():

@@ -27,7 +27,7 @@ from omegaconf import DictConfig
 from primus_hydra.config.secrets import redact_text, secret_values
 from primus_hydra.launch.data_fingerprint import data_fingerprints
 from primus_hydra.launch.slurm.user_code import user_code_record
-from primus_hydra.util.installed import installed_version
+from primus_hydra.util.installed import installed_versions
 from primus_hydra.util.private_files import write_private_text
 from primus_hydra.util.yaml_text import load_yaml
 
@@ -174,8 +174,7 @@ def code_digest() -> str:
 
 
 def package_versions() -> dict[str, str]:
-    versions = {name: installed_version(name) for name in PACKAGES}
-    return {name: version for name, version in versions.items() if version is not None}
+    return {name: version for name, version in installed_versions(PACKAGES).items() if version is not None}
 
 
 def _write_json(path: Path, record: dict[str, Any], secrets: set[str]) -> None:

@@ -10,31 +10,42 @@ from __future__ import annotations
 import os
 import re
 import sys
-from typing import Optional
+from typing import Iterable, Optional
 
 _SEPARATORS = re.compile(r"[-_.]+")
 
 
 def installed_version(distribution: str) -> Optional[str]:
     """`distribution`'s version, or None where it is not installed."""
-    wanted = _normalized(distribution)
+    return installed_versions([distribution])[distribution]
+
+
+def installed_versions(distributions: Iterable[str]) -> dict[str, Optional[str]]:
+    """{distribution: its version, or None} for several, with each sys.path folder listed once."""
+    asked = list(distributions)
+    left = {_normalized(name): name for name in reversed(asked)}  # a spelling importlib.metadata is asked with
+    found: dict[str, Optional[str]] = {}
     for entry in sys.path:
+        if not left:
+            break
         try:
             names = os.listdir(entry or ".")
         except OSError:  # a missing folder, a zip file: importlib.metadata reads those
             if entry and os.path.isfile(entry):
-                return _read_by_importlib_metadata(distribution)
+                found.update((key, _read_by_importlib_metadata(name)) for key, name in left.items())
+                left.clear()
             continue
         for name in names:
             stem, dot, suffix = name.rpartition(".")
             if suffix not in ("dist-info", "egg-info") or not dot:
                 continue
-            project = stem.split("-", 1)[0]
-            if _normalized(project) != wanted:
+            key = _normalized(stem.split("-", 1)[0])
+            distribution = left.pop(key, None)
+            if distribution is None:
                 continue
             version = _metadata_version(os.path.join(entry or ".", name)) if suffix == "dist-info" else None
-            return version if version is not None else _read_by_importlib_metadata(distribution)
-    return None
+            found[key] = version if version is not None else _read_by_importlib_metadata(distribution)
+    return {name: found.get(_normalized(name)) for name in asked}
 
 
 def _normalized(name: str) -> str:
