@@ -25,6 +25,16 @@
    Hydra composes in this process) is a copy of its first reading (~3x faster than OmegaConf's load): kept by its
    real path, inode, size, and modification and change times, so that an edited file is read again.
 
+6. For every config with a defaults list, the defaults tree builds an OmegaConf node of the known choices and the
+   list's entries (~0.4 ms each, ~25 a composition), which only an interpolated entry (`- db: ${platform}`) reads.
+   A list without one gets no node (None: nothing reads it).
+
+7. Hydra's plugin scan imports every hydra_plugins module, whose config dataclasses (Optuna's sweeper and samplers,
+   submitit's and joblib's launchers, this project's: ~16) the dataclass decorator compiles, ~0.5 ms each, before any
+   command that scans (a run, a dry run, compose(), --help) answers. While the scan runs, a plain `@dataclass` of a
+   hydra_plugins module is util/records.py's `@record` (the same dataclass, made without compiling); a class that
+   asks for more (options, InitVar, keyword-only fields) gets the standard decorator.
+
 Not for speed: every composition ends with `model.from_hf=<DIR>` applied (config/hf_config.py), so that the
 command line, `--cfg job`, the Python API and each sweep point Hydra composes see the folder's architecture.
 
@@ -32,11 +42,13 @@ command line, `--cfg job`, the Python API and each sweep point Hydra composes se
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Optional
 
 from primus_hydra.config import fast_omegaconf
 
 _INSTALLED = False
+STANDARD_DATACLASS = dataclasses.dataclass
 RUN_MODE_OVERRIDE = "hydra.mode=RUN"  # what Hydra's _run_app adds for a run when the config sets no mode
 
 
@@ -52,6 +64,8 @@ def install() -> None:
     _install_model_from_hf()  # first: the composition kept for the run below has it applied already
     _install_one_composition_per_run()
     _share_the_config_store()
+    _interpolation_map_only_for_interpolated_defaults()
+    _plugin_dataclasses_made_without_compiling()
 
 
 def _share_the_config_store() -> None:
@@ -123,6 +137,62 @@ def _convert_stored_nodes_when_loaded() -> None:
 
     global ConfigNodeConvertedWhenLoaded
     ConfigStore.store, ConfigNodeConvertedWhenLoaded = store, ConvertedWhenLoaded
+
+
+def _interpolation_map_only_for_interpolated_defaults() -> None:
+    from hydra._internal import defaults_list
+
+    make_map = defaults_list._create_interpolation_map
+
+    def interpolation_map(overrides: Any, defaults: list, self_added: bool) -> Any:
+        # read only by an entry that is an interpolation (_create_defaults_tree_impl's deferred children)
+        if any(default.is_interpolation() for default in defaults):
+            return make_map(overrides, defaults, self_added)
+        return None
+
+    interpolation_map.__wrapped__ = make_map
+    defaults_list._create_interpolation_map = interpolation_map
+
+
+def _plugin_dataclasses_made_without_compiling() -> None:
+    from hydra.core.plugins import Plugins
+
+    scan = Plugins._scan_all_plugins
+
+    def scan_all_plugins(modules: list) -> Any:
+        dataclasses.dataclass = plugin_dataclass
+        try:
+            return scan(modules)
+        finally:
+            dataclasses.dataclass = STANDARD_DATACLASS
+
+    scan_all_plugins.__wrapped__ = scan
+    Plugins._scan_all_plugins = staticmethod(scan_all_plugins)
+
+
+def plugin_dataclass(cls: Optional[type] = None, /, **options: Any) -> Any:
+    """`@dataclass` while Hydra scans its plugins: a record for a plain dataclass of a hydra_plugins module."""
+    from primus_hydra.util.records import record
+
+    if cls is None:
+        return lambda cls: plugin_dataclass(cls, **options)
+    if options or not cls.__module__.startswith("hydra_plugins.") or _needs_the_standard_decorator(cls):
+        return STANDARD_DATACLASS(cls, **options)
+    return record(cls)
+
+
+def _needs_the_standard_decorator(cls: type) -> bool:
+    """Whether a class declares what util/records.py leaves to the standard decorator: InitVar and keyword-only
+    fields."""
+    own = vars(cls)
+    for name, annotation in own.get("__annotations__", {}).items():
+        text = annotation if isinstance(annotation, str) else repr(annotation)
+        if annotation is dataclasses.KW_ONLY or "InitVar" in text or "KW_ONLY" in text:
+            return True
+        declared = own.get(name)
+        if isinstance(declared, dataclasses.Field) and declared.kw_only is True:
+            return True
+    return False
 
 
 FILES_KEPT = 1024
