@@ -496,3 +496,38 @@ def test_a_plugin_class_asking_for_more_than_a_record_gets_the_standard_decorato
     assert not hasattr(made, "__record__") and dataclasses.is_dataclass(made)
     assert hasattr(fast_composition.plugin_dataclass(namespace["Plain"]), "__record__")
     assert not hasattr(fast_composition.plugin_dataclass(order=True)(namespace["Ordered"]), "__record__")
+
+
+MERGES_OVER_INTERPOLATIONS = [
+    ({"b": {"y": 2}, "a": "${b}"}, {"a": {"x": 1}}),  # one ${...} pointing at a dict: merged into
+    ({"b": [1, 2], "a": "${b}"}, {"a": [3]}),
+    ({"a": "outputs/${counted:}"}, {"a": "mine"}),  # text and an interpolation: replaced, never resolved
+    ({"a": "${counted:}/runs"}, {"a": {"x": 1}}),
+    ({"a": "${counted:}${counted:}"}, {"a": 5}),
+    ({"a": "\\${counted:}"}, {"a": "escaped"}),
+    ({"s": {"a": "${missing.key}/x"}}, {"s": {"a": 1}}),  # does not resolve: as OmegaConf's own
+    ({"a": "${counted:}"}, {"a": "over a resolver's value"}),
+]
+
+
+@pytest.mark.parametrize("dest, src", MERGES_OVER_INTERPOLATIONS)
+def test_a_merge_over_an_interpolation_is_omegaconfs_own_and_resolves_only_what_may_be_a_container(
+        monkeypatch, dest, src):
+    from omegaconf import Node
+
+    calls = []
+    OmegaConf.register_new_resolver("counted", lambda: calls.append(1) or "value", replace=True)
+    try:
+        fast = OmegaConf.merge(OmegaConf.create(dest), OmegaConf.create(src))
+        fast_calls = len(calls)
+        monkeypatch.setattr(Node, "_maybe_dereference_node", Node._maybe_dereference_node.__wrapped__)
+        own = OmegaConf.merge(OmegaConf.create(dest), OmegaConf.create(src))
+        own_calls = len(calls) - fast_calls
+    finally:
+        OmegaConf.clear_resolver("counted")
+    assert OmegaConf.to_yaml(fast) == OmegaConf.to_yaml(own)
+    overwritten = dest.get("a")
+    whole = isinstance(overwritten, str) and overwritten.startswith("${") and overwritten.endswith("}")
+    assert fast_calls == (own_calls if whole else 0)  # text around an interpolation: not resolved
+    if "counted" in str(dest) and not overwritten.startswith("\\"):  # an escaped one is no interpolation
+        assert own_calls > 0  # OmegaConf's own merge resolves it
