@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from typing import Mapping
 
-from primus_hydra.util.records import record
 
-
-@record(frozen=True)  # made without compiling: every command imports it (util/records.py)
+@dataclass(frozen=True)
 class DistributedEnv:
     launcher: str  # "single" | "torchrun" | "slurm"
     rank: int = 0
