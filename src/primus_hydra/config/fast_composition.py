@@ -46,6 +46,7 @@ import dataclasses
 from typing import Any, Callable, Optional
 
 from primus_hydra.config import fast_omegaconf
+from primus_hydra.util.records import record
 
 _INSTALLED = False
 STANDARD_DATACLASS = dataclasses.dataclass
@@ -172,8 +173,6 @@ def _plugin_dataclasses_made_without_compiling() -> None:
 
 def plugin_dataclass(cls: Optional[type] = None, /, **options: Any) -> Any:
     """`@dataclass` while Hydra scans its plugins: a record for a plain dataclass of a hydra_plugins module."""
-    from primus_hydra.util.records import record
-
     if cls is None:
         return lambda cls: plugin_dataclass(cls, **options)
     if options or not cls.__module__.startswith("hydra_plugins.") or _needs_the_standard_decorator(cls):
@@ -187,7 +186,7 @@ def _needs_the_standard_decorator(cls: type) -> bool:
     own = vars(cls)
     for name, annotation in own.get("__annotations__", {}).items():
         text = annotation if isinstance(annotation, str) else repr(annotation)
-        if annotation is dataclasses.KW_ONLY or "InitVar" in text or "KW_ONLY" in text:
+        if "InitVar" in text or "KW_ONLY" in text:  # KW_ONLY's repr names it too
             return True
         declared = own.get(name)
         if isinstance(declared, dataclasses.Field) and declared.kw_only is True:
