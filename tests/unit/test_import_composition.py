@@ -3,6 +3,7 @@ merged (tasks/import_composition.py): node for node what Hydra composes for `exp
 experiments of every framework; a file of another shape is composed whole."""
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,8 @@ from helpers.compose import nodes
 from helpers.primus_tree import write_primus_tree
 from primus_hydra.config.job_composition import compose_job_config
 from primus_hydra.config.paths import find_conf_dir
-from primus_hydra.tasks.import_composition import _imported_overrides, composed_from_choices
+from primus_hydra.orchestrator.prepare import prepare
+from primus_hydra.tasks.import_composition import _imported_overrides, composed_from_choices, composition_failure
 from primus_hydra.tasks.import_session import import_files
 
 
@@ -79,3 +81,70 @@ def test_a_generated_model_is_read_from_the_config_dir_it_is_composed_from(impor
     (copy_dir / "model" / f"{choice}.yaml").write_text(model.replace(f"num_layers: {composed.model.num_layers}",
                                                                      f"num_layers: {composed.model.num_layers + 2}"))
     assert composed_from_choices(name, copy_dir).model.num_layers == composed.model.num_layers + 2
+
+
+def _with(*dotlist: str):
+    """A body changer: the text's values with `dotlist` merged over them."""
+    return lambda text: OmegaConf.to_yaml(OmegaConf.merge(OmegaConf.create(text), OmegaConf.from_dotlist(list(dotlist))))
+
+
+def _renamed_copy(out: Path, name: str, new_name: str, body=lambda text: text) -> str:
+    """experiment=<new_name>: <name>'s file under another name, with other first comments (as Primus's examples repeat
+    one another's values), its text after them changed by `body`."""
+    text = (out / "experiment" / f"{name}.yaml").read_text()
+    start = text.index("\ndefaults:") + 1
+    (out / "experiment" / f"{new_name}.yaml").write_text(
+        "# @package _global_\n# imported from elsewhere\n\n" + body(text[start:]))
+    return new_name
+
+
+@pytest.fixture()
+def counted_prepare(monkeypatch):
+    import primus_hydra.tasks.import_composition as composition
+
+    calls = []
+    monkeypatch.setattr(composition, "_checks", {})
+    monkeypatch.setattr(composition, "prepare", lambda cfg, **kwargs: calls.append(cfg) or prepare(cfg, **kwargs))
+    return calls
+
+
+def test_a_repeat_of_an_experiments_values_is_answered_by_its_check(imported, counted_prepare):
+    out, names = imported
+    name = names[0]
+    assert composition_failure(name, out) is None and len(counted_prepare) == 1
+    repeat = _renamed_copy(out, name, "repeat_of_first")
+    assert composition_failure(repeat, out) is None and len(counted_prepare) == 1  # the same values: not checked again
+    other = _renamed_copy(out, name, "other_values", _with("module.train_iters=7"))
+    assert composition_failure(other, out) is None and len(counted_prepare) == 2
+
+
+def test_a_repeat_of_a_failing_experiment_gets_its_line(imported, counted_prepare):
+    out, names = imported
+    bad = _renamed_copy(out, names[0], "bad_batch", _with("module.micro_batch_size=3", "module.global_batch_size=7"))
+    failure = composition_failure(bad, out)
+    assert failure and "global_batch_size" in failure
+    assert composition_failure(_renamed_copy(out, bad, "bad_batch_again"), out) == failure
+    assert len(counted_prepare) == 1
+
+
+def test_a_changed_chosen_file_is_checked_again(imported, counted_prepare, tmp_path):
+    out, names = imported
+    copy_dir = tmp_path / "copy"
+    shutil.copytree(out, copy_dir)
+    name = next(name for name in names if "_primus\n" in (out / "experiment" / f"{name}.yaml").read_text())
+    text = (copy_dir / "experiment" / f"{name}.yaml").read_text()
+    choice = next(line.split(":", 1)[1].strip() for line in text.splitlines() if "override /model:" in line)
+    assert composition_failure(name, copy_dir) is None and len(counted_prepare) == 1
+    model = copy_dir / "model" / f"{choice}.yaml"  # the generated model it chose, edited since
+    model.write_text(model.read_text() + "# edited\n")
+    assert composition_failure(name, copy_dir) is None and len(counted_prepare) == 2
+
+
+def test_a_file_composed_whole_is_not_kept(tmp_path, counted_prepare):
+    import primus_hydra.tasks.import_composition as composition
+
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "whole.yaml").write_text("# @package _global_\ndefaults:\n  - override /task: plan\n")
+    composition_failure("whole", tmp_path)
+    composition_failure("whole", tmp_path)
+    assert len(counted_prepare) == 2 and composition._checks == {}

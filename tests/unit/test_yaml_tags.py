@@ -43,3 +43,18 @@ def test_what_it_writes_and_reads_back_is_the_same_with_the_table():
     written = emit.yaml_ready(tree, "t")
     texts = [emit.dump(written, "t") for _ in range(2)]  # each read back and compared by dump itself
     assert texts[0] == texts[1] and emit.same_value(yaml.load(texts[1], Loader=emit._ReadBack), written)  # noqa: S506
+
+
+def test_a_tree_dumped_again_is_its_text_and_a_tree_of_other_types_is_its_own(monkeypatch):
+    monkeypatch.setattr(emit, "_dumps", {})
+    dumped = []
+    real_dump = yaml.dump
+    monkeypatch.setattr(emit.yaml, "dump", lambda *args, **kwargs: dumped.append(1) or real_dump(*args, **kwargs))
+    trees = [{"a": 1, "b": [1, "x"]}, {"a": 1.0, "b": [1, "x"]}, {"a": True, "b": [1, "x"]},
+             {"a": "1", "b": [1, "x"]}, {"b": [1, "x"], "a": 1}, {"a": 1, "b": [1, emit.Interpolation("x")]}]
+    texts = [emit.dump(emit.yaml_ready(tree, "t"), "t") for tree in trees]
+    assert len(dumped) == len(trees) and len(set(texts)) == len(trees) - 1  # an Interpolation of x writes as x does
+    again = [emit.dump(emit.yaml_ready(dict(tree), "t"), "t") for tree in trees]  # equal trees, other objects
+    assert again == texts and len(dumped) == len(trees)
+    for tree, text in zip(trees, texts):
+        assert emit.same_value(yaml.load(text, Loader=emit._ReadBack), tree)  # noqa: S506

@@ -11,10 +11,16 @@ composition takes ~65; a folder of Primus's examples has ~100 distinct choices f
 experiment of another shape (a `hydra:` section, another defaults entry, `model.from_hf`), or one whose merge fails,
 is composed whole, so that every error reads as Hydra's. tests/unit/test_import_composition.py holds the two equal,
 node for node, for the fixtures of every framework; scripts/check_primus_import.py for Primus's examples.
+
+The check of such an experiment is a function of what it composes from: its header, its text after the header (the
+comments there name the file it came from), and the chosen files. Its result is kept under those (ImportedShape.key):
+a third of Primus's examples repeat another's values under another name (one experiment per GPU model, say), and
+each repeat is answered without composing or checking it again (~40 ms a file).
 """
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -32,14 +38,30 @@ from primus_hydra.orchestrator.prepare import prepare
 CHOSEN_GROUPS = ("backend", "model", "module")  # what an imported experiment's defaults choose
 GLOBAL_PACKAGE_HEADER = "# @package _global_\n"
 BASES_KEPT = 256
+CHECKS_KEPT = 4096
 _bases: dict[tuple, DictConfig] = {}  # the config of an experiment's choices -> composed (this process's)
+_checks: dict[tuple, Optional[str]] = {}  # ImportedShape.key -> composition_failure's answer (this process's)
 
 
 def composition_failure(name: str, config_dir: Path) -> Optional[str]:
     """Why `experiment=<name>` from `config_dir` does not compose and pass the rules every run is prepared against
-    (those that depend on no machine); None: it does."""
+    (those that depend on no machine); None: it does. The answer for a file of the imported shape is kept under
+    what it composes from (the module's docstring)."""
+    shape = imported_shape(name, config_dir)
+    if shape is not None and shape.key in _checks:
+        return _checks[shape.key]
+    composed = shape.merged() if shape is not None else None
+    failure = _prepare_failure(lambda: composed if composed is not None else _composed_whole(name, config_dir))
+    if composed is not None:  # composed from its choices: no line of the answer names the file
+        if len(_checks) >= CHECKS_KEPT:
+            _checks.clear()
+        _checks[shape.key] = failure
+    return failure
+
+
+def _prepare_failure(job) -> Optional[str]:
     try:
-        prepare(compose_imported_job(name, config_dir), on_this_machine=False, trains=False, handed_over=True)
+        prepare(job(), on_this_machine=False, trains=False, handed_over=True)
     except PrimusError as error:
         return "; ".join(str(error).splitlines())
     except Exception as error:  # noqa: BLE001 - a composition error: reported as the check's result
@@ -64,11 +86,15 @@ def compose_imported(name: str, config_dir: Path, *extra: str) -> DictConfig:
 
 def compose_imported_job(name: str, config_dir: Path) -> DictConfig:
     """compose_imported's config without its `hydra` node: from the composed config of its choices where the file
-    has the imported shape (the module's docstring), else composed without Hydra's own config where that gives the
-    same (config/job_composition.py), else by compose_imported."""
+    has the imported shape (the module's docstring), else _composed_whole."""
     composed = composed_from_choices(name, config_dir)  # which installs and registers what composing needs
-    if composed is None:
-        composed = compose_job_config(find_conf_dir(), "config", _imported_overrides(name, config_dir))
+    return composed if composed is not None else _composed_whole(name, config_dir)
+
+
+def _composed_whole(name: str, config_dir: Path) -> DictConfig:
+    """experiment=<name>'s job config composed without Hydra's own config where that gives the same
+    (config/job_composition.py), else by compose_imported."""
+    composed = compose_job_config(find_conf_dir(), "config", _imported_overrides(name, config_dir))
     if composed is None:
         composed = compose_imported(name, config_dir)
         with read_write(composed), open_dict(composed):  # this composition is ours alone: no copy without the node
@@ -79,6 +105,34 @@ def compose_imported_job(name: str, config_dir: Path) -> DictConfig:
 def composed_from_choices(name: str, config_dir: Path) -> Optional[DictConfig]:
     """experiment=<name>'s job config as the config of its group choices with its values merged; None where the
     file is not of the imported shape or anything fails (the caller composes it whole)."""
+    shape = imported_shape(name, config_dir)
+    return shape.merged() if shape is not None else None
+
+
+@dataclass
+class ImportedShape:
+    """An experiment of the imported shape: its own values (no defaults) and the composed config of its choices.
+    `key` is everything its composition reads: the header lines Hydra reads, the text after them, and the chosen
+    files' (_base_config's key)."""
+
+    values: DictConfig
+    base: DictConfig
+    key: tuple
+
+    def merged(self) -> Optional[DictConfig]:
+        """A copy of the base with the values merged as Hydra merges them; None where that fails or where the
+        model comes from a Hugging Face folder (composed whole)."""
+        try:
+            cfg = copy.deepcopy(self.base)
+            with flag_override(cfg, "struct", False):  # as Hydra merges: its struct flag is set after the last config
+                cfg.merge_with(self.values)
+        except Exception:  # noqa: BLE001 - composed whole, which words the error as Hydra does
+            return None
+        return None if OmegaConf.select(cfg, "model.from_hf", default=None) is not None else cfg
+
+
+def imported_shape(name: str, config_dir: Path) -> Optional[ImportedShape]:
+    """experiment=<name> from config_dir as an ImportedShape; None where it is of another shape or anything fails."""
     install_fast_composition()
     register_schemas()
     try:
@@ -91,15 +145,22 @@ def composed_from_choices(name: str, config_dir: Path) -> Optional[DictConfig]:
             return None
         with flag_override(values, ["struct", "readonly"], False):
             del values["defaults"]
-        base = _base_config(choices, config_dir)
-        if base is None:
-            return None
-        cfg = copy.deepcopy(base)
-        with flag_override(cfg, "struct", False):  # as Hydra merges: its struct flag is set after the last config
-            cfg.merge_with(values)
+        base_key = _base_key(choices, config_dir)
+        base = _base_config(choices, config_dir, base_key)
     except Exception:  # noqa: BLE001 - composed whole, which words the error as Hydra does
         return None
-    return None if OmegaConf.select(cfg, "model.from_hf", default=None) is not None else cfg
+    return ImportedShape(values, base, (*_header_and_body(text), base_key)) if base is not None else None
+
+
+def _header_and_body(text: str) -> tuple[tuple[str, ...], str]:
+    """(the header lines Hydra reads: `# @...` among the comment and blank lines the file starts with, the text from
+    the first other line): two files with the same are the same config, whatever else their first comments say."""
+    lines = text.splitlines(keepends=True)
+    start = 0
+    while start < len(lines) and (not lines[start].strip() or lines[start].lstrip().startswith("#")):
+        start += 1
+    header = tuple(line.strip() for line in lines[:start] if line.lstrip()[1:].strip().startswith("@"))
+    return header, "".join(lines[start:])
 
 
 def _group_choices(values: DictConfig) -> Optional[list[tuple[str, str]]]:
@@ -122,10 +183,15 @@ def _group_choices(values: DictConfig) -> Optional[list[tuple[str, str]]]:
     return choices
 
 
-def _base_config(choices: list[tuple[str, str]], config_dir: Path) -> Optional[DictConfig]:
-    """The job config of `choices` from config_dir and this project's conf/ (kept: keyed by the text of each chosen
-    file config_dir holds, the only part of config_dir the choices read)."""
-    key = tuple((group, option, _text_or_none(Path(config_dir) / group / f"{option}.yaml")) for group, option in choices)
+def _base_key(choices: list[tuple[str, str]], config_dir: Path) -> tuple:
+    """What the config of `choices` reads from config_dir: the text of each chosen file it holds (the rest is this
+    project's conf/)."""
+    return tuple((group, option, _text_or_none(Path(config_dir) / group / f"{option}.yaml"))
+                 for group, option in choices)
+
+
+def _base_config(choices: list[tuple[str, str]], config_dir: Path, key: tuple) -> Optional[DictConfig]:
+    """The job config of `choices` from config_dir and this project's conf/ (kept under _base_key)."""
     base = _bases.get(key)
     if base is None:
         overrides = [f"{group}={hydra_value(option)}" for group, option in choices]
