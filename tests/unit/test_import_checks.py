@@ -61,3 +61,26 @@ def test_results_come_back_in_the_items_order_one_worker_per_route(workers):
 def test_a_check_that_fails_in_its_worker_is_that_items_line():
     checked = dict(checked_in_order([1, 2, 3], lambda number: (number,), refusing_two, 2))
     assert checked == {1: "fine", 2: "its check failed in a worker process (ValueError: two)", 3: "fine"}
+
+
+def collector_thresholds(name: str, folder) -> str:
+    import gc
+
+    return f"thresholds {gc.get_threshold()}"
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_collector_runs_less_often_while_files_are_imported_and_as_before_after(tmp_path, monkeypatch, workers):
+    import gc
+
+    from helpers.primus_tree import write_primus_tree
+    from primus_hydra.tasks import import_session
+
+    tree = write_primus_tree(tmp_path / "primus")
+    monkeypatch.setattr(import_session, "composition_failure", collector_thresholds)  # its answer: the thresholds
+    before = gc.get_threshold()
+    results = import_session.import_files(sorted((tree / "examples").rglob("*.yaml"))[:3], tree / "examples", tree,
+                                          tmp_path / "out", {}, workers)
+    assert gc.get_threshold() == before
+    checked = [result.failure for result in results if "thresholds" in result.failure]
+    assert checked and all(str(import_session.GC_THRESHOLDS) in failure for failure in checked)  # workers inherit it

@@ -3,6 +3,7 @@ experiment is kept, a generated model file never changes, two sources never shar
 is never read back as a source, and a task.out that cannot be written is one line before anything is read."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from omegaconf import OmegaConf
 
 from helpers.primus_tree import META, write_primus_tree
 from primus_hydra.errors import PrimusError
+from primus_hydra.migrate.ledger import LEDGER_FILE, Ledger, digest
 from primus_hydra.tasks.import_primus import ImportTask
 from primus_hydra.tasks.import_session import import_files
 
@@ -123,3 +125,19 @@ def test_a_folder_where_the_experiment_file_goes_is_one_line(tree, tmp_path):
     result = import_files([src], src.parent, tree, out, {})[0]
     assert result.failure == f"{out / 'experiment' / 'exp.yaml'} exists and is not what task=import wrote (edited " \
                              f"since, or yours); kept, not overwritten (move it, or choose another task.out)"
+
+
+def test_the_record_holds_each_files_last_write_in_name_order(tmp_path):
+    ledger = Ledger(tmp_path)
+    ledger.write_all([("experiment/b.yaml", "b: 1\n", "/src/b.yaml", False), ("experiment/a.yaml", "a: 1\n",
+                                                                                "/src/a.yaml", True)])
+    ledger.write_all([("experiment/b.yaml", "b: 2\n", "/src/b2.yaml", False)])  # rewritten: its entry replaced
+    record = json.loads((tmp_path / LEDGER_FILE).read_text())
+    assert record["files"] == {"experiment/a.yaml": {"sha256": digest("a: 1\n"), "source": "/src/a.yaml"},
+                               "experiment/b.yaml": {"sha256": digest("b: 2\n"), "source": "/src/b2.yaml"}}
+    assert list(record["files"]) == sorted(record["files"])
+    reread = Ledger(tmp_path)  # a later import reads it back, and saves the same text
+    assert reread.state("experiment/b.yaml") == "ours" and reread.source_of("experiment/b.yaml") == "/src/b2.yaml"
+    before = (tmp_path / LEDGER_FILE).read_text()
+    reread.write_all([])
+    assert (tmp_path / LEDGER_FILE).read_text() == before

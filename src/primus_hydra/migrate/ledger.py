@@ -37,6 +37,7 @@ class Ledger:
         self.path = out / LEDGER_FILE
         self.entries: dict[str, Entry] = {}
         self.unreadable = False
+        self._lines: dict[str, tuple[Entry, str]] = {}  # name -> (the entry, its line of the record)
         try:
             recorded = json.loads(self.path.read_text())
             self.entries = {name: Entry(**entry) for name, entry in recorded["files"].items()}
@@ -80,11 +81,18 @@ class Ledger:
             self._save()
 
     def _save(self) -> None:
-        """The record, one file per line (written by json's C encoder: the record of a folder of ~400 experiments
-        is ~1000 lines, saved after each)."""
-        lines = ",\n".join(f"  {json.dumps(name)}: {json.dumps(vars(entry))}"
-                           for name, entry in sorted(self.entries.items()))
-        text = f'{{\n "written_by": "primus-hydra task=import",\n "files": {{\n{lines}\n }}\n}}\n'
+        """The record, one file per line, saved after each experiment: each entry's line is rendered once (json's C
+        encoder) and kept with the entry it renders, so a save of a folder of ~400 experiments (~1000 lines) joins
+        them rather than rendering every line again (~3 ms a file by the end)."""
+        lines = []
+        for name in sorted(self.entries):
+            entry = self.entries[name]
+            rendered = self._lines.get(name)
+            if rendered is None or rendered[0] is not entry:  # an Entry is frozen: replaced, never changed
+                rendered = self._lines[name] = (entry, f"  {json.dumps(name)}: {json.dumps(vars(entry))}")
+            lines.append(rendered[1])
+        body = ",\n".join(lines)
+        text = f'{{\n "written_by": "primus-hydra task=import",\n "files": {{\n{body}\n }}\n}}\n'
         _atomic_write(self.path, text, PRIVATE_MODE)
 
 
