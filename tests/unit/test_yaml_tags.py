@@ -45,7 +45,26 @@ def test_what_it_writes_and_reads_back_is_the_same_with_the_table():
     assert texts[0] == texts[1] and emit.same_value(yaml.load(texts[1], Loader=emit._ReadBack), written)  # noqa: S506
 
 
-def test_a_tree_dumped_again_is_its_text_and_a_tree_of_other_types_is_its_own(monkeypatch):
+def whole_text(tree) -> str:
+    return yaml.dump(tree, Dumper=emit._Dumper, sort_keys=False, default_flow_style=False, width=120,
+                     allow_unicode=True)
+
+
+EDGES = {"multi": "line one\nline two\n", "kept_newlines": "x\n\n\n", "spaces": "  lead and trail  ",
+         "long": "word " * 60, "unicode": "caf\u00e9 \u2713", "empty_dict": {}, "empty_list": [], "none": None,
+         "nested": {"a": {"b": [1, {"c": "d"}, []]}, "e": "1e-4"}, "quoted": "null", "colon": "a: b", "hash": "# x",
+         "tab": "a\tb", "nan": float("nan"), "inf": float("-inf"), "interpolation": emit.Interpolation("${oc.env:X}")}
+
+
+def test_a_mappings_text_is_its_entries_texts_one_after_another():
+    written = emit.yaml_ready(EDGES, "t")
+    assert emit.dump(written, "t") == whole_text(written)
+    assert emit.same_value(yaml.load(emit.dump(written, "t"), Loader=emit._ReadBack), written)  # noqa: S506
+    for value in ([1, 2], "text", 3, {}):  # not a mapping with entries: dumped whole
+        assert emit.dump(value, "t") == whole_text(value)
+
+
+def test_an_entry_met_again_is_its_kept_text_and_an_entry_of_another_type_is_its_own(monkeypatch):
     monkeypatch.setattr(emit, "_dumps", {})
     dumped = []
     real_dump = yaml.dump
@@ -53,8 +72,9 @@ def test_a_tree_dumped_again_is_its_text_and_a_tree_of_other_types_is_its_own(mo
     trees = [{"a": 1, "b": [1, "x"]}, {"a": 1.0, "b": [1, "x"]}, {"a": True, "b": [1, "x"]},
              {"a": "1", "b": [1, "x"]}, {"b": [1, "x"], "a": 1}, {"a": 1, "b": [1, emit.Interpolation("x")]}]
     texts = [emit.dump(emit.yaml_ready(tree, "t"), "t") for tree in trees]
-    assert len(dumped) == len(trees) and len(set(texts)) == len(trees) - 1  # an Interpolation of x writes as x does
+    distinct = 6  # a=1, a=1.0, a=True, a="1", b=[1, "x"] and b=[1, Interpolation("x")] (written as the other)
+    assert len(dumped) == distinct and texts == [whole_text(emit.yaml_ready(tree, "t")) for tree in trees]
     again = [emit.dump(emit.yaml_ready(dict(tree), "t"), "t") for tree in trees]  # equal trees, other objects
-    assert again == texts and len(dumped) == len(trees)
+    assert again == texts and len(dumped) == distinct + len(trees)  # whole_text's own dumps above
     for tree, text in zip(trees, texts):
         assert emit.same_value(yaml.load(text, Loader=emit._ReadBack), tree)  # noqa: S506
