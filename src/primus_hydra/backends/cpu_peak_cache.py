@@ -12,7 +12,9 @@ import platform
 from pathlib import Path
 from typing import Optional
 
-PEAK_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "primus_hydra" / "cpu_matmul_peak.json"
+from primus_hydra.util.user_cache import user_cache_dir
+
+PEAK_CACHE = user_cache_dir() / "cpu_matmul_peak.json"
 THREADS_FIELD = "|threads="
 
 
