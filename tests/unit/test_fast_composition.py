@@ -4,7 +4,9 @@ would have composed twice."""
 from __future__ import annotations
 
 import dataclasses
+import enum
 from pathlib import Path
+from typing import Optional
 
 import hydra
 import pytest
@@ -531,3 +533,53 @@ def test_a_merge_over_an_interpolation_is_omegaconfs_own_and_resolves_only_what_
     assert fast_calls == (own_calls if whole else 0)  # text around an interpolation: not resolved
     if "counted" in str(dest) and not overwritten.startswith("\\"):  # an escaped one is no interpolation
         assert own_calls > 0  # OmegaConf's own merge resolves it
+
+
+class Color(enum.Enum):
+    RED = 1
+
+
+@dataclasses.dataclass
+class Typed:
+    a: int = 1
+    nested: dict = dataclasses.field(default_factory=lambda: {"x": 1})
+
+
+@dataclasses.dataclass
+class Holder:
+    none: Optional[Typed] = None  # a dict node whose content is None
+    by_enum: dict[Color, int] = dataclasses.field(default_factory=lambda: {Color.RED: 1})
+
+
+def _nodes_to_read() -> dict:
+    values = {"a": 1, "b": "???", "c": "${a}", "d": None, "e": {"f": 2}}
+    struct = OmegaConf.create(values)
+    OmegaConf.set_struct(struct, True)
+    holder = OmegaConf.structured(Holder)
+    return {"plain": OmegaConf.create(values), "struct": struct, "typed": OmegaConf.structured(Typed),
+            "int keys": OmegaConf.create({1: "one"}), "enum keys": holder.by_enum, "none": holder._get_node("none")}
+
+
+READS = [("a", {}), ("b", {}), ("b", {"throw_on_missing_value": True}), ("c", {}), ("d", {}), ("e", {}),
+         ("absent", {}), ("absent", {"validate_access": False}), ("absent", {"throw_on_missing_key": True}),
+         ("1", {}), (1, {}), ("RED", {}), (Color.RED, {}), ("nested", {}), ("", {})]
+
+
+def _outcome(get_node, node, key, flags):
+    try:
+        return "node", get_node(node, key, **flags)
+    except Exception as error:  # noqa: BLE001 - the error is the outcome compared
+        return type(error).__name__, str(error)
+
+
+@pytest.mark.parametrize("kind", ["plain", "struct", "typed", "int keys", "enum keys", "none"])
+def test_a_held_key_is_read_as_omegaconf_reads_it_and_any_other_read_is_omegaconfs_own(kind):
+    from omegaconf import DictConfig
+
+    fast_omegaconf.install()
+    fast, own = DictConfig._get_node, DictConfig._get_node.__wrapped__
+    node = _nodes_to_read()[kind]
+    for key, flags in READS:
+        got, expected = _outcome(fast, node, key, flags), _outcome(own, node, key, flags)
+        assert got[0] == expected[0], (kind, key, flags, got, expected)
+        assert got[1] is expected[1] if got[0] == "node" else got[1] == expected[1], (kind, key, flags)
