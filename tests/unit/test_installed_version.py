@@ -34,6 +34,27 @@ def test_the_first_sys_path_entry_that_holds_it_decides(tmp_path, monkeypatch):
     assert installed_version("Some.Dist") == "2.0" == importlib.metadata.version("Some.Dist")
 
 
+def _install(folder, version: str) -> None:
+    info = folder / f"late_dist-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: late-dist\nVersion: {version}\n\nbody\n")
+
+
+def test_a_distribution_installed_or_upgraded_since_the_last_read_is_read_anew(tmp_path, monkeypatch):
+    import os
+    import shutil
+
+    monkeypatch.setattr(sys, "path", [str(tmp_path)])
+    assert installed_version("late-dist") is None
+    _install(tmp_path, "1.0")
+    os.utime(tmp_path, ns=(1, 1))  # whatever the clock's resolution: the folder changed
+    assert installed_version("late-dist") == "1.0"
+    shutil.rmtree(tmp_path / "late_dist-1.0.dist-info")
+    _install(tmp_path, "1.1")
+    os.utime(tmp_path, ns=(2, 2))
+    assert installed_version("late-dist") == "1.1" == importlib.metadata.version("late-dist")
+
+
 def test_an_egg_info_is_left_to_importlib_metadata(tmp_path, monkeypatch):
     info = tmp_path / "egg_dist.egg-info"
     info.mkdir()

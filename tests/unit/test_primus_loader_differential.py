@@ -51,3 +51,22 @@ def _leaves(tree):
             yield from _leaves(value)
     else:
         yield tree
+
+
+def test_a_tree_copy_is_a_deep_copy_whose_unchanging_leaves_are_shared():
+    import copy
+
+    from primus_hydra.migrate.primus_yaml import EnvString, EnvValue, tree_copy
+
+    text = EnvString("llama3_8B.yaml")
+    text.template, text.from_environment = "${PRIMUS_MODEL:llama3_8B}.yaml", True
+    env_number, env_list = EnvValue(8, "TP", "8", 8, False), EnvValue([1, 2], "L", "[1,2]", [1, 2], True)
+    tree = {"a": 1, "b": [1.5, {"c": None, "d": text}], "e": {"f": env_number, "g": env_list}, "h": {1, 2}}
+    copied = tree_copy(tree)
+    assert copied == copy.deepcopy(tree) and same_value(plain(copied), plain(tree))
+    assert copied["b"][1]["d"] is text and copied["e"]["f"] is env_number  # never changed once made: shared
+    assert copied["e"]["g"] is not env_list and copied["e"]["g"].value is not env_list.value  # holds a list: copied
+    assert copied["h"] is not tree["h"]  # a leaf of another kind: deep-copied
+    copied["b"][1]["c"], copied["e"]["x"] = "changed", 1
+    copied["b"].append(3)
+    assert tree == {"a": 1, "b": [1.5, {"c": None, "d": text}], "e": {"f": env_number, "g": env_list}, "h": {1, 2}}
