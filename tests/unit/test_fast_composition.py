@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 import hydra
 import pytest
@@ -292,10 +292,16 @@ def test_omegaconfs_value_checks_answer_as_its_own_do():
     cfg = OmegaConf.create({"a": 1, "b": "${a}", "c": "???", "d": None, "e": {"f": "x${a}"}, "g": "${missing}"})
     values = [1, "???", "${a}", "x", None, "${", "$${a}", AnyNode(None), StringNode("???"), AnyNode("${a}"),
               DictConfig(None), *(cfg._get_node(key) for key in cfg)]
+    unions = OmegaConf.structured(dataclasses.make_dataclass("Unions", [
+        ("number", Union[int, str], 1), ("text", Union[int, str], "x"), ("none", Optional[Union[int, str]], None),
+        ("interpolated", Union[int, str], "${number}"), ("missing", Union[int, str], "???")]))
+    values += [unions._get_node(key) for key in unions]
     for value in values:
         assert used._is_missing_value(value) == own._is_missing_value(value)
         assert used._is_interpolation(value) == own._is_interpolation(value)
         assert used._is_none(value) == own._is_none(value)
+        got, expected = used._get_value(value), own._get_value(value)
+        assert got is expected or (type(got) is type(expected) and got == expected), (value, got, expected)
     for key in cfg:
         node = cfg._get_node(key)
         assert used._is_none(node, resolve=True, throw_on_resolution_failure=False) == \
