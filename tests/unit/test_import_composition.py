@@ -118,6 +118,17 @@ def test_a_repeat_of_an_experiments_values_is_answered_by_its_check(imported, co
     assert composition_failure(other, out) is None and len(counted_prepare) == 2
 
 
+def test_a_repeat_under_another_environment_is_checked_again(imported, counted_prepare, monkeypatch):
+    out, names = imported
+    name = next(name for name in names if "oc.env:" in (out / "experiment" / f"{name}.yaml").read_text())
+    assert composition_failure(name, out) is None and len(counted_prepare) == 1
+    variable = (out / "experiment" / f"{name}.yaml").read_text().split("oc.env:", 1)[1].split(",", 1)[0].rstrip("}")
+    monkeypatch.setenv(variable, "not a value any key takes")  # what the experiment reads: now another answer
+    assert composition_failure(name, out) is not None and len(counted_prepare) == 2
+    monkeypatch.delenv(variable)
+    assert composition_failure(name, out) is None and len(counted_prepare) == 2  # as at first: the kept answer
+
+
 def test_a_repeat_of_a_failing_experiment_gets_its_line(imported, counted_prepare):
     out, names = imported
     bad = _renamed_copy(out, names[0], "bad_batch", _with("module.micro_batch_size=3", "module.global_batch_size=7"))

@@ -13,13 +13,15 @@ is composed whole, so that every error reads as Hydra's. tests/unit/test_import_
 node for node, for the fixtures of every framework; scripts/check_primus_import.py for Primus's examples.
 
 The check of such an experiment is a function of what it composes from: its header, its text after the header (the
-comments there name the file it came from), and the chosen files. Its result is kept under those (ImportedShape.key):
+comments there name the file it came from), and the chosen files; and of the process's environment and directory,
+which its values may read. Its result is kept under those (ImportedShape.key, the environment, the directory):
 a third of Primus's examples repeat another's values under another name (one experiment per GPU model, say), and
 each repeat is answered without composing or checking it again (~40 ms a file).
 """
 from __future__ import annotations
 
 import copy
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -40,7 +42,7 @@ GLOBAL_PACKAGE_HEADER = "# @package _global_\n"
 BASES_KEPT = 256
 CHECKS_KEPT = 4096
 _bases: dict[tuple, DictConfig] = {}  # the config of an experiment's choices -> composed (this process's)
-_checks: dict[tuple, Optional[str]] = {}  # ImportedShape.key -> composition_failure's answer (this process's)
+_checks: dict[tuple, Optional[str]] = {}  # (ImportedShape.key, cwd, environment) -> composition_failure's answer
 
 
 def composition_failure(name: str, config_dir: Path) -> Optional[str]:
@@ -48,14 +50,16 @@ def composition_failure(name: str, config_dir: Path) -> Optional[str]:
     (those that depend on no machine); None: it does. The answer for a file of the imported shape is kept under
     what it composes from (the module's docstring)."""
     shape = imported_shape(name, config_dir)
-    if shape is not None and shape.key in _checks:
-        return _checks[shape.key]
+    # what the check reads besides the files: the environment (`${oc.env:...}`) and the directory paths start from
+    key = (shape.key, os.getcwd(), frozenset(os.environ.items())) if shape is not None else None
+    if key in _checks:
+        return _checks[key]
     composed = shape.merged() if shape is not None else None
     failure = _prepare_failure(lambda: composed if composed is not None else _composed_whole(name, config_dir))
     if composed is not None:  # composed from its choices: no line of the answer names the file
         if len(_checks) >= CHECKS_KEPT:
             _checks.clear()
-        _checks[shape.key] = failure
+        _checks[key] = failure
     return failure
 
 
