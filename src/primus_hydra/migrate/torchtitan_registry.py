@@ -27,6 +27,7 @@ from typing import Any, Iterable, Optional
 
 from primus_hydra.config.values import PlainTree
 from primus_hydra.errors import PrimusError
+from primus_hydra.migrate.ledger import PUBLIC_MODE, _atomic_write
 from primus_hydra.migrate.source_files import read_source_text
 from primus_hydra.util.installed import installed_versions
 from primus_hydra.util.user_cache import user_cache_dir
@@ -170,11 +171,8 @@ def installation_key(package: Path, models: list[str]) -> Optional[str]:
 def _keep(path: Path, text: bytes) -> None:
     """The helper's output kept at `path` (atomically; a cache that cannot be written is only not kept)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        temporary.write_bytes(text)
-        temporary.replace(path)
-    except OSError:
+        _atomic_write(path, text.decode(), PUBLIC_MODE)
+    except (PrimusError, UnicodeDecodeError):
         pass
 
 

@@ -4,6 +4,7 @@ task=import's code for a list of files, as scripts and tests call it."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import shutil
 import signal
 import tempfile
@@ -233,8 +234,6 @@ def _fewer_collections() -> Iterator[None]:
     inside, inherit it): each file makes ~100,000 short-lived config nodes, and the collections, each walking the
     configs and tables kept for later files, took ~3.5 ms of a file's ~60 (~1 ms so; scripts/bench/bench_import.py).
     Garbage is freed as before; a cycle waits a little longer."""
-    import gc
-
     before = gc.get_threshold()
     gc.set_threshold(*GC_THRESHOLDS)
     try:
