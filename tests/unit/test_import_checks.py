@@ -1,5 +1,6 @@
-"""task=import's checks in worker processes (tasks/import_checks.py): how many, results in the items' order, one
-worker per route, and a check that fails in its worker as that item's line."""
+"""task=import's checks in worker processes (tasks/import_checks.py): how many, results in the items' order and as
+soon as they are done, one worker per route (a new one to the least busy), and a check that fails in its worker as
+that item's line."""
 from __future__ import annotations
 
 import os
@@ -56,6 +57,32 @@ def test_results_come_back_in_the_items_order_one_worker_per_route(workers):
         assert set(pids.values()) == {str(os.getpid())}  # checked here
     else:
         assert len(set(pids.values())) > 1 and str(os.getpid()) not in pids.values()
+
+
+def slow_where_checked(route: str) -> str:
+    time.sleep(0.3)
+    return f"{route}@{os.getpid()}"
+
+
+def test_a_new_route_goes_to_the_worker_with_the_fewest_checks_under_way():
+    # each of these names hashes to the same of two workers (a fixed hash would check them one after another)
+    routes = ["llama", "qwen", "mixtral", "deepseek"]
+    checked = dict(checked_in_order(routes, lambda route: (route,), slow_where_checked, 2, route=str))
+    pids = [checked[route].split("@")[1] for route in routes]
+    assert pids[0] != pids[1] and len(set(pids)) == 2
+
+
+def test_a_result_comes_back_as_soon_as_it_is_the_oldest_and_done():
+    drawn = []
+
+    def items():
+        for number in range(40):
+            drawn.append(number)
+            time.sleep(0.05)  # reading and mapping a file, while the workers check the earlier ones
+            yield number
+
+    first = next(iter(checked_in_order(items(), lambda number: (number,), where_checked, 2)))
+    assert first[0] == 0 and len(drawn) < 16, drawn  # not held until the window of checks under way is full
 
 
 def test_a_check_that_fails_in_its_worker_is_that_items_line():

@@ -12,7 +12,6 @@ import collections
 import multiprocessing
 import os
 import signal
-import zlib
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional, TypeVar
@@ -21,7 +20,10 @@ from primus_hydra.errors import PrimusError
 
 Item = TypeVar("Item")
 Check = Callable[..., Optional[str]]  # (its arguments) -> why it failed, or None
-IN_FLIGHT_PER_WORKER = 2  # checks queued per worker: each has the next while this process reads more files
+# checks queued per worker: deep enough that a run of files of one route (one model's experiments, one after another
+# in a folder) keeps this process reading while that route's worker works through them; a check's result is taken
+# as soon as it is the oldest and done, so results and lines still come out as the checks finish
+IN_FLIGHT_PER_WORKER = 16
 # task.workers=null's ceiling: a check takes about twice what reading and mapping a file takes here
 # (docs/benchmarks.md), so past a few workers this process is the bound and more would only hold memory
 MOST_WORKERS_BY_DEFAULT = 4
@@ -52,7 +54,8 @@ def checked_in_order(items: Iterable[Item], arguments: Callable[[Item], Optional
                      workers: int, route: Callable[[Item], str] = str) -> Iterator[tuple[Item, Optional[str]]]:
     """(item, check(*arguments(item))) for each item, in order; an item whose arguments are None is not checked
     (None). Items are drawn from `items` as workers free up. Items of one `route` go to one worker, which keeps
-    what their checks share (the composed config of an experiment's group choices)."""
+    what their checks share (the composed config of an experiment's group choices); a route is given, when first
+    seen, to the worker with the fewest checks under way."""
     if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
         for item in items:
             args = arguments(item)
@@ -60,13 +63,19 @@ def checked_in_order(items: Iterable[Item], arguments: Callable[[Item], Optional
         return
     context = multiprocessing.get_context("fork")
     pools = [ProcessPoolExecutor(1, mp_context=context, initializer=_ignore_ctrl_c) for _ in range(workers)]
-    window: collections.deque[tuple[Item, Optional[Future]]] = collections.deque()
+    window: collections.deque[tuple[Item, Optional[Future], Optional[ProcessPoolExecutor]]] = collections.deque()
+    routes: dict[str, ProcessPoolExecutor] = {}  # route -> its worker
     try:
         for item in items:
             args = arguments(item)
-            pool = pools[zlib.crc32(route(item).encode()) % workers]
-            window.append((item, pool.submit(check, *args) if args is not None else None))
-            while len(window) > IN_FLIGHT_PER_WORKER * workers:
+            if args is None:
+                window.append((item, None, None))
+            else:
+                item_route = route(item)
+                if item_route not in routes:
+                    routes[item_route] = _least_busy(pools, window)
+                window.append((item, routes[item_route].submit(check, *args), routes[item_route]))
+            while window and (len(window) > IN_FLIGHT_PER_WORKER * workers or _finished(window[0])):
                 yield _done(window.popleft())
         while window:
             yield _done(window.popleft())
@@ -75,8 +84,18 @@ def checked_in_order(items: Iterable[Item], arguments: Callable[[Item], Optional
             pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _done(entry: tuple[Any, Optional[Future]]) -> tuple[Any, Optional[str]]:
-    item, future = entry
+def _least_busy(pools: list[ProcessPoolExecutor], window: collections.deque) -> ProcessPoolExecutor:
+    """The worker with the fewest checks under way (ties: the first)."""
+    busy = [sum(worker is pool and not future.done() for _, future, worker in window) for pool in pools]
+    return pools[busy.index(min(busy))]
+
+
+def _finished(entry: tuple) -> bool:
+    return entry[1] is None or entry[1].done()
+
+
+def _done(entry: tuple) -> tuple[Any, Optional[str]]:
+    item, future, _ = entry
     if future is None:
         return item, None
     try:

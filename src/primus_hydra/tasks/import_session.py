@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+from primus_hydra.config.fast_composition import install as install_fast_composition
 from primus_hydra.errors import PrimusError
 from primus_hydra.migrate.ledger import Ledger, _atomic_write, digest
 from primus_hydra.migrate.mapping import FRAMEWORKS, GPUS_PER_NODE, import_module
@@ -76,6 +77,7 @@ class ImportSession:
     each experiment is composed before its files are written."""
 
     def __init__(self, root: Path, out: Path, environ: dict):
+        install_fast_composition()  # as the command line has: the zoo's presets and the checks read YAML through it
         self.root, self.out, self.environ = root, out, environ
         self.ledger = Ledger(out)
         self.cache: dict = {}
