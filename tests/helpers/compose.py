@@ -22,6 +22,20 @@ def compose_primus(*overrides: str) -> DictConfig:
         return compose(config_name="config", overrides=list(overrides))
 
 
+def hydras_job_config(overrides: list[str], search_path_dir: str = str(CONF_DIR)) -> DictConfig:
+    """The config Hydra's own loader composes for a run, its `hydra` node deleted (the job's config)."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.utils import create_config_search_path
+    from hydra.types import RunMode
+    from omegaconf import flag_override
+
+    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(search_path_dir))
+    cfg = loader.load_configuration("config", overrides, RunMode.RUN)
+    with flag_override(cfg, ["struct", "readonly"], False):
+        del cfg["hydra"]
+    return cfg
+
+
 def run_job(cfg: DictConfig, run_dir: Path):
     """task=train in this process, as the CLI runs it after composing: the job prepared, then run (a dry run or a
     job of one process runs here); returns what the task returns."""

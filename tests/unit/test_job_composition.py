@@ -6,12 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hydra._internal.config_loader_impl import ConfigLoaderImpl
-from hydra._internal.utils import create_config_search_path
-from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf, flag_override
+from omegaconf import OmegaConf
 
-from helpers.compose import nodes
+from helpers.compose import hydras_job_config, nodes
 from primus_hydra.backends.schemas import register_schemas
 from primus_hydra.config import fast_composition
 from primus_hydra.config.job_composition import compose_job_config
@@ -23,14 +20,6 @@ CONF = find_conf_dir()
 GROUPS = ["platform", "module", "model", "backend", "task", "hardware", "logger", "experiment"]
 OPTIONS = [f"{group}={path.relative_to(Path(CONF) / group).with_suffix('').as_posix()}"
            for group in GROUPS for path in sorted((Path(CONF) / group).rglob("*.yaml"))]
-
-
-def hydras_job_config(overrides: list[str], search_path_dir: str = CONF) -> DictConfig:
-    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(search_path_dir))
-    cfg = loader.load_configuration("config", overrides, RunMode.RUN)
-    with flag_override(cfg, ["struct", "readonly"], False):
-        del cfg["hydra"]
-    return cfg
 
 
 def assert_same_as_hydras(overrides: list[str]) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import field
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf, flag_override
 
@@ -44,14 +44,21 @@ class JobComposition:
     hydra_group_entries: list[tuple[str, str]] = field(default_factory=list)  # (config path, Hydra group) per entry
 
 
-def compose_job_config(search_path_dir: str, config_name: str, overrides: Sequence[str]) -> Optional[DictConfig]:
+# (config loader, the defaults list's entries, repository) -> the config they merge to: Hydra's own merge loop, or one
+# that gives the same (task=import's tasks/import_bases.py)
+Merge = Callable[[Any, list, Any], DictConfig]
+
+
+def compose_job_config(search_path_dir: str, config_name: str, overrides: Sequence[str],
+                       merge: Optional[Merge] = None) -> Optional[DictConfig]:
     """The config Hydra composes for `overrides` from `search_path_dir` (a folder or `pkg://` module), without its
     `hydra` node, or None where only Hydra's own path can tell (the module's docstring)."""
-    composition = compose_job(search_path_dir, config_name, overrides)
+    composition = compose_job(search_path_dir, config_name, overrides, merge)
     return composition.cfg if composition is not None else None
 
 
-def compose_job(search_path_dir: str, config_name: str, overrides: Sequence[str]) -> Optional[JobComposition]:
+def compose_job(search_path_dir: str, config_name: str, overrides: Sequence[str],
+                merge: Optional[Merge] = None) -> Optional[JobComposition]:
     """compose_job_config, with what it left out of Hydra's config (a caller that runs the job without Hydra checks
     that it is this project's own)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -66,11 +73,11 @@ def compose_job(search_path_dir: str, config_name: str, overrides: Sequence[str]
         return None
     _register_config_sources()
     with _package_source_when_used():
-        return _composed(search_path_dir, config_name, overrides, parsed)
+        return _composed(search_path_dir, config_name, overrides, parsed, merge)
 
 
-def _composed(search_path_dir: str, config_name: str, overrides: Sequence[str],
-              parsed: list) -> Optional[JobComposition]:
+def _composed(search_path_dir: str, config_name: str, overrides: Sequence[str], parsed: list,
+              merge: Optional[Merge]) -> Optional[JobComposition]:
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra._internal.defaults_list import create_defaults_list
 
@@ -80,7 +87,10 @@ def _composed(search_path_dir: str, config_name: str, overrides: Sequence[str],
         loader._process_config_searchpath(config_name, parsed, repo)
         defaults = create_defaults_list(repo=repo, config_name=config_name, overrides_list=parsed,
                                         prepend_hydra=True, skip_missing=False)
-        cfg = loader._compose_config_from_defaults_list(defaults=defaults.defaults, repo=repo)
+        if merge is None:
+            cfg = loader._compose_config_from_defaults_list(defaults=defaults.defaults, repo=repo)
+        else:
+            cfg = merge(loader, defaults.defaults, repo)
         hydra_sections = OmegaConf.to_container(cfg.hydra, resolve=False)
         with flag_override(cfg, ["struct", "readonly"], False):
             del cfg["hydra"]

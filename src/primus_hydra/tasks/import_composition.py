@@ -5,9 +5,10 @@ it with Primus's values (compose_imported).
 An imported experiment is a `# @package _global_` file whose defaults only choose the backend, model and module
 groups (`override /backend: megatron`), with its own values after them. Hydra composes such an experiment as the
 config of those choices, then its values merged last. The check composes exactly that: the config of the choices
-is composed once per process (by config/job_composition.py: Hydra's own defaults tree and merges) and kept; each
-experiment is a copy of it with its values merged, as Hydra's composition merges them (~15 ms a file where a whole
-composition takes ~65; a folder of Primus's examples has ~100 distinct choices for ~390 experiments). An
+is composed once per process (by config/job_composition.py: Hydra's own defaults tree, and its merges with the
+model's config merged last, tasks/import_bases.py) and kept; each experiment is a copy of it with its values merged,
+as Hydra's composition merges them (~15 ms a file where a whole composition takes ~65; a folder of Primus's
+examples has ~100 distinct choices for ~390 experiments). An
 experiment of another shape (a `hydra:` section, another defaults entry, `model.from_hf`), or one whose merge fails,
 is composed whole, so that every error reads as Hydra's. tests/unit/test_import_composition.py holds the two equal,
 node for node, for the fixtures of every framework; scripts/check_primus_import.py for Primus's examples.
@@ -36,6 +37,7 @@ from primus_hydra.config.paths import find_conf_dir
 from primus_hydra.errors import PrimusError
 from primus_hydra.migrate.writer import hydra_value
 from primus_hydra.orchestrator.prepare import prepare
+from primus_hydra.tasks.import_bases import MODEL_GROUP, model_merged_last
 
 CHOSEN_GROUPS = ("backend", "model", "module")  # what an imported experiment's defaults choose
 GLOBAL_PACKAGE_HEADER = "# @package _global_\n"
@@ -199,7 +201,9 @@ def _base_config(choices: list[tuple[str, str]], config_dir: Path, key: tuple) -
     base = _bases.get(key)
     if base is None:
         overrides = [f"{group}={hydra_value(option)}" for group, option in choices]
-        base = compose_job_config(find_conf_dir(), "config", [*overrides, _search_path_override(config_dir)])
+        others = tuple(entry for entry in key if entry[0] != MODEL_GROUP)  # what the configs besides the model's read
+        base = compose_job_config(find_conf_dir(), "config", [*overrides, _search_path_override(config_dir)],
+                                  model_merged_last(others))
         if base is None:
             return None
         if len(_bases) >= BASES_KEPT:
