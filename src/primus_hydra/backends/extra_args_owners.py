@@ -8,8 +8,9 @@ module.*, platform.* and the backend's own knobs) changed on its own; a native a
 a canonical key is owned by it. Parallel sizes are changed in the layout too, where the translation reads them.
 Constants of the translation (dropouts, Megatron's `rotary_percent`, ...) have no owner and stay free to set.
 A value the first translation never read cannot move anything, and is not changed (about half of them: each read
-is recorded on the plain copy the translations run on, _ReadRecorder). This runs only when extra_args names an
-argument the translation produces (~50-100 translations, ~10-25 ms).
+is recorded on the plain copy the translations run on, _ReadRecorder); and a variant runs again only the sections of
+the translation that read the changed value (backends/translation_sections.py: the others' first results are kept).
+This runs only when extra_args names an argument the translation produces (~50-100 translations, ~5-20 ms).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from primus_hydra.backends.translation_sections import SectionMemo
 from primus_hydra.config.values import PlainTree, get_value, set_value, to_plain, value_set
 
 PERTURBED_SECTIONS = ("model", "module", "platform", "backend")
@@ -53,7 +55,14 @@ def native_owners(adapter, paths: Optional[list[str]] = None, skip_unread: bool 
     base = light if plain_translates else _without_extra_args(adapter.cfg)
     reads = _Reads()
     recorded = skip_unread and base is light
-    baseline = _translate(adapter, _ReadRecorder.over(base, reads) if recorded else base, adapter.layout)
+    memo = None
+    if recorded:  # each section's reads and result kept: a variant runs again only the sections it can move
+        recorder = _ReadRecorder.over(base, reads)
+        memo = SectionMemo(reads, _subtree_paths(recorder, base))
+        with memo.recording():
+            baseline = _translate(adapter, recorder, adapter.layout)
+    else:
+        baseline = _translate(adapter, base, adapter.layout)
     if baseline is None:
         return {}
     wanted = [path for path in (baseline if paths is None else paths) if path in baseline]
@@ -62,7 +71,9 @@ def native_owners(adapter, paths: Optional[list[str]] = None, skip_unread: bool 
     config_base = None
     unread = reads.unread_test() if recorded else lambda key: False
     for key, variant, layout in _variants(base, adapter.layout, unread) if wanted else ():
-        translated = _translate(adapter, variant, layout, tops)
+        # (a translation that changes a section's kept result raises, and is translated from the config below)
+        with memo.replaying(_not_reading(key)) if memo is not None else contextlib.nullcontext():
+            translated = _translate(adapter, variant, layout, tops)
         if translated is None and plain_translates:
             if config_base is None:
                 config_base = _without_extra_args(adapter.cfg)
@@ -73,6 +84,26 @@ def native_owners(adapter, paths: Optional[list[str]] = None, skip_unread: bool 
             if translated.get(path, _ABSENT) != baseline[path]:
                 owners[path].append(key)
     return owners
+
+
+def _not_reading(key: str) -> Callable[["_Reads"], bool]:
+    prefixes = _prefixes(key)
+    return lambda section_reads: not section_reads.has_read(key, prefixes)
+
+
+def _subtree_paths(*trees: PlainTree) -> Callable[[Any], Optional[str]]:
+    """A subtree of any of `trees` (the same config: recorded, and plain) -> its dotted path ("": the root)."""
+    paths: dict[int, str] = {}
+
+    def walk(tree: dict, path: str) -> None:
+        paths[id(tree)] = path
+        for key, value in dict.items(tree):  # dict's own: a _ReadRecorder's items() would record a read
+            if isinstance(value, dict):
+                walk(value, f"{path}.{key}" if path else str(key))
+
+    for tree in trees:
+        walk(tree, "")
+    return lambda subtree: paths.get(id(subtree))
 
 
 def _without_extra_args(cfg: DictConfig) -> DictConfig:
@@ -184,19 +215,45 @@ def _changed(value: Any) -> Any:
 
 class _Reads:
     """The dotted keys a translation read through a _ReadRecorder: each value read, and each subtree read whole
-    (iterated, compared, printed)."""
+    (iterated, compared, printed); also into the read set of each section under way (backends/translation_sections.py)."""
 
     def __init__(self) -> None:
         self.values: set[str] = set()
         self.wholes: set[str] = set()
+        self._sections: list[_Reads] = []
+
+    def read(self, key: str) -> None:
+        self.values.add(key)
+        for section in self._sections:
+            section.values.add(key)
+
+    def read_whole(self, key: str) -> None:
+        self.wholes.add(key)
+        for section in self._sections:
+            section.wholes.add(key)
+
+    def section(self) -> "_Reads":
+        """The read set of a section starting now (until end_section)."""
+        self._sections.append(_Reads())
+        return self._sections[-1]
+
+    def end_section(self) -> None:
+        self._sections.pop()
+
+    def has_read(self, key: str, prefixes: Optional[tuple[str, ...]] = None) -> bool:
+        """Whether `key` was read (`prefixes`: _prefixes(key), where the caller asks for one key many times)."""
+        if key in self.values:
+            return True
+        return bool(self.wholes) and any(prefix in self.wholes for prefix in prefixes or _prefixes(key))
 
     def unread_test(self) -> Callable[[str], bool]:
-        def unread(key: str) -> bool:
-            if key in self.values:
-                return False
-            parts = key.split(".")
-            return not any(".".join(parts[:end]) in self.wholes for end in range(len(parts)))
-        return unread
+        return lambda key: not self.has_read(key)
+
+
+def _prefixes(key: str) -> tuple[str, ...]:
+    """"" and each dotted prefix of `key`, itself excluded ("a.b.c": "", "a", "a.b")."""
+    parts = key.split(".")
+    return tuple(".".join(parts[:end]) for end in range(len(parts)))
 
 
 def _read_whole(method: Callable) -> Callable:
@@ -223,10 +280,10 @@ class _ReadRecorder(PlainTree):
         return recorder
 
     def _read(self, key: Any) -> None:
-        self._reads.values.add(f"{self._prefix}{key}")
+        self._reads.read(f"{self._prefix}{key}")
 
     def _whole(self) -> None:
-        self._reads.wholes.add(self._prefix[:-1])
+        self._reads.read_whole(self._prefix[:-1])
 
     def __getitem__(self, key: Any) -> Any:
         self._read(key)

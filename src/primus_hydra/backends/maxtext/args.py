@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 from primus_hydra.backends.external import merge_extra_args, wants_checkpoints
 from primus_hydra.backends.maxtext.gemma4 import gemma4_config
 from primus_hydra.backends.maxtext.keys import MAXTEXT_KEYS
+from primus_hydra.backends.translation_sections import translation_section
 from primus_hydra.config.attention_math import attention_head_dim
 from primus_hydra.config.layout import ParallelLayout
 from primus_hydra.config.schema_model import GEMMA4_FAMILY
@@ -42,6 +43,7 @@ def build_maxtext_config(cfg: DictConfig, run_dir: Path, layout: ParallelLayout)
     return merge_extra_args(config, cfg.backend.extra_args)
 
 
+@translation_section
 def model_config(model: DictConfig) -> dict:
     config = {
         # MaxText's qwen3 block is the dense layer: a Qwen3 MoE is its qwen3_moe block
@@ -106,6 +108,7 @@ def moe_config(moe: DictConfig) -> dict:
     }
 
 
+@translation_section
 def training_config(cfg: DictConfig, layout: ParallelLayout) -> dict:
     m = cfg.module
     schedule_steps = m.lr_decay_iters or m.train_iters
@@ -133,6 +136,7 @@ def training_config(cfg: DictConfig, layout: ParallelLayout) -> dict:
     return config
 
 
+@translation_section
 def mesh_config(cfg: DictConfig, layout: ParallelLayout) -> dict:
     p, nnodes = cfg.module.parallel, cfg.launch.nnodes
     # the data (or fsdp) axis takes what the other axes leave of a node's devices: -1, MaxText's "the rest", so the
@@ -149,6 +153,7 @@ def mesh_config(cfg: DictConfig, layout: ParallelLayout) -> dict:
     }
 
 
+@translation_section
 def data_checkpoint_logging_config(cfg: DictConfig) -> dict:
     m, ckpt = cfg.module, cfg.module.checkpoint
     mock = str(m.data.source) == "mock"

@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 from primus_hydra.backends.external import checkpoint_load_path, merge_extra_args, wants_checkpoints
 from primus_hydra.backends.megatron.hybrid_args import architecture_variant_args
 from primus_hydra.backends.megatron.keys import MEGATRON_KEYS
+from primus_hydra.backends.translation_sections import translation_section
 from primus_hydra.config.attention_math import attention_head_dim
 from primus_hydra.config.layout import ParallelLayout
 from primus_hydra.config.model_math import is_moe_layer, shared_expert_ffn_hidden_size
@@ -32,6 +33,7 @@ def build_megatron_args(cfg: DictConfig, layout: ParallelLayout) -> dict:
     return merge_extra_args(args, cfg.backend.extra_args)
 
 
+@translation_section
 def model_args(model: DictConfig) -> dict:
     args = {
         "num_layers": model.num_layers,
@@ -85,6 +87,7 @@ def rope_scaling_args(model: DictConfig) -> dict:
     return {}
 
 
+@translation_section
 def moe_args(model: DictConfig) -> dict:
     moe = model.moe
     if moe.num_experts == 0:
@@ -120,6 +123,7 @@ def moe_args(model: DictConfig) -> dict:
     }
 
 
+@translation_section
 def mla_args(model: DictConfig) -> dict:
     mla = model.mla
     if not mla.enabled:
@@ -152,6 +156,7 @@ def scheduler_args(m: DictConfig) -> dict:
     }
 
 
+@translation_section
 def training_args(m: DictConfig) -> dict:
     return {
         **MEGATRON_KEYS.translate(m, "training"),
@@ -164,6 +169,7 @@ def training_args(m: DictConfig) -> dict:
     }
 
 
+@translation_section
 def parallel_args(cfg: DictConfig, layout: ParallelLayout) -> dict:
     """The job's layout (as prepared) in Megatron's names, and how Megatron runs it."""
     p, backend = cfg.module.parallel, cfg.backend
@@ -189,6 +195,7 @@ def parallel_args(cfg: DictConfig, layout: ParallelLayout) -> dict:
     return args
 
 
+@translation_section
 def data_args(cfg: DictConfig) -> dict:
     data, backend = cfg.module.data, cfg.backend
     num_workers = data.num_workers
@@ -204,6 +211,7 @@ def data_args(cfg: DictConfig) -> dict:
     return args
 
 
+@translation_section
 def checkpoint_and_logging_args(cfg: DictConfig) -> dict:
     ckpt, log = cfg.module.checkpoint, cfg.module.log
     load = checkpoint_load_path(cfg)

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from primus_hydra.backends.translation_sections import translation_section
+
 # model.normalization -> Megatron's --normalization
 NORMALIZATION = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}
 HYBRID_SIZES = ("mamba_state_dim", "mamba_head_dim", "mamba_num_groups", "mamba_num_heads", "linear_conv_kernel_dim",
                 "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads", "linear_num_value_heads")
 
 
+@translation_section
 def architecture_variant_args(model: Any) -> dict:
     """--normalization, --position-embedding-type, and for a hybrid model its pattern and layer sizes."""
     args = {"normalization": NORMALIZATION[str(model.normalization)],

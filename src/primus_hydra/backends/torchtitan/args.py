@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 from primus_hydra.backends.external import merge_extra_args, size_tag
 from primus_hydra.backends.torchtitan.byte_tokenizer import TOKENIZER_DIR
 from primus_hydra.backends.torchtitan.keys import TORCHTITAN_KEYS
+from primus_hydra.backends.translation_sections import translation_section
 from primus_hydra.config.layout import ParallelLayout
 
 TORCHTITAN_MODEL_NAMES = {"llama": "llama3", "deepseek": "deepseek_v3", "qwen3": "qwen3", "llama4": "llama4",
@@ -56,6 +57,7 @@ def build_torchtitan_job_config(cfg: DictConfig, run_dir, layout: ParallelLayout
     return merge_extra_args(job, backend.extra_args)
 
 
+@translation_section
 def lr_scheduler_section(m: DictConfig) -> dict:
     style = str(m.lr_decay_style)
     section = {
@@ -68,6 +70,7 @@ def lr_scheduler_section(m: DictConfig) -> dict:
     return section
 
 
+@translation_section
 def training_section(cfg: DictConfig) -> dict:
     m, data = cfg.module, cfg.module.data
     return {
@@ -81,6 +84,7 @@ def training_section(cfg: DictConfig) -> dict:
     }
 
 
+@translation_section
 def parallelism_section(cfg: DictConfig, layout: ParallelLayout) -> dict:
     p, dp = cfg.module.parallel, layout.dp
     return {
@@ -90,6 +94,7 @@ def parallelism_section(cfg: DictConfig, layout: ParallelLayout) -> dict:
     }
 
 
+@translation_section
 def checkpoint_section(cfg: DictConfig) -> dict:
     """torchtitan's own checkpointer stays off: the trainer writes its DCP states into the project's atomic step
     folders (module.checkpoint.*), where module.checkpoint.resume finds them."""
@@ -106,6 +111,7 @@ ATTENTION = {"attn_type": "sdpa", "attn_mask_type": "causal"}
 GPT_OSS_ATTENTION = {"attn_type": "flex", "attn_mask_type": "causal"}
 
 
+@translation_section
 def model_args_section(model: DictConfig, seq_length: int) -> dict:
     if model.family == "gpt_oss":
         return {**_gpt_oss_model_args(model, seq_length), **GPT_OSS_ATTENTION}
