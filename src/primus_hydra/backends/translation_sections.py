@@ -36,7 +36,7 @@ class SectionMemo:
     def __init__(self, reads: Any, tree_path: Callable[[Any], Optional[str]]) -> None:
         self.reads = reads  # extra_args_owners._Reads of the first translation: a section's reads are recorded too
         self.tree_path = tree_path  # a config subtree -> its dotted path (None: not one of the config's)
-        self.entries: dict[tuple, tuple] = {}
+        self.entries: dict[tuple, _Entry] = {}  # (function, rank) -> its first call
         self.unread: Optional[Callable[[Any], bool]] = None  # (the recorded reads) -> whether the changed key is unread
         self.counts: dict[Callable, int] = {}
         self.depth = 0
