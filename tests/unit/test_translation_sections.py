@@ -80,3 +80,18 @@ def test_outside_an_owner_search_a_section_is_a_plain_call():
     result = _sizes(type("Module", (), {"train_iters": 3})())
     result["nested"]["sequence"] = 1  # its own dict, as the function made it
     assert result == {"steps": 3, "nested": {"sequence": 1}}
+
+
+def test_a_section_called_in_another_thread_during_a_search_is_a_plain_call():
+    import threading
+
+    from primus_hydra.backends.extra_args_owners import _Reads
+    from primus_hydra.backends.translation_sections import SectionMemo
+
+    memo = SectionMemo(_Reads(), lambda tree: "module")
+    results = []
+    with memo.recording():
+        thread = threading.Thread(target=lambda: results.append(_sizes(type("Module", (), {"train_iters": 5})())))
+        thread.start()
+        thread.join()
+    assert results == [{"steps": 5, "nested": {"sequence": 0}}] and memo.entries == {}

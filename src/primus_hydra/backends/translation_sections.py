@@ -12,18 +12,22 @@ Outside an owner search a section is a plain call. A section called from inside 
 """
 from __future__ import annotations
 
+import contextvars
 import functools
 from typing import Any, Callable, Optional
 
-_memo: Optional["SectionMemo"] = None  # the owner search's, while it translates
+# the owner search's, while it translates (per thread: a search elsewhere never sees it)
+_memo: contextvars.ContextVar[Optional["SectionMemo"]] = contextvars.ContextVar("translation_section_memo",
+                                                                                 default=None)
 
 
 def translation_section(function: Callable) -> Callable:
     @functools.wraps(function)
     def section(*args: Any) -> Any:
-        if _memo is None:
+        memo = _memo.get()
+        if memo is None:
             return function(*args)
-        return _memo.call(function, args)
+        return memo.call(function, args)
 
     return section
 
@@ -140,11 +144,9 @@ class _Active:
         self.memo = memo
 
     def __enter__(self) -> SectionMemo:
-        global _memo
         self.memo.counts = {}
-        _memo = self.memo
+        self.token = _memo.set(self.memo)
         return self.memo
 
     def __exit__(self, *exc: Any) -> None:
-        global _memo
-        _memo = None
+        _memo.reset(self.token)
