@@ -12,9 +12,10 @@ Outside an owner search a section is a plain call. A section called from inside 
 """
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 # the owner search's, while it translates (per thread: a search elsewhere never sees it)
 _memo: contextvars.ContextVar[Optional["SectionMemo"]] = contextvars.ContextVar("translation_section_memo",
@@ -45,13 +46,22 @@ class SectionMemo:
         self.counts: dict[Callable, int] = {}
         self.depth = 0
 
-    def recording(self) -> "_Active":
-        self.unread = None
-        return _Active(self)
+    def recording(self) -> contextlib.AbstractContextManager:
+        """The first translation, inside the block: each section's call kept."""
+        return self._active(None)
 
-    def replaying(self, unread: Callable[[Any], bool]) -> "_Active":
-        self.unread = unread
-        return _Active(self)
+    def replaying(self, unread: Callable[[Any], bool]) -> contextlib.AbstractContextManager:
+        """A variant's translation, inside the block: the kept calls given the same whose reads are `unread`."""
+        return self._active(unread)
+
+    @contextlib.contextmanager
+    def _active(self, unread: Optional[Callable[[Any], bool]]) -> Iterator["SectionMemo"]:
+        self.unread, self.counts = unread, {}
+        token = _memo.set(self)
+        try:
+            yield self
+        finally:
+            _memo.reset(token)
 
     def call(self, function: Callable, args: tuple) -> Any:
         if self.depth:  # inside another section: part of it
@@ -115,17 +125,15 @@ class SectionResultChanged(TypeError):
     """A translation changed a section's result handed back from the first translation."""
 
 
-class _FrozenDict(dict):
-    def _refuse(self, *args: Any, **kwargs: Any) -> None:
-        raise SectionResultChanged("a section's kept result is read-only")
+def _refuse(*args: Any, **kwargs: Any) -> None:
+    raise SectionResultChanged("a section's kept result is read-only")
 
+
+class _FrozenDict(dict):
     __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = __ior__ = _refuse  # type: ignore
 
 
 class _FrozenList(list):
-    def _refuse(self, *args: Any, **kwargs: Any) -> None:
-        raise SectionResultChanged("a section's kept result is read-only")
-
     __setitem__ = __delitem__ = append = extend = insert = pop = remove = clear = sort = reverse = \
         __iadd__ = __imul__ = _refuse  # type: ignore
 
@@ -137,16 +145,3 @@ def frozen(value: Any) -> Any:
     if isinstance(value, list):
         return _FrozenList(frozen(item) for item in value)
     return value
-
-
-class _Active:
-    def __init__(self, memo: SectionMemo) -> None:
-        self.memo = memo
-
-    def __enter__(self) -> SectionMemo:
-        self.memo.counts = {}
-        self.token = _memo.set(self.memo)
-        return self.memo
-
-    def __exit__(self, *exc: Any) -> None:
-        _memo.reset(self.token)
