@@ -11,6 +11,7 @@ setup(
     packages=find_namespace_packages("src", include=["primus_hydra", "primus_hydra.*", "hydra_plugins", "hydra_plugins.*"])
     + ["primus_hydra.conf"],
     package_dir={"": "src", "primus_hydra.conf": "conf"},
-    package_data={"primus_hydra.conf": ["*.yaml", "**/*.yaml"]},
+    # kept_nodes.pickle: nodes as Hydra and OmegaConf make them for this conf/ and its schemas (config/kept_nodes.py)
+    package_data={"primus_hydra.conf": ["*.yaml", "**/*.yaml"], "primus_hydra.config": ["kept_nodes.pickle"]},
     include_package_data=False,
 )

@@ -17,7 +17,7 @@ import contextlib
 import copy
 import logging
 import os
-from typing import Any, Iterator, Sequence, Union
+from typing import Any, Iterator, Optional, Sequence, Union
 
 from omegaconf import DictConfig, open_dict, read_write
 
@@ -49,8 +49,10 @@ def compose(overrides: Sequence[str] = (), *, config_name: str = "config", valid
     overrides += overrides_for_external_launch(overrides)
     warn_about_literal_secrets(overrides)
     try:
-        with _own_global_hydra(), initialize_config_module(CONF_MODULE, job_name=JOB_NAME, version_base="1.3"):
-            cfg = hydra_compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
+        cfg = _composed_with_kept_hydra_node(config_name, overrides)
+        if cfg is None:
+            with _own_global_hydra(), initialize_config_module(CONF_MODULE, job_name=JOB_NAME, version_base="1.3"):
+                cfg = hydra_compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
         _run_dir_as_a_value(cfg)
     except Exception as error:
         if isinstance(error, PrimusError) or not is_compose_error(error):
@@ -59,6 +61,23 @@ def compose(overrides: Sequence[str] = (), *, config_name: str = "config", valid
     if validate:
         validate_config(without_hydra_node(cfg))
     return cfg
+
+
+def _composed_with_kept_hydra_node(config_name: str, overrides: list[str]) -> Optional[DictConfig]:
+    """What hydra.compose composes under initialize_config_module(CONF_MODULE, job_name=JOB_NAME), without composing
+    Hydra's own config (config/run_composition.py), or None (Hydra composes). Hydra's process-wide state is left as
+    initialize_config_module leaves it: the version base chosen, the task's name set."""
+    from hydra import version
+    from hydra.core.utils import JobRuntime, setup_globals
+
+    from primus_hydra.backends.schemas import register_schemas
+    from primus_hydra.config.run_composition import OWN_CONF_MODULE, compose_run_config
+
+    version.setbase("1.3")
+    setup_globals()  # Hydra's resolvers (${now:}, ${hydra:}), which Hydra's initialization registers
+    register_schemas()
+    JobRuntime.instance().set("name", JOB_NAME)
+    return compose_run_config(OWN_CONF_MODULE, config_name, overrides, job_name=JOB_NAME)
 
 
 class OverridesError(PrimusError, TypeError):

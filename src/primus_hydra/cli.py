@@ -24,6 +24,7 @@ from primus_hydra.config.secrets import redacted_stdout, warn_about_literal_secr
 from primus_hydra.distributed_env import launch_environment_failures, stray_launch_variables
 from primus_hydra.errors import PrimusError, SweepPointFailed
 from primus_hydra.tasks.query import answered_query
+from primus_hydra.tasks.single_run import ran_single_run
 from primus_hydra.util.process_exit import exit_without_teardown
 
 _USER_WANTS_TRACEBACK = os.environ.get("HYDRA_FULL_ERROR") == "1"
@@ -94,7 +95,8 @@ def main() -> None:
         warn_about_literal_secrets(sys.argv[1:])
     try:
         with redacted_stdout(sys.argv[1:]) if printing else contextlib.nullcontext():  # `--resolve` would print secrets
-            if not _printed_job_config(sys.argv[1:]) and not answered_query(sys.argv[1:]):  # queries take no flag
+            if not _printed_job_config(sys.argv[1:]) and not answered_query(sys.argv[1:]) \
+                    and not ran_single_run(sys.argv[1:], _hydra_main.__wrapped__):  # queries and runs take no flag
                 _hydra_main()
         _exit_now()
     except BrokenPipeError:  # `... | head -1`: the reader has what it wanted; stop quietly, as a shell tool does

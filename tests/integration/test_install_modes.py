@@ -116,9 +116,12 @@ def test_hydra_finds_the_launchers_and_conf(mode, source, wheelhouse, tmp_path):
     api = run("-c", "import primus_hydra\n"
                     "from hydra import compose, initialize_config_module\n"
                     "print(primus_hydra.compose(['backend=megatron']).backend.name)\n"
+                    "from primus_hydra.config.run_composition import OWN_CONF_MODULE, compose_run_config\n"
+                    "print(compose_run_config(OWN_CONF_MODULE, 'config', [], job_name='primus') is not None)\n"
                     "with initialize_config_module('primus_hydra.conf', version_base='1.3'):\n"
                     "    print(compose('config', overrides=['model=llama3_8b']).model.num_kv_heads)")
-    assert api.stdout.split() == ["megatron", "8"], api.stdout
+    # the installed project's kept `hydra` nodes are used (shipped, and made from the same sources)
+    assert api.stdout.split() == ["megatron", "True", "8"], api.stdout
 
     has_torch = subprocess.run([str(python), "-c", "import torch"], capture_output=True, cwd=workdir,
                                env=_clean_env(), timeout=60).returncode == 0

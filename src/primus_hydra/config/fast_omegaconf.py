@@ -16,9 +16,11 @@
    OmegaConf's own representer (strings that would read back as another type are quoted).
 
 4. Merging a group's config into its typed section (`model: ModelConfig = MISSING`) builds the section from its
-   dataclass first (OmegaConf's `expand`: ~11 ms for ModelConfig, ~9 for ModuleConfig, every composition). A class
-   of this project's built a second time in one process is a copy of its second build (~3x faster): the nodes a
-   dataclass makes depend only on the class (its defaults and default factories are constants).
+   dataclass first (OmegaConf's `expand`: ~11 ms for ModelConfig, ~9 for ModuleConfig, every composition), as does
+   storing a schema. The nodes a dataclass makes depend only on the class (its defaults and default factories are
+   constants): a class of this project's is the nodes kept for it in config/kept_nodes.pickle where those were made
+   from this installation's sources (config/kept_nodes.py), else built, and a copy of its second build when it is
+   built a second time in one process (~3x faster).
 
 5. Every deep copy of a config (Hydra copies each loaded config and each node it sets; task=import copies a composed
    config per experiment) copies each node's metadata through `copy`'s generic reduce-and-rebuild path, half of the
@@ -145,6 +147,8 @@ def _keep_schema_sections_built_twice() -> None:
     import omegaconf.basecontainer as basecontainer
     import omegaconf.dictconfig as dictconfig
 
+    from primus_hydra.config.kept_nodes import kept_schema_data
+
     build = omegaconf_utils.get_structured_config_data
     seen: set[tuple] = set()
     kept: dict[tuple, dict] = {}  # (class, allow_objects) -> its nodes, never handed out
@@ -154,6 +158,9 @@ def _keep_schema_sections_built_twice() -> None:
             return build(obj, allow_objects=allow_objects)
         key = (obj, allow_objects)
         if key not in kept:
+            made = kept_schema_data(obj, allow_objects)  # as this installation's OmegaConf builds it (kept_nodes.py)
+            if made is not None:
+                return made
             if key not in seen:  # built once per process (a command line's composition): no copy kept
                 seen.add(key)
                 return build(obj, allow_objects=allow_objects)

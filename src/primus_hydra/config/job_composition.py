@@ -42,6 +42,10 @@ class JobComposition:
     cfg: DictConfig
     hydra_sections: dict  # the configs' `hydra:` sections, merged (plain data)
     hydra_group_entries: list[tuple[str, str]] = field(default_factory=list)  # (config path, Hydra group) per entry
+    hydra_entries: list[tuple] = field(default_factory=list)  # each entry left out, whole (_entry_fields)
+    choices: dict = field(default_factory=dict)  # the defaults tree's known choices (hydra.runtime.choices), in order
+    parsed_overrides: list = field(default_factory=list)  # the command line's, as Hydra parsed them
+    sources: list = field(default_factory=list)  # the config sources it read (Hydra's own configs' left out)
 
 
 # (config loader, the defaults list's entries, repository) -> the config they merge to: Hydra's own merge loop, or one
@@ -58,9 +62,10 @@ def compose_job_config(search_path_dir: str, config_name: str, overrides: Sequen
 
 
 def compose_job(search_path_dir: str, config_name: str, overrides: Sequence[str],
-                merge: Optional[Merge] = None) -> Optional[JobComposition]:
+                merge: Optional[Merge] = None, hydra_values: bool = False) -> Optional[JobComposition]:
     """compose_job_config, with what it left out of Hydra's config (a caller that runs the job without Hydra checks
-    that it is this project's own)."""
+    that it is this project's own). hydra_values: an override of a value of Hydra's config (`hydra.run.dir=...`)
+    is the caller's to apply (config/run_composition.py), not a reason to answer None."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     if not _only_known_plugins():
@@ -69,7 +74,7 @@ def compose_job(search_path_dir: str, config_name: str, overrides: Sequence[str]
         parsed = OverridesParser.create().parse_overrides(list(overrides))
     except Exception:  # noqa: BLE001 - Hydra's path words the error
         return None
-    if any(override.is_sweep_override() or _needs_hydras_config(override) for override in parsed):
+    if any(override.is_sweep_override() or _needs_hydras_config(override, hydra_values) for override in parsed):
         return None
     _register_config_sources()
     with _package_source_when_used():
@@ -100,11 +105,14 @@ def _composed(search_path_dir: str, config_name: str, overrides: Sequence[str], 
         apply_model_from_hf(cfg, overrides)
     except Exception:  # noqa: BLE001 - Hydra's path words the error
         return None
-    return JobComposition(cfg, hydra_sections, repo.hydra_group_entries)
+    return JobComposition(cfg, hydra_sections, repo.hydra_group_entries, repo.hydra_entries,
+                          dict(defaults.overrides.known_choices), parsed, list(repo.get_sources()))
 
 
-def _needs_hydras_config(override: Any) -> bool:
-    return override.is_hydra_override() and override.get_key_element() != "hydra.searchpath"
+def _needs_hydras_config(override: Any, hydra_values: bool = False) -> bool:
+    if not override.is_hydra_override() or override.get_key_element() == "hydra.searchpath":
+        return False
+    return not (hydra_values and override.key_or_group.startswith("hydra.") and override.package is None)
 
 
 def _only_known_plugins() -> bool:
@@ -184,6 +192,7 @@ def _without_hydras_config(repository: Any) -> Any:
         def __init__(self, delegate: Any) -> None:
             super().__init__(delegate)
             self.hydra_group_entries: list[tuple[str, str]] = []
+            self.hydra_entries: list[tuple] = []
 
         def load_config(self, config_path: str) -> Optional[ConfigResult]:
             if config_path == HYDRA_ROOT_CONFIG:
@@ -198,10 +207,20 @@ def _without_hydras_config(repository: Any) -> Any:
                         kept.append(entry)
                     elif (config_path, group) not in self.hydra_group_entries:  # Hydra loads a config more than once
                         self.hydra_group_entries.append((config_path, group))
+                    if group is not None and (config_path, *_entry_fields(entry)) not in self.hydra_entries:
+                        self.hydra_entries.append((config_path, *_entry_fields(entry)))
                 result.defaults_list = kept
             return result
 
     return JobConfigRepository(repository)
+
+
+def _entry_fields(entry: Any) -> tuple:
+    """A defaults entry as plain values: its kind, group or path, option(s), package and flags."""
+    options = getattr(entry, "value", None)
+    return (type(entry).__name__, getattr(entry, "group", None) or getattr(entry, "path", None),
+            list(options) if isinstance(options, (list, tuple)) else options, entry.package,
+            bool(getattr(entry, "override", False)), bool(entry.optional), bool(getattr(entry, "deleted", False)))
 
 
 def _hydras_group(entry: Any, config_path: str) -> Optional[str]:

@@ -1,0 +1,70 @@
+"""Makes src/primus_hydra/config/kept_nodes.pickle (config/kept_nodes.py): the `hydra` node Hydra composes for each
+combination of `hydra:` sections and Hydra-group entries that conf/ makes, and the nodes OmegaConf builds from each
+schema dataclass of this project, for the default command line and every option of every group. A run, a dry run,
+`compose()` and `--cfg job` then skip composing Hydra's own config and building the schemas.
+
+Run it after changing a `hydra:` section, conf/hydra/, a schema, this project's Hydra plugins, or the Hydra,
+OmegaConf or Python version: tests/unit/test_run_composition.py fails while the file is stale, and the commands
+compose as before meanwhile (nothing is wrong, only slower). That test also checks every kept node against what Hydra
+and OmegaConf make, node for node.
+
+Usage: .venv/bin/python scripts/make_kept_nodes.py
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import omegaconf._utils
+import omegaconf.basecontainer
+import omegaconf.dictconfig
+from hydra.core.plugins import Plugins
+
+from primus_hydra.backends.schemas import register_schemas
+from primus_hydra.config import fast_composition, kept_nodes
+from primus_hydra.config.paths import find_conf_dir
+from primus_hydra.config.run_composition import compose_run_config
+
+GROUPS = ["platform", "module", "model", "backend", "task", "hardware", "logger", "experiment"]
+SCHEMA_BUILDERS = (omegaconf._utils, omegaconf.basecontainer, omegaconf.dictconfig)
+
+
+def command_lines(conf_dir: Path) -> list[list[str]]:
+    """The default command line and one per option of every group."""
+    return [[]] + [[f"{group}={path.relative_to(conf_dir / group).with_suffix('').as_posix()}"]
+                   for group in GROUPS for path in sorted((conf_dir / group).rglob("*.yaml"))]
+
+
+def main() -> None:
+    kept_nodes.KEPT_NODES_FILE.unlink(missing_ok=True)  # every node is made by Hydra and OmegaConf themselves
+    kept_nodes._loaded.clear()
+    fast_composition.install()
+    builder, schema_classes = kept_nodes.recording_schema_builds(omegaconf._utils.get_structured_config_data)
+    for module in SCHEMA_BUILDERS:
+        module.get_structured_config_data = builder
+    register_schemas()
+    Plugins.instance()  # Hydra's sources and plugins, as a run scans them
+    conf_dir = Path(find_conf_dir())
+    hydra_nodes: dict[str, dict] = {}
+    made_from: dict[str, list[str]] = {}
+    hydra_source = None
+    for overrides in command_lines(conf_dir):
+        try:
+            key, entry, hydra_source = kept_nodes.made_by_hydra(str(conf_dir), "config", overrides)
+        except Exception as error:  # noqa: BLE001 - such a command line composes with Hydra
+            print(f"  {' '.join(overrides) or '(defaults)'}: not kept ({type(error).__name__}: "
+                  f"{str(error).splitlines()[0] if str(error) else ''})", file=sys.stderr)
+            continue
+        if key not in hydra_nodes:
+            hydra_nodes[key], made_from[key] = entry, overrides
+    kept_nodes.write_kept_file(hydra_nodes, hydra_source, schema_classes, conf_dir)
+    for key, overrides in made_from.items():  # each is used for the command line it was made for
+        if compose_run_config(str(conf_dir), "config", overrides, job_name="check") is None:
+            sys.exit(f"the kept `hydra` node of {overrides} is not used: see config/run_composition.py")
+        print(f"kept hydra node {key[:12]}: {' '.join(overrides) or '(defaults)'}")
+    print(f"{len(hydra_nodes)} hydra nodes, {len(schema_classes)} schema classes, "
+          f"{kept_nodes.KEPT_NODES_FILE.stat().st_size} bytes: {kept_nodes.KEPT_NODES_FILE}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""config/kept_nodes.py: the kept file holds what Hydra and OmegaConf make today (else scripts/make_kept_nodes.py
+must run), is not used where it was made from other sources or versions, and builds nothing but classes."""
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import omegaconf._utils
+import pytest
+from hydra.core.plugins import Plugins
+from hydra.core.utils import JobRuntime
+
+from helpers.compose import nodes
+from primus_hydra.backends.schemas import register_schemas
+from primus_hydra.config import fast_composition, kept_nodes
+from primus_hydra.config.paths import find_conf_dir
+from primus_hydra.config.run_composition import compose_run_config
+from primus_hydra.config.schema import PrimusConfig
+
+fast_composition.install()
+register_schemas()
+Plugins.instance()
+CONF = find_conf_dir()
+VERSIONS = ("python", "hydra", "omegaconf")
+
+
+@pytest.fixture(autouse=True)
+def checked_again(monkeypatch):
+    """Each test checks the file's sections afresh (a process checks them once)."""
+    monkeypatch.setattr(kept_nodes, "_loaded", {})
+    JobRuntime.instance().set("name", "cli")
+
+
+def fresh_or_skip(section: dict, conf_files: dict) -> None:
+    now = kept_nodes.fingerprint(section["source_modules"], conf_files)
+    if now == section["fingerprint"]:
+        return
+    assert {name: now[name] for name in VERSIONS} != {name: section["fingerprint"][name] for name in VERSIONS}, \
+        "a source the kept nodes were made from changed: run scripts/make_kept_nodes.py"
+    pytest.skip(f"made with {[section['fingerprint'][name] for name in VERSIONS]}, this is "
+                f"{[now[name] for name in VERSIONS]}: the kept nodes are not used here")
+
+
+def test_the_kept_hydra_nodes_are_what_hydra_composes_now():
+    """Each kept `hydra` node is the one Hydra's composition makes today. Where the installed Hydra, OmegaConf or
+    Python is not the file's, the nodes are not used at all (and Hydra composes every command)."""
+    section = kept_nodes._kept_file()["hydra"]
+    fresh_or_skip(section, kept_nodes.conf_hydra_files(Path(CONF)))
+    for overrides in ([], ["platform=slurm"], ["task=plan"], ["task=projection"], ["task=prepare_data"]):
+        key, entry, hydra_source = kept_nodes.made_by_hydra(CONF, "config", overrides)
+        assert key in section["nodes"], overrides
+        assert entry["hydra_choices"] == section["nodes"][key]["hydra_choices"]
+        assert tuple(section["hydra_source"]) == hydra_source
+        assert nodes(kept_nodes._loads(entry["node"])) == nodes(kept_nodes._loads(section["nodes"][key]["node"]))
+
+
+def test_the_kept_schema_nodes_are_what_omegaconf_builds_now(monkeypatch):
+    section = kept_nodes._kept_file()["schemas"]
+    fresh_or_skip(section, {})
+    assert len(section["classes"]) >= 20
+    monkeypatch.setitem(kept_nodes._loaded, ("schemas", "None"), None)  # built by OmegaConf, not read
+    import importlib
+
+    for key in section["classes"]:
+        module, qualname, allow_objects = key.split(":")
+        cls = getattr(importlib.import_module(module), qualname)
+        built = omegaconf._utils.get_structured_config_data(cls, allow_objects={"None": None, "True": True}[allow_objects])
+        kept = kept_nodes._loads(section["classes"][key])
+        assert list(built) == list(kept), key
+        for name in built:
+            assert nodes(built[name]) == nodes(kept[name]), (key, name)
+
+
+def test_a_section_made_from_other_sources_is_not_used(monkeypatch):
+    assert kept_nodes.kept_schema_data(PrimusConfig, None) is not None
+    assert compose_run_config(CONF, "config", [], job_name="cli") is not None
+    made = kept_nodes.fingerprint
+
+    def edited(modules, conf_files):  # as after an edit of a schema and of conf/hydra/callbacks/primus.yaml
+        found = made(modules, conf_files)
+        found["digests"] = {name: "0" * 32 for name in found["digests"]}
+        return found
+
+    monkeypatch.setattr(kept_nodes, "fingerprint", edited)
+    monkeypatch.setattr(kept_nodes, "_loaded", {})
+    assert kept_nodes.kept_schema_data(PrimusConfig, None) is None
+    assert compose_run_config(CONF, "config", [], job_name="cli") is None
+
+
+def test_a_file_that_names_a_function_is_refused(tmp_path, monkeypatch):
+    class Calls:
+        def __reduce__(self):
+            import os
+
+            return os.getcwd, ()
+
+    hostile = tmp_path / "kept.pickle"
+    hostile.write_bytes(pickle.dumps({"format": kept_nodes.FORMAT, "x": Calls()}))
+    with pytest.raises(pickle.UnpicklingError, match="getcwd, which is not a class"):
+        kept_nodes._NodeUnpickler.loads(hostile.read_bytes())
+    monkeypatch.setattr(kept_nodes, "KEPT_NODES_FILE", hostile)
+    assert kept_nodes.kept_schema_data(PrimusConfig, None) is None
+    assert compose_run_config(CONF, "config", [], job_name="cli") is None
+
+
+def test_a_missing_file_is_no_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(kept_nodes, "KEPT_NODES_FILE", tmp_path / "none.pickle")
+    assert kept_nodes.kept_schema_data(PrimusConfig, None) is None
+    assert compose_run_config(CONF, "config", ["model=llama3_8b"], job_name="cli") is None
