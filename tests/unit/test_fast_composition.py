@@ -589,3 +589,42 @@ def test_a_held_key_is_read_as_omegaconf_reads_it_and_any_other_read_is_omegacon
         got, expected = _outcome(fast, node, key, flags), _outcome(own, node, key, flags)
         assert got[0] == expected[0], (kind, key, flags, got, expected)
         assert got[1] is expected[1] if got[0] == "node" else got[1] == expected[1], (kind, key, flags)
+
+
+def _to_container_outcome(to_content, node, flags):
+    from omegaconf.basecontainer import BaseContainer
+
+    own = BaseContainer._to_content
+    BaseContainer._to_content = staticmethod(to_content)  # nested containers are read the same way
+    try:
+        return "value", OmegaConf.to_container(node, **flags)
+    except Exception as error:  # noqa: BLE001 - the error is the outcome compared
+        return type(error).__name__, str(error)
+    finally:
+        BaseContainer._to_content = own
+
+
+@pytest.mark.parametrize("flags", [{}, {"resolve": True}, {"throw_on_missing": True},
+                                   {"resolve": True, "enum_to_str": True}, {"resolve": True, "throw_on_missing": True},
+                                   {"structured_config_mode": __import__("omegaconf").SCMode.DICT_CONFIG}])
+def test_a_config_made_plain_is_what_omegaconf_makes_of_it(flags):
+    from omegaconf.basecontainer import BaseContainer
+
+    from primus_hydra.config.job_composition import compose_job_config
+
+    fast_composition.install()
+    register_schemas()
+    fast, own = BaseContainer._to_content, BaseContainer._to_content.__wrapped__
+    composed = compose_job_config(find_conf_dir(), "config", ["backend=megatron", "model=llama3_8b"])
+    with open_dict(composed):  # beside the schema's: interpolations to values and containers, `???`, None, enums,
+        composed.extra = OmegaConf.create({  # escaped text, lists of dicts
+            "listed": [1, "${model.num_layers}", {"x": None, "y": "${extra.nested}"}, "???"],
+            "nested": {"a": "${module.lr}", "b": "text ${model.num_layers} text", "c": "\\${not.one}"},
+            "whole": "${extra.nested}", "none": None, "enum": Color.RED, "path": "${oc.env:HOME}"})
+    holder = OmegaConf.structured(Holder)
+    broken = OmegaConf.create({"a": "${no.such.key}", "b": [1, "${nope}"]})
+    missing = OmegaConf.create({"a": {"b": "???"}, "c": ["???"]})
+    for node in (composed, holder, holder.by_enum, broken, missing, OmegaConf.create([1, {"a": 2}, [3]]),
+                 OmegaConf.create({"x": "${y}", "y": {"z": 1}}).x if flags.get("resolve") else missing):
+        assert _to_container_outcome(fast, node, flags) == _to_container_outcome(own, node, flags)
+    assert OmegaConf.to_container(composed, resolve=True)["extra"]["nested"]["c"] == "${not.one}"

@@ -58,6 +58,12 @@
    (then it raises). A text key the node holds, under a node whose keys are Any or str, is its child at once; any
    other read (another key type, a key it lacks, a read that raises on `???`) is OmegaConf's own.
 
+11. A config made plain (`OmegaConf.to_container`: ~20 times a run's start, for Hydra's .hydra/ files, the job's
+   files, its digest, the secrets it holds, every `to_yaml`) is read key by key through `_get_child` and
+   `_dereference_node`, ~10 calls a value. A value node holding a plain value (not `???`, not text with `${`) and a
+   dict or list node holding its children are read directly instead; any other child (an interpolation, `???`, a
+   union, a container that is None, missing or an interpolation) is read as OmegaConf reads it, errors included.
+
 `install()` is idempotent; config/fast_composition.py's install() calls it.
 """
 from __future__ import annotations
@@ -88,6 +94,7 @@ def install() -> None:
     _copy_nodes_without_constructing_them()
     _merge_over_text_interpolations_without_resolving_them()
     _read_held_keys_without_struct_checks()
+    _read_plain_values_directly_when_made_plain()
 
 
 def _install_c_yaml_loader() -> None:
@@ -436,3 +443,81 @@ def _read_held_keys_without_struct_checks() -> None:
 
     _get_node.__wrapped__ = get_node
     DictConfig._get_node = _get_node
+
+
+def _read_plain_values_directly_when_made_plain() -> None:
+    import enum
+
+    from omegaconf import (
+        AnyNode,
+        BooleanNode,
+        BytesNode,
+        DictConfig,
+        EnumNode,
+        FloatNode,
+        IntegerNode,
+        ListConfig,
+        PathNode,
+        SCMode,
+        StringNode,
+    )
+    from omegaconf.basecontainer import BaseContainer
+    from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
+
+    to_content = BaseContainer._to_content
+    plain_value_nodes = (AnyNode, StringNode, IntegerNode, FloatNode, BooleanNode, BytesNode, PathNode, EnumNode)
+    read_its_own_way = object()
+
+    def held_value(child: Any, resolve: bool, throw_on_missing: bool, enum_to_str: bool) -> Any:
+        """A child's plain value, read directly where nothing in it needs OmegaConf's reading."""
+        child_type = type(child)
+        if child_type in plain_value_nodes:
+            value = child.__dict__["_val"]
+            if isinstance(value, str) and (value == "???" or "${" in value):
+                return read_its_own_way
+            return value.name if enum_to_str and isinstance(value, enum.Enum) else value
+        if (child_type is DictConfig or child_type is ListConfig) \
+                and isinstance(child.__dict__["_content"], (dict, list)):
+            return _to_content(child, resolve, throw_on_missing, enum_to_str)
+        return read_its_own_way
+
+    def read_as_omegaconf(conf: Any, key: Any, resolve: bool, throw_on_missing: bool, enum_to_str: bool) -> Any:
+        """OmegaConf's own reading of one child (BaseContainer._to_content's), its errors worded as there."""
+        try:
+            node = conf._get_child(key, throw_on_missing_value=throw_on_missing)
+        except MissingMandatoryValue as error:
+            conf._format_and_raise(key=key, value=None, cause=error)
+        if resolve:
+            try:
+                node = node._dereference_node()
+            except InterpolationResolutionError as error:
+                conf._format_and_raise(key=key, value=None, cause=error)
+        if isinstance(node, (DictConfig, ListConfig)):
+            return _to_content(node, resolve, throw_on_missing, enum_to_str)
+        value = node._value()
+        return value.name if enum_to_str and isinstance(value, enum.Enum) else value
+
+    def _to_content(conf: Any, resolve: bool, throw_on_missing: bool, enum_to_str: bool = False,
+                    structured_config_mode: Any = SCMode.DICT) -> Any:
+        content = conf.__dict__.get("_content")
+        if structured_config_mode is not SCMode.DICT or not (
+                (type(conf) is DictConfig and type(content) is dict) or (type(conf) is ListConfig
+                                                                      and type(content) is list)):
+            return to_content(conf, resolve, throw_on_missing, enum_to_str, structured_config_mode)
+        if type(content) is list:
+            values = []
+            for index, child in enumerate(content):
+                value = held_value(child, resolve, throw_on_missing, enum_to_str)
+                values.append(value if value is not read_its_own_way
+                              else read_as_omegaconf(conf, index, resolve, throw_on_missing, enum_to_str))
+            return values
+        result = {}
+        for key, child in content.items():
+            value = held_value(child, resolve, throw_on_missing, enum_to_str)
+            if value is read_its_own_way:
+                value = read_as_omegaconf(conf, key, resolve, throw_on_missing, enum_to_str)
+            result[key.name if enum_to_str and isinstance(key, enum.Enum) else key] = value
+        return result
+
+    _to_content.__wrapped__ = to_content
+    BaseContainer._to_content = staticmethod(_to_content)
