@@ -1,6 +1,7 @@
 """Makes src/primus_hydra/config/kept_nodes.pickle (config/kept_nodes.py): the `hydra` node Hydra composes for each
 combination of `hydra:` sections and Hydra-group entries that conf/ makes, and the nodes OmegaConf builds from each
-schema dataclass of this project, for the default command line and every option of every group. A run, a dry run,
+schema dataclass of this project, for the default command line, every option of every group and each platform with
+each task. A run, a dry run,
 `compose()` and `--cfg job` then skip composing Hydra's own config and building the schemas.
 
 Run it after changing a `hydra:` section, conf/hydra/, a schema, this project's Hydra plugins, or the Hydra,
@@ -30,9 +31,14 @@ SCHEMA_BUILDERS = (omegaconf._utils, omegaconf.basecontainer, omegaconf.dictconf
 
 
 def command_lines(conf_dir: Path) -> list[list[str]]:
-    """The default command line and one per option of every group."""
-    return [[]] + [[f"{group}={path.relative_to(conf_dir / group).with_suffix('').as_posix()}"]
-                   for group in GROUPS for path in sorted((conf_dir / group).rglob("*.yaml"))]
+    """The default command line, one per option of every group, and each platform with each task (a platform picks
+    Hydra's launcher, a task its logging and output: `platform=slurm task=status`)."""
+    def options(group: str) -> list[str]:
+        return [f"{group}={path.relative_to(conf_dir / group).with_suffix('').as_posix()}"
+                for path in sorted((conf_dir / group).rglob("*.yaml"))]
+
+    return [[]] + [[option] for group in GROUPS for option in options(group)] + \
+        [[platform, task] for platform in options("platform") for task in options("task")]
 
 
 def main() -> None:

@@ -16,8 +16,9 @@ from omegaconf import OmegaConf
 from helpers.compose import nodes
 from primus_hydra.backends.schemas import register_schemas
 from primus_hydra.config import fast_composition
+from primus_hydra.config.fast_composition import RUN_MODE_OVERRIDE
 from primus_hydra.config.paths import find_conf_dir
-from primus_hydra.config.run_composition import RUN_MODE_OVERRIDE, compose_run_config
+from primus_hydra.config.run_composition import compose_run_config
 
 fast_composition.install()
 register_schemas()
@@ -101,7 +102,6 @@ def test_the_command_lines_run_mode_is_added_as_hydras_command_line_adds_it():
     ["model=no_such_model"],  # errors are worded by Hydra's own path
     ["hydra.no_such_key=1"],
     ["hydra.run=not_a_dict"],
-    ["task=plan", "platform=slurm"],  # a combination no kept node was made for
 ])
 def test_what_needs_hydras_own_path_answers_none(overrides):
     assert compose_run_config(CONF, "config", overrides, job_name=JOB_NAME) is None
@@ -110,3 +110,16 @@ def test_what_needs_hydras_own_path_answers_none(overrides):
 def test_another_conf_dir_answers_none(tmp_path):
     (tmp_path / "config.yaml").write_text("a: 1\n")
     assert compose_run_config(str(tmp_path), "config", [], job_name=JOB_NAME) is None
+
+
+def test_a_combination_with_no_kept_node_answers_none(monkeypatch):
+    from primus_hydra.config import kept_nodes
+    from primus_hydra.config.job_composition import compose_job
+
+    overrides = ["task=plan", "platform=slurm"]
+    assert compose_run_config(CONF, "config", overrides, job_name=JOB_NAME) is not None
+    job = compose_job(CONF, "config", overrides)
+    section = kept_nodes._current_section("hydra", Path(CONF))
+    key = kept_nodes.key_of(job.hydra_sections, job.hydra_entries)
+    monkeypatch.setitem(section, "nodes", {name: node for name, node in section["nodes"].items() if name != key})
+    assert compose_run_config(CONF, "config", overrides, job_name=JOB_NAME) is None

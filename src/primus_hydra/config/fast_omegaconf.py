@@ -165,13 +165,12 @@ def _keep_schema_sections_built_twice() -> None:
             return build(obj, allow_objects=allow_objects)
         key = (obj, allow_objects)
         if key not in kept:
-            made = kept_schema_data(obj, allow_objects)  # as this installation's OmegaConf builds it (kept_nodes.py)
-            if made is not None:
-                return made
-            if key not in seen:  # built once per process (a command line's composition): no copy kept
+            # as this installation's OmegaConf builds it (kept_nodes.py), else built
+            made = kept_schema_data(obj, allow_objects) or build(obj, allow_objects=allow_objects)
+            if key not in seen:  # once per process (a command line's composition): no copy kept
                 seen.add(key)
-                return build(obj, allow_objects=allow_objects)
-            kept[key] = build(obj, allow_objects=allow_objects)
+                return made
+            kept[key] = made
         return {name: copy.deepcopy(node) for name, node in kept[key].items()}
 
     for module in (omegaconf_utils, basecontainer, dictconfig):

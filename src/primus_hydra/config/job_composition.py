@@ -41,8 +41,8 @@ class JobComposition:
 
     cfg: DictConfig
     hydra_sections: dict  # the configs' `hydra:` sections, merged (plain data)
-    hydra_group_entries: list[tuple[str, str]] = field(default_factory=list)  # (config path, Hydra group) per entry
-    hydra_entries: list[tuple] = field(default_factory=list)  # each entry left out, whole (_entry_fields)
+    # each defaults entry of Hydra's groups left out: (the config that has it, *_entry_fields), once each
+    hydra_entries: list[tuple] = field(default_factory=list)
     choices: dict = field(default_factory=dict)  # the defaults tree's known choices (hydra.runtime.choices), in order
     parsed_overrides: list = field(default_factory=list)  # the command line's, as Hydra parsed them
     sources: list = field(default_factory=list)  # the config sources it read (Hydra's own configs' left out)
@@ -105,7 +105,7 @@ def _composed(search_path_dir: str, config_name: str, overrides: Sequence[str], 
         apply_model_from_hf(cfg, overrides)
     except Exception:  # noqa: BLE001 - Hydra's path words the error
         return None
-    return JobComposition(cfg, hydra_sections, repo.hydra_group_entries, repo.hydra_entries,
+    return JobComposition(cfg, hydra_sections, repo.hydra_entries,
                           dict(defaults.overrides.known_choices), parsed, list(repo.get_sources()))
 
 
@@ -191,7 +191,6 @@ def _without_hydras_config(repository: Any) -> Any:
 
         def __init__(self, delegate: Any) -> None:
             super().__init__(delegate)
-            self.hydra_group_entries: list[tuple[str, str]] = []
             self.hydra_entries: list[tuple] = []
 
         def load_config(self, config_path: str) -> Optional[ConfigResult]:
@@ -202,13 +201,10 @@ def _without_hydras_config(repository: Any) -> Any:
             if result is not None and result.defaults_list:
                 kept = []
                 for entry in result.defaults_list:
-                    group = _hydras_group(entry, config_path)
-                    if group is None:
+                    if _hydras_group(entry, config_path) is None:
                         kept.append(entry)
-                    elif (config_path, group) not in self.hydra_group_entries:  # Hydra loads a config more than once
-                        self.hydra_group_entries.append((config_path, group))
-                    if group is not None and (config_path, *_entry_fields(entry)) not in self.hydra_entries:
-                        self.hydra_entries.append((config_path, *_entry_fields(entry)))
+                    elif (config_path, *_entry_fields(entry)) not in self.hydra_entries:  # Hydra loads a config
+                        self.hydra_entries.append((config_path, *_entry_fields(entry)))  # more than once
                 result.defaults_list = kept
             return result
 

@@ -61,8 +61,14 @@ def kept_hydra_node(key: str, conf_dir: Optional[Path]) -> Optional[tuple[Any, d
     if section is None or key not in section["nodes"]:
         return None
     entry = section["nodes"][key]
-    return _loads(entry["node"]), {"hydra_choices": dict(entry["hydra_choices"]),
-                                   "hydra_source": tuple(section["hydra_source"])}
+    return hydra_node_of(section, key), {"hydra_choices": dict(entry["hydra_choices"]),
+                                         "hydra_source": tuple(section["hydra_source"])}
+
+
+def hydra_node_of(section: dict, key: str) -> Any:
+    """A kept `hydra` node, new: compressed with the first node kept as zlib's dictionary (the nodes differ little)."""
+    unpacker = zlib.decompressobj(zdict=zlib.decompress(section["dictionary"]))
+    return _NodeUnpickler.loads(unpacker.decompress(section["nodes"][key]["node"]) + unpacker.flush())
 
 
 def kept_schema_data(cls: type, allow_objects: Optional[bool]) -> Optional[dict]:
@@ -272,13 +278,20 @@ def _own_imports(module: types.ModuleType) -> set[str]:
 def write_kept_file(hydra_nodes: dict[str, dict], hydra_source: tuple, schema_classes: dict[str, bytes],
                     conf_dir: Path, path: Path = KEPT_NODES_FILE) -> None:
     """The file of kept nodes, each section with the fingerprint of what it was made from."""
+    raw = {key: zlib.decompress(entry["node"]) for key, entry in hydra_nodes.items()}
+    dictionary = next(iter(raw.values()), b"")
+    packed = {}
+    for key, entry in hydra_nodes.items():
+        packer = zlib.compressobj(9, zdict=dictionary)
+        packed[key] = {**entry, "node": packer.compress(raw[key]) + packer.flush()}
     hydra_modules = source_modules_of([_loads(entry["node"]) for entry in hydra_nodes.values()])
     schema_modules = source_modules_of([_loads(data) for data in schema_classes.values()],
                                        {key.partition(":")[0] for key in schema_classes})
     path.write_bytes(pickle.dumps({
         "format": FORMAT,
         "hydra": {"fingerprint": fingerprint(hydra_modules, conf_hydra_files(conf_dir)),
-                  "source_modules": hydra_modules, "hydra_source": list(hydra_source), "nodes": hydra_nodes},
+                  "source_modules": hydra_modules, "hydra_source": list(hydra_source),
+                  "dictionary": zlib.compress(dictionary, 9), "nodes": packed},
         "schemas": {"fingerprint": fingerprint(schema_modules, {}), "source_modules": schema_modules,
                     "classes": schema_classes},
     }, protocol=5))

@@ -45,7 +45,7 @@ def answered_query(args: list[str]) -> bool:
     if not _names_a_query_task(args):
         return False
     composition = compose_job(find_conf_dir(), "config", args)
-    if composition is None or not _hydra_parts_are_own(composition.hydra_sections, composition.hydra_group_entries):
+    if composition is None or not _hydra_parts_are_own(composition.hydra_sections, composition.hydra_entries):
         return False
     cfg = composition.cfg
     if OmegaConf.select(cfg, "task.name", default=None) not in QUERY_TASKS or cfg.task.get("calibrate", False):
@@ -80,12 +80,12 @@ def _names_a_query_task(args: list[str]) -> bool:
     return any(word.partition("=")[0] == "task" and word.partition("=")[2] in QUERY_TASKS for word in args)
 
 
-def _hydra_parts_are_own(sections: dict, group_entries: list[tuple[str, str]]) -> bool:
+def _hydra_parts_are_own(sections: dict, hydra_entries: list[tuple]) -> bool:
     if not set(sections) <= OWN_HYDRA_KEYS or not set(sections.get("job") or {}) <= OWN_JOB_KEYS:
         return False
     if (sections.get("job") or {}).get("chdir"):
         return False
-    return all(config in OWN_CONFIGS for config, _group in group_entries)
+    return all(entry[0] in OWN_CONFIGS for entry in hydra_entries)  # (the config that has it, ...)
 
 
 def _reads_hydras_runtime(node: Any) -> bool:

@@ -16,7 +16,6 @@ from omegaconf import DictConfig
 
 from primus_hydra.distributed_env import DistributedEnv, detect_distributed_env
 from primus_hydra.launch.job_config import write_job_config
-from primus_hydra.launch.provenance import record_provenance
 from primus_hydra.launch.run_dir_lock import RUN_DIR_LOCKS
 from primus_hydra.launch.sweep.concurrency import in_multirun, points_run_at_once_here
 from primus_hydra.orchestrator.apply import report_resource_plan, worker_environment
@@ -98,6 +97,8 @@ class TrainTask:
     def _run_prepared(self, job: PreparedJob, placement: Placement, run_dir: Path) -> Any:
         if placement.kind != "slurm" and not job.cfg.task.dry_run and placement.dist.is_main \
                 and int(job.cfg.launch.node_rank) == 0:
+            from primus_hydra.launch.provenance import record_provenance  # git's and pip's records: not a dry run's
+
             record_provenance(run_dir, job.cfg, launcher=placement.kind)  # a Slurm job's: when it is submitted
         if placement.kind == "slurm":  # platform=slurm: this run is one Slurm job
             from primus_hydra.launch.slurm.run import submit_single_run
