@@ -107,3 +107,32 @@ def test_a_missing_file_is_no_error(tmp_path, monkeypatch):
     monkeypatch.setattr(kept_nodes, "KEPT_NODES_FILE", tmp_path / "none.pickle")
     assert kept_nodes.kept_schema_data(PrimusConfig, None) is None
     assert compose_run_config(CONF, "config", ["model=llama3_8b"], job_name="cli") is None
+
+
+def test_every_schema_class_a_shipped_option_builds_is_kept(monkeypatch):
+    """A new schema (a task's, a backend's) is in the file once scripts/make_kept_nodes.py ran: else every command
+    builds it (correct, only slower)."""
+    from primus_hydra.config.job_composition import compose_job_config
+
+    fresh_or_skip(kept_nodes._kept_file()["schemas"], {})
+    asked, kept = [], kept_nodes.kept_schema_data
+
+    def recording(cls, allow_objects):
+        found = kept(cls, allow_objects)
+        asked.append((kept_nodes.schema_key(cls, allow_objects), found is not None))
+        return found
+
+    monkeypatch.setattr(kept_nodes, "kept_schema_data", recording)
+    import omegaconf.basecontainer
+    import omegaconf.dictconfig
+
+    from primus_hydra.config import fast_omegaconf
+
+    for module in (omegaconf._utils, omegaconf.basecontainer, omegaconf.dictconfig):  # restored after the test
+        monkeypatch.setattr(module, "get_structured_config_data", module.get_structured_config_data)
+    fast_omegaconf._keep_schema_sections_built_twice()  # a wrapper that asks `recording`, as a process's first builds
+    conf = Path(CONF)
+    for group in ("task", "backend", "logger", "hardware", "platform"):
+        for path in sorted((conf / group).glob("*.yaml")):
+            compose_job_config(CONF, "config", [f"{group}={path.stem}"])
+    assert asked and [key for key, found in asked if not found] == []

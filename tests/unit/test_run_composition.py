@@ -51,7 +51,7 @@ def hydras_config(overrides: list[str], search_path_dir: str = CONF):
 
 def assert_same_as_hydras(overrides: list[str], search_path_dir: str = CONF) -> None:
     cfg = compose_run_config(search_path_dir, "config", overrides, job_name=JOB_NAME)
-    assert cfg is not None, overrides
+    assert cfg is not None, f"{overrides}: composed by Hydra (no kept `hydra` node? run scripts/make_kept_nodes.py)"
     hydras = hydras_config(overrides, search_path_dir)
     assert OmegaConf.to_yaml(cfg) == OmegaConf.to_yaml(hydras)
     assert nodes(cfg) == nodes(hydras)
