@@ -139,3 +139,15 @@ def test_a_private_file_is_created_owner_only_and_made_so_when_it_existed(tmp_pa
     for path in (tmp_path / "sub" / "new.yaml", existing):
         write_private_text(path, "secret: <redacted>\n")
         assert mode(path) == 0o600 and path.read_text() == "secret: <redacted>\n"
+
+
+def test_a_secret_is_found_in_any_key_or_leaf_of_plain_arguments():
+    from primus_hydra.config.secrets import holds_any
+
+    secret = "hf_abcdefghijklmnop"
+    folded = {"args": ["--note", " ".join(["word"] * 30) + f" {secret} " + " ".join(["word"] * 30)]}
+    assert holds_any(folded, {secret})  # inside a long text YAML would fold across lines
+    assert holds_any({"env": {secret: 1}}, {secret})  # a key
+    assert holds_any({"ids": [[1, 12345678]]}, {"12345678"})  # a number, as text
+    assert not holds_any({"token_dtype": "uint16", "lr": 0.1}, {secret})
+    assert not holds_any({"a": "x"}, set()) and not holds_any({"a": "x"}, {""})

@@ -142,6 +142,13 @@ def _could_be_a_credential(value: str) -> bool:
     return len(value) >= MIN_REDACTED_LENGTH and value.lower() not in NOT_SECRET_VALUES
 
 
+def holds_any(plain: Any, values: Iterable[str]) -> bool:
+    """Whether a key or leaf of a plain container (dicts, lists, scalars) holds one of `values` (as text)."""
+    values = [value for value in values if value]
+    return bool(values) and any(value in str(part) for path, leaf in _leaves(plain) for part in (*path, leaf)
+                                for value in values)
+
+
 def redact_text(text: str, values: Iterable[str]) -> str:
     for value in sorted(values, key=len, reverse=True):  # longest first: a value inside another goes with it
         if value in text:

@@ -28,7 +28,7 @@ from omegaconf import OmegaConf
 from primus_hydra.backends.schemas import typed_config
 from primus_hydra.backends.translation import Translation
 from primus_hydra.config.layout import ParallelLayout
-from primus_hydra.config.secrets import LeafPath, config_for_file, secret_values
+from primus_hydra.config.secrets import LeafPath, config_for_file, holds_any, secret_values
 from primus_hydra.orchestrator.prepare import PreparedJob
 from primus_hydra.util.private_files import write_private_text
 from primus_hydra.util.yaml_text import dump_yaml, load_yaml
@@ -75,8 +75,7 @@ def shipped_translation(job: PreparedJob) -> Optional[dict]:
     if job.translation is None:
         return None
     plain = job.translation.plain()
-    text = dump_yaml(plain["arguments"])
-    return None if any(secret in text for secret in secret_values(job.cfg)) else plain
+    return None if holds_any(plain["arguments"], secret_values(job.cfg)) else plain
 
 
 def load_job_config(path: Path) -> PreparedJob:
