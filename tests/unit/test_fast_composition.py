@@ -628,3 +628,46 @@ def test_a_config_made_plain_is_what_omegaconf_makes_of_it(flags):
                  OmegaConf.create({"x": "${y}", "y": {"z": 1}}).x if flags.get("resolve") else missing):
         assert _to_container_outcome(fast, node, flags) == _to_container_outcome(own, node, flags)
     assert OmegaConf.to_container(composed, resolve=True)["extra"]["nested"]["c"] == "${not.one}"
+
+
+PLAIN_OVERRIDES = [
+    "model=llama3_8b", "module.lr=1e-3", "module.lr=2.5E-4", "module.lr=.5", "module.lr=1.", "module.lr=1.e5",
+    "a.b=-3", "a.b=1_000", "a.b=1__0", "a.b=1_", "a.b=00", "a.b=0x10", "a.b=-0", "a.b=1_0.5", "a.b=1.2.3", "a.b=1e",
+    "a.b=inf", "a.b=-INF", "a.b=NaN", "a.b=nan5", "a.b=infinity", "a.b=True", "a.b=fAlSe", "a.b=true1", "a.b=-true",
+    "a.b=NULL", "a.b=null_", "a.b=/tmp/run-1/x.y", "a.b=.", "a.b=-", "a.b=_", "a.b=3b", "hydra/launcher=primus_local",
+    "+module.extra_args.new_key=1", "++a.b=x", "~logger", "~a.b", "~a.b=3", "module.layers.0.x=1", "a-b.c_d-e=f",
+    "task.dry_run=true", "hydra.run.dir=outputs/x", "hydra.mode=RUN",
+    # not plain: Hydra's own parse (and its error)
+    "a.b=", "a.b=x y", "a.b='q'", "a.b=${x}", "a.b=1,2", "a.b=[1,2]", "a.b=choice(1,2)", "a.b=1e+3", "model@pkg=x",
+    "a.01=1", "1=2", "=x", "a..b=1", "a/b.c=1", "a.b=c=d", "+~a=1", "a.b=x\\ y",
+]
+
+
+def _parsed(parse_rule, text):
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        override = parse_rule(OverridesParser.create(), text, "override")
+    except Exception as error:  # noqa: BLE001 - the error is the outcome compared
+        return type(error).__name__, str(error)
+    value = override._value
+    return (override.type, override.key_or_group, override.package, override.value_type, override.input_line,
+            type(value), repr(value), override.config_loader)
+
+
+def test_a_plain_override_is_read_into_the_override_hydras_grammar_parses():
+    import random
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    fast_composition.install()
+    fast, own = OverridesParser.parse_rule, OverridesParser.parse_rule.__wrapped__
+    alphabet = "aZ_09-./eE+1nN"
+    random.seed(30)
+    generated = [f"k.x={''.join(random.choice(alphabet) for _ in range(random.randint(1, 6)))}" for _ in range(3000)]
+    plain = 0
+    for text in PLAIN_OVERRIDES + generated:
+        plain += fast_composition.plain_override(text) is not None
+        assert _parsed(fast, text) == _parsed(own, text), text
+    assert plain > 2000  # most generated ones take the plain path
+    assert fast_composition.plain_override("a.b=x y") is None and fast_composition.plain_override("model=x") is not None
