@@ -109,3 +109,24 @@ def test_a_refused_run_says_what_hydras_path_says(args, tmp_path):
 def test_what_only_hydra_can_run_takes_hydras_path(args, tmp_path):
     ran = run(tmp_path, [*args, f"hydra.run.dir={tmp_path / 'mine'}"], through_hydra=False)
     assert ran.returncode != 0 and "Hydra's own path was taken" in ran.stderr
+
+
+def test_a_dry_run_and_compose_import_no_torch_and_compose_writes_nothing(tmp_path):
+    from helpers.cli import primus_reporting_torch
+
+    result, torch_imported = primus_reporting_torch("task.dry_run=true", "backend=megatron", "model=llama3_8b",
+                                                    f"hydra.run.dir={tmp_path / 'dry'}", cwd=tmp_path)
+    assert result.returncode == 0 and not torch_imported, result.stderr[-2000:]
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {key: value for key, value in os.environ.items() if key not in ("XDG_CACHE_HOME", "HYDRA_FULL_ERROR")}
+    env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), PYTHONPATH=str(REPO / "src"))
+    composed = subprocess.run(
+        [sys.executable, "-c", "import sys, primus_hydra\n"
+                               "from primus_hydra.config.run_composition import OWN_CONF_MODULE, compose_run_config\n"
+                               "cfg = primus_hydra.compose(['backend=megatron', 'model=llama3_8b'])\n"
+                               "assert compose_run_config(OWN_CONF_MODULE, 'config', [], job_name='primus') is not None\n"
+                               "print(cfg.backend.name, 'torch' in sys.modules)"],
+        capture_output=True, text=True, cwd=home, env=env, timeout=120)
+    assert composed.stdout.split() == ["megatron", "False"], composed.stderr[-2000:]
+    assert list(home.iterdir()) == []  # no cache, no run dir: composing has no side effects
