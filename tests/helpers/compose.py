@@ -61,3 +61,20 @@ def nodes(cfg, path: str = "") -> list[tuple]:
         for index in range(len(node)):
             found += nodes(node._get_node(index), f"{path}[{index}]")
     return found
+
+
+def kept_nodes_fit_this_installation() -> bool:
+    """Whether src/primus_hydra/config/kept_nodes.pickle was made with this Python, Hydra and OmegaConf (else every
+    command composes Hydra's way, and the tests of the kept nodes' use are skipped, saying so)."""
+    from primus_hydra.config import kept_nodes
+
+    kept = kept_nodes._kept_file()
+    if kept is None:
+        return False
+    now = kept_nodes.fingerprint([], {})
+    return all(kept[section]["fingerprint"][name] == now[name] for section in ("hydra", "schemas")
+               for name in ("python", "hydra", "omegaconf"))
+
+
+KEPT_NODES_REASON = ("kept_nodes.pickle was made with another Python, Hydra or OmegaConf than this one: commands "
+                     "compose Hydra's way here (run scripts/make_kept_nodes.py)")

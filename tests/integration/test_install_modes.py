@@ -116,11 +116,16 @@ def test_hydra_finds_the_launchers_and_conf(mode, source, wheelhouse, tmp_path):
     api = run("-c", "import primus_hydra\n"
                     "from hydra import compose, initialize_config_module\n"
                     "print(primus_hydra.compose(['backend=megatron']).backend.name)\n"
+                    "from primus_hydra.config import kept_nodes\n"
                     "from primus_hydra.config.run_composition import OWN_CONF_MODULE, compose_run_config\n"
-                    "print(compose_run_config(OWN_CONF_MODULE, 'config', [], job_name='primus') is not None)\n"
+                    "versions = [kept_nodes._kept_file()['hydra']['fingerprint'][name] == "
+                    "kept_nodes.fingerprint([], {})[name] for name in ('python', 'hydra', 'omegaconf')]\n"
+                    "print((compose_run_config(OWN_CONF_MODULE, 'config', [], job_name='primus') is not None) "
+                    "== all(versions))\n"
                     "with initialize_config_module('primus_hydra.conf', version_base='1.3'):\n"
                     "    print(compose('config', overrides=['model=llama3_8b']).model.num_kv_heads)")
-    # the installed project's kept `hydra` nodes are used (shipped, and made from the same sources)
+    # the installed project's kept `hydra` nodes are used (shipped, made from the same sources) where they were made
+    # with its Hydra, OmegaConf and Python
     assert api.stdout.split() == ["megatron", "True", "8"], api.stdout
 
     has_torch = subprocess.run([str(python), "-c", "import torch"], capture_output=True, cwd=workdir,

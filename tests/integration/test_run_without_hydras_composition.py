@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.compose import REPO
+from helpers.compose import KEPT_NODES_REASON, REPO, kept_nodes_fit_this_installation
 
 # the Hydra path: a flag that names the config the command line composes anyway
 THROUGH_HYDRA = ["-cn", "config"]
@@ -27,6 +27,7 @@ sys.argv[0] = "primus-hydra"
 cli.main()
 """
 MACHINE = {"PRIMUS_AUTO_VCPUS": "2", "PRIMUS_AUTO_RAM_GB": "16"}  # what the resource plan reads: the same each run
+pytestmark = pytest.mark.skipif(not kept_nodes_fit_this_installation(), reason=KEPT_NODES_REASON)
 TIMESTAMP = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\]|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4}")
 
 

@@ -13,7 +13,7 @@ from hydra.core.utils import JobRuntime
 from hydra.version import VersionBase
 from omegaconf import OmegaConf
 
-from helpers.compose import nodes
+from helpers.compose import KEPT_NODES_REASON, kept_nodes_fit_this_installation, nodes
 from primus_hydra.backends.schemas import register_schemas
 from primus_hydra.config import fast_composition
 from primus_hydra.config.fast_composition import RUN_MODE_OVERRIDE
@@ -28,6 +28,7 @@ GROUPS = ["platform", "module", "model", "backend", "task", "hardware", "logger"
 OPTIONS = [f"{group}={path.relative_to(Path(CONF) / group).with_suffix('').as_posix()}"
            for group in GROUPS for path in sorted((Path(CONF) / group).rglob("*.yaml"))]
 JOB_NAME = "cli"
+pytestmark = pytest.mark.skipif(not kept_nodes_fit_this_installation(), reason=KEPT_NODES_REASON)
 
 
 @pytest.fixture(autouse=True)
