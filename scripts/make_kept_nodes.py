@@ -26,19 +26,16 @@ from primus_hydra.config import fast_composition, kept_nodes
 from primus_hydra.config.paths import find_conf_dir
 from primus_hydra.config.run_composition import compose_run_config
 
-GROUPS = ["platform", "module", "model", "backend", "task", "hardware", "logger", "experiment"]
 SCHEMA_BUILDERS = (omegaconf._utils, omegaconf.basecontainer, omegaconf.dictconfig)
 
 
 def command_lines(conf_dir: Path) -> list[list[str]]:
     """The default command line, one per option of every group, and each platform with each task (a platform picks
     Hydra's launcher, a task its logging and output: `platform=slurm task=status`)."""
-    def options(group: str) -> list[str]:
-        return [f"{group}={path.relative_to(conf_dir / group).with_suffix('').as_posix()}"
-                for path in sorted((conf_dir / group).rglob("*.yaml"))]
-
-    return [[]] + [[option] for group in GROUPS for option in options(group)] + \
-        [[platform, task] for platform in options("platform") for task in options("task")]
+    options = kept_nodes.group_options(conf_dir)
+    of_group = {group: [option for option in options if option.startswith(f"{group}=")] for group in ("platform", "task")}
+    return [[]] + [[option] for option in options] + \
+        [[platform, task] for platform in of_group["platform"] for task in of_group["task"]]
 
 
 def main() -> None:

@@ -8,10 +8,12 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, ListConfig
 
 from primus_hydra.backends.schemas import register_schemas
+from primus_hydra.config.kept_nodes import group_options
 from primus_hydra.config.paths import find_conf_dir
 
 REPO = Path(__file__).resolve().parents[2]
 CONF_DIR = Path(find_conf_dir())
+GROUP_OPTIONS = group_options(CONF_DIR)  # `group=option` for every option of every group
 PYTHON = sys.executable
 
 

@@ -3,12 +3,10 @@ overrides of each kind, it is Hydra's job config node for node (values, node typ
 be sure it answers None and the caller composes with Hydra."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from omegaconf import OmegaConf
 
-from helpers.compose import hydras_job_config, nodes
+from helpers.compose import GROUP_OPTIONS, hydras_job_config, nodes
 from primus_hydra.backends.schemas import register_schemas
 from primus_hydra.config import fast_composition
 from primus_hydra.config.job_composition import compose_job_config
@@ -17,9 +15,6 @@ from primus_hydra.config.paths import find_conf_dir
 fast_composition.install()
 register_schemas()
 CONF = find_conf_dir()
-GROUPS = ["platform", "module", "model", "backend", "task", "hardware", "logger", "experiment"]
-OPTIONS = [f"{group}={path.relative_to(Path(CONF) / group).with_suffix('').as_posix()}"
-           for group in GROUPS for path in sorted((Path(CONF) / group).rglob("*.yaml"))]
 
 
 def assert_same_as_hydras(overrides: list[str]) -> None:
@@ -34,9 +29,9 @@ def test_the_default_config_is_hydras():
     assert_same_as_hydras([])
 
 
-@pytest.mark.parametrize("options", [OPTIONS[index::4] for index in range(4)], ids=lambda options: options[0])
+@pytest.mark.parametrize("options", [GROUP_OPTIONS[index::4] for index in range(4)], ids=lambda options: options[0])
 def test_every_option_of_every_group_is_hydras(options):
-    assert len(OPTIONS) > 60
+    assert len(GROUP_OPTIONS) > 60
     for option in options:
         assert_same_as_hydras([option])
 

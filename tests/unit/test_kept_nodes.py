@@ -51,7 +51,7 @@ def test_the_kept_hydra_nodes_are_what_hydra_composes_now():
         assert key in section["nodes"], overrides
         assert entry["hydra_choices"] == section["nodes"][key]["hydra_choices"]
         assert tuple(section["hydra_source"]) == hydra_source
-        assert nodes(kept_nodes._loads(entry["node"])) == nodes(kept_nodes.hydra_node_of(section, key))
+        assert nodes(kept_nodes._NodeUnpickler.loads(entry["node"])) == nodes(kept_nodes.hydra_node_of(section, key))
 
 
 def test_the_kept_schema_nodes_are_what_omegaconf_builds_now(monkeypatch):

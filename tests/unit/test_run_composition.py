@@ -13,7 +13,7 @@ from hydra.core.utils import JobRuntime
 from hydra.version import VersionBase
 from omegaconf import OmegaConf
 
-from helpers.compose import KEPT_NODES_REASON, kept_nodes_fit_this_installation, nodes
+from helpers.compose import GROUP_OPTIONS, KEPT_NODES_REASON, kept_nodes_fit_this_installation, nodes
 from primus_hydra.backends.schemas import register_schemas
 from primus_hydra.config import fast_composition
 from primus_hydra.config.fast_composition import RUN_MODE_OVERRIDE
@@ -24,9 +24,6 @@ fast_composition.install()
 register_schemas()
 Plugins.instance()  # as Hydra's own path scans them: the plugins' config classes are the ones composition uses
 CONF = find_conf_dir()
-GROUPS = ["platform", "module", "model", "backend", "task", "hardware", "logger", "experiment"]
-OPTIONS = [f"{group}={path.relative_to(Path(CONF) / group).with_suffix('').as_posix()}"
-           for group in GROUPS for path in sorted((Path(CONF) / group).rglob("*.yaml"))]
 JOB_NAME = "cli"
 pytestmark = pytest.mark.skipif(not kept_nodes_fit_this_installation(), reason=KEPT_NODES_REASON)
 
@@ -66,9 +63,9 @@ def test_the_python_apis_package_source_is_hydras():
     assert_same_as_hydras(["model=llama3_8b"], "pkg://primus_hydra.conf")
 
 
-@pytest.mark.parametrize("options", [OPTIONS[index::4] for index in range(4)], ids=lambda options: options[0])
+@pytest.mark.parametrize("options", [GROUP_OPTIONS[index::4] for index in range(4)], ids=lambda options: options[0])
 def test_every_option_of_every_group_is_hydras(options):
-    assert len(OPTIONS) > 60
+    assert len(GROUP_OPTIONS) > 60
     for option in options:
         if option.startswith("experiment="):  # an experiment that sets hydra.* has its own node, or none
             if compose_run_config(CONF, "config", [option], job_name=JOB_NAME) is None:

@@ -177,8 +177,8 @@ def dumped(value: Any) -> bytes:
 
 def made_by_hydra(search_path_dir: str, config_name: str, overrides: list[str]) -> tuple[str, dict, tuple]:
     """The key of the `hydra` node Hydra composes for `overrides`, the node as Hydra's merges leave it (before its
-    finishing steps) with the choices of Hydra's own groups, and Hydra's own config source; composed by Hydra's own
-    loader (after Hydra's plugin scan, as a run)."""
+    finishing steps; pickled) with the choices of Hydra's own groups, and Hydra's own config source; composed by
+    Hydra's own loader (after Hydra's plugin scan, as a run)."""
     import copy
 
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
@@ -202,7 +202,7 @@ def made_by_hydra(search_path_dir: str, config_name: str, overrides: list[str]) 
     if choices[:len(job_choices)] != job_choices:
         raise ValueError(f"the choices of {overrides} are not the job's followed by Hydra's: {choices}")
     first = repo.get_sources()[0]
-    entry = {"node": dumped(node), "hydra_choices": dict(choices[len(job_choices):])}
+    entry = {"node": pickle.dumps(node, protocol=5), "hydra_choices": dict(choices[len(job_choices):])}
     return key_of(job.hydra_sections, job.hydra_entries), entry, (first.path, first.scheme(), first.provider)
 
 
@@ -275,16 +275,22 @@ def _own_imports(module: types.ModuleType) -> set[str]:
     return names
 
 
+def group_options(conf_dir: Path) -> list[str]:
+    """`group=option` for every option of every config group of a conf/ (its folders but Hydra's own)."""
+    return [f"{group.name}={path.relative_to(group).with_suffix('').as_posix()}"
+            for group in sorted(conf_dir.iterdir()) if group.is_dir() and group.name not in ("hydra", "__pycache__")
+            for path in sorted(group.rglob("*.yaml"))]
+
+
 def write_kept_file(hydra_nodes: dict[str, dict], hydra_source: tuple, schema_classes: dict[str, bytes],
                     conf_dir: Path, path: Path = KEPT_NODES_FILE) -> None:
     """The file of kept nodes, each section with the fingerprint of what it was made from."""
-    raw = {key: zlib.decompress(entry["node"]) for key, entry in hydra_nodes.items()}
-    dictionary = next(iter(raw.values()), b"")
+    dictionary = next(iter(hydra_nodes.values()))["node"] if hydra_nodes else b""
     packed = {}
     for key, entry in hydra_nodes.items():
         packer = zlib.compressobj(9, zdict=dictionary)
-        packed[key] = {**entry, "node": packer.compress(raw[key]) + packer.flush()}
-    hydra_modules = source_modules_of([_loads(entry["node"]) for entry in hydra_nodes.values()])
+        packed[key] = {**entry, "node": packer.compress(entry["node"]) + packer.flush()}
+    hydra_modules = source_modules_of([_NodeUnpickler.loads(entry["node"]) for entry in hydra_nodes.values()])
     schema_modules = source_modules_of([_loads(data) for data in schema_classes.values()],
                                        {key.partition(":")[0] for key in schema_classes})
     path.write_bytes(pickle.dumps({

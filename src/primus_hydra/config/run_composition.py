@@ -36,7 +36,8 @@ def compose_run_config(search_path_dir: str, config_name: str, overrides: Sequen
     if conf_dir is None:
         return None
     composition = compose_job(search_path_dir, config_name, overrides, hydra_values=True)
-    if composition is None or any(_recomposes(override) for override in composition.parsed_overrides):
+    if composition is None or any(override.key_or_group == "hydra.searchpath"  # Hydra's configs searched again
+                                  for override in composition.parsed_overrides):  # (its groups: None above)
         return None
     kept = kept_hydra_node(key_of(composition.hydra_sections, composition.hydra_entries), conf_dir)
     if kept is None:
@@ -61,12 +62,6 @@ def _own_conf_dir(search_path_dir: str) -> Optional[Path]:
         return own
     folder = search_path_dir[len("file://"):] if search_path_dir.startswith("file://") else search_path_dir
     return own if "://" not in folder and Path(folder).resolve() == own.resolve() else None
-
-
-def _recomposes(override: Any) -> bool:
-    """An override that changes what Hydra composes of its own config (a group of Hydra's, its search path)."""
-    return override.is_hydra_override() and (override.key_or_group.startswith("hydra/")
-                                             or override.key_or_group == "hydra.searchpath")
 
 
 def _whole_config(job_cfg: DictConfig, hydra_node: DictConfig) -> DictConfig:
