@@ -138,9 +138,10 @@ def _register_config_sources() -> None:
 
 @contextlib.contextmanager
 def _package_source_when_used() -> Iterator[None]:
-    """Hydra's pkg:// source, imported only when a search path names a package (`hydra.searchpath=[pkg://...]`, a
-    conf/ inside a wheel): with zipfile and importlib.resources that is ~3 ms a checkout's composition never uses.
-    Registered for the composition only: Hydra's plugin scan, if it comes later, registers the real one."""
+    """The pkg:// source (compose()'s `pkg://primus_hydra.conf`, `hydra.searchpath=[pkg://...]`): a plain folder
+    package's read from its folder (config/package_config_source.py), any other package's Hydra's own, imported
+    then (with zipfile and importlib.resources, ~5 ms). Registered for the composition only: Hydra's plugin scan, if
+    it comes later, registers Hydra's."""
     from hydra._internal.sources_registry import SourcesRegistry
 
     types = SourcesRegistry.instance().types
@@ -156,17 +157,17 @@ def _package_source_when_used() -> Iterator[None]:
 
 
 class _PackageConfigSource:
-    """Stands in for Hydra's ImportlibResourcesConfigSource under the `pkg` scheme: constructing it imports and
-    returns the real one."""
+    """Stands in for Hydra's ImportlibResourcesConfigSource under the `pkg` scheme: constructing it returns the
+    source config/package_config_source.py chooses (a plain folder's, else Hydra's own)."""
 
     @staticmethod
     def scheme() -> str:
         return "pkg"
 
     def __new__(cls, provider: str, path: str) -> Any:
-        from hydra._internal.core_plugins.importlib_resources_config_source import ImportlibResourcesConfigSource
+        from primus_hydra.config.package_config_source import package_config_source
 
-        return ImportlibResourcesConfigSource(provider, path)
+        return package_config_source(provider, path)
 
 
 def _search_path(search_path_dir: str) -> Any:
