@@ -671,3 +671,20 @@ def test_a_plain_override_is_read_into_the_override_hydras_grammar_parses():
         assert _parsed(fast, text) == _parsed(own, text), text
     assert plain > 2000  # most generated ones take the plain path
     assert fast_composition.plain_override("a.b=x y") is None and fast_composition.plain_override("model=x") is not None
+
+
+def test_version_strings_are_read_once_with_the_same_answers():
+    from hydra import version
+    from packaging.version import Version
+
+    fast_composition.install()
+    before = version.getbase()
+    try:
+        for base in ("1.2", "1.3"):
+            version.setbase(base)
+            for asked in ("1.1", "1.2", "1.2.0.dev2", "1.3", "1.4"):
+                expected = Version(base) >= Version(".".join(asked.split(".")[:2]))
+                assert version.base_at_least(asked) is expected, (base, asked)
+        assert version._get_version("1.2.0.dev2") is version._get_version("1.2.0.dev2") == Version("1.2")
+    finally:
+        version.VersionBase.instance().version_base = before

@@ -95,6 +95,26 @@ def test_a_hanging_tool_times_out(tmp_path, monkeypatch):
     assert machine(tmp_path, {}).gpus == ()
 
 
+def test_a_tool_is_found_where_shutil_which_finds_it(tmp_path, monkeypatch):
+    import shutil
+
+    from primus_hydra.orchestrator.gpu_probe import _on_path
+
+    runnable, plain, folder = tmp_path / "runnable", tmp_path / "plain", tmp_path / "folder"
+    for made in (runnable, plain, folder):
+        made.mkdir()
+    (runnable / "tool").write_text("#!/bin/sh\n")
+    (runnable / "tool").chmod(0o755)
+    (plain / "tool").write_text("not runnable")
+    (folder / "tool").mkdir()
+    monkeypatch.chdir(runnable)  # an empty PATH entry is the working directory
+    for search_path in (str(runnable), str(plain), str(folder), f"{plain}{os.pathsep}{runnable}", "",
+                        f"{folder}{os.pathsep}", str(tmp_path / "missing"), None):
+        for command in ("tool", "no-such-tool"):
+            assert _on_path(command, search_path) == (shutil.which(command, path=search_path) is not None), \
+                (command, search_path)
+
+
 AMD_SMI = json.dumps([
     {"gpu": 0, "mem_usage": {"total_vram": {"value": 196592, "unit": "MB"}, "free_vram": {"value": 196592, "unit": "MB"}}},
     {"gpu": 1, "mem_usage": {"total_vram": {"value": 196592, "unit": "MB"}, "free_vram": {"value": 98296, "unit": "MB"}}},

@@ -41,6 +41,9 @@
    is read into the same Override with the grammar's own token rules (its INT, FLOAT, BOOL and NULL; any other value
    is the text); every other override is Hydra's to parse, and to word the error of.
 
+9. Hydra asks `version.base_at_least("1.2")` ~200 times a composition (each config's defaults, each override),
+   each time reading the version string with packaging's parser, twice (~1.5 ms). Each string is read once.
+
 Not for speed: every composition ends with `model.from_hf=<DIR>` applied (config/hf_config.py), so that the
 command line, `--cfg job`, the Python API and each sweep point Hydra composes see the folder's architecture.
 
@@ -75,6 +78,15 @@ def install() -> None:
     _interpolation_map_only_for_interpolated_defaults()
     _plugin_dataclasses_made_without_compiling()
     _plain_overrides_read_without_the_grammar()
+    _version_strings_read_once()
+
+
+def _version_strings_read_once() -> None:
+    import functools
+
+    from hydra import version
+
+    version._get_version = functools.lru_cache(maxsize=None)(version._get_version)  # a Version is immutable
 
 
 def _share_the_config_store() -> None:
