@@ -67,6 +67,9 @@
    dict or list node holding its children are read directly instead; any other child (an interpolation, `???`, a
    union, a container that is None, missing or an interpolation) is read as OmegaConf reads it, errors included.
 
+12-13. OmegaConf's node classes checked by their MRO, and its tree walks without a per-call import:
+   config/fast_node_classes.py.
+
 `install()` is idempotent; config/fast_composition.py's install() calls it.
 """
 from __future__ import annotations
@@ -77,6 +80,7 @@ import yaml
 from omegaconf._utils import get_omega_conf_dumper as omegaconfs_get_omega_conf_dumper  # kept: install() replaces it
 from omegaconf._utils import get_yaml_loader as omegaconfs_get_yaml_loader  # kept: install() replaces it
 
+from primus_hydra.config import fast_node_classes
 from primus_hydra.util.yaml_tags import ScalarTagsResolvedOnce
 
 _INSTALLED = False
@@ -98,6 +102,7 @@ def install() -> None:
     _merge_over_text_interpolations_without_resolving_them()
     _read_held_keys_without_struct_checks()
     _read_plain_values_directly_when_made_plain()
+    fast_node_classes.install()
 
 
 def _install_c_yaml_loader() -> None:
