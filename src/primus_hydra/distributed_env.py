@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from typing import Mapping
 
+from primus_hydra.util.records import record
 
-@dataclass(frozen=True)
+
+@record(frozen=True)
 class DistributedEnv:
     launcher: str  # "single" | "torchrun" | "slurm"
     rank: int = 0

@@ -20,7 +20,8 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "primus_hydra"
 
 # bottom to top; a package may import its own modules and any package of a lower layer
 LAYERS = [
-    {"errors", "distributed_env", "util"},
+    {"errors", "util"},
+    {"distributed_env"},
     {"config"},
     {"patches"},
     {"backends"},
