@@ -26,7 +26,7 @@ from primus_hydra.config.fast_composition import install as install_fast_composi
 from primus_hydra.config.paths import hydra_job_dir
 from primus_hydra.config.secrets import warn_about_literal_secrets
 from primus_hydra.config.validate import validate_config
-from primus_hydra.config.values import without_hydra_node
+from primus_hydra.config.values import hydra_node_set_aside
 from primus_hydra.distributed_env import launch_environment_failures
 from primus_hydra.errors import ConfigValidationError, PrimusError
 from primus_hydra.launch.external import overrides_for_external_launch
@@ -59,7 +59,8 @@ def compose(overrides: Sequence[str] = (), *, config_name: str = "config", valid
             raise
         raise PrimusError(format_compose_error(error)) from error
     if validate:
-        validate_config(without_hydra_node(cfg))
+        with hydra_node_set_aside(cfg) as job:
+            validate_config(job)
     return cfg
 
 

@@ -6,8 +6,8 @@ from hydra._internal.core_plugins.importlib_resources_config_source import Impor
 from hydra.core.object_type import ObjectType
 from hydra.plugins.config_source import ConfigLoadError
 from omegaconf import OmegaConf
-from tests.helpers.compose import CONF_DIR
 
+from helpers.compose import CONF_DIR
 from primus_hydra.config.package_config_source import FolderPackageConfigSource, package_config_source
 
 PATH = "pkg://primus_hydra.conf"

@@ -9,8 +9,8 @@ import pytest
 from antlr4 import TerminalNode
 from omegaconf import OmegaConf
 from omegaconf.grammar_parser import parse as antlr_parse
-from tests.helpers.compose import CONF_DIR
 
+from helpers.compose import CONF_DIR
 from primus_hydra.config import fast_omegaconf
 from primus_hydra.config.plain_interpolations import plain_parse_tree
 

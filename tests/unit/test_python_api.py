@@ -33,6 +33,22 @@ def test_compose_gives_the_command_lines_config_with_its_hydra_node(compose_conf
         compose_config("backend=megatron", "model=llama3_8b"))
 
 
+def test_validation_sees_the_job_without_hydras_node_and_leaves_the_config_whole():
+    from primus_hydra.config.values import hydra_node_set_aside
+
+    cfg = primus_hydra.compose(["model=moe_tiny"])
+    keys, hydra_node = list(cfg.keys()), cfg._get_node("hydra")
+    with hydra_node_set_aside(cfg) as job:
+        assert job is cfg and "hydra" not in job and list(job.keys()) == keys[1:]
+    assert list(cfg.keys()) == keys and cfg._get_node("hydra") is hydra_node
+    with pytest.raises(ConfigValidationError), hydra_node_set_aside(cfg):
+        raise ConfigValidationError(["a rule failed"])
+    assert list(cfg.keys()) == keys and cfg.hydra.job.name == "primus"
+    with pytest.raises(ConfigValidationError) as raised:  # a failed rule, through compose(): the same lines
+        primus_hydra.compose(["model=moe_tiny", "module.lr=-1"])
+    assert any("module.lr" in line for line in raised.value.failures)
+
+
 def test_compose_can_be_called_again_in_the_same_process():
     assert primus_hydra.compose(["model=moe_tiny"]).model.name == "moe_tiny"
     assert primus_hydra.compose().model.name == "llama_tiny"

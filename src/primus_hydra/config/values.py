@@ -49,6 +49,21 @@ def without_hydra_node(cfg: DictConfig) -> DictConfig:
     return job
 
 
+@contextmanager
+def hydra_node_set_aside(cfg: DictConfig) -> Iterator[DictConfig]:
+    """`cfg` itself without Hydra's node while the block runs, for a reader that changes nothing (validation): what
+    without_hydra_node copies, without the copy (~2 ms). Every node is back in its place after, also on an error."""
+    content = cfg.__dict__["_content"]
+    if not isinstance(content, dict) or "hydra" not in content:
+        yield cfg
+        return
+    cfg.__dict__["_content"] = {key: node for key, node in content.items() if key != "hydra"}
+    try:
+        yield cfg
+    finally:
+        cfg.__dict__["_content"] = content
+
+
 class PlainTree(dict):
     """A config's values as nested dicts read like the config (attributes, `get`, items): enum members stay members,
     lists are lists. Reading and copying it cost a fraction of a DictConfig's; code that does more with a config
