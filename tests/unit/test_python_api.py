@@ -2,14 +2,16 @@
 that runs in its run dir (hydra.job.chdir=true) made absolute against the launch folder."""
 from __future__ import annotations
 
+import copy
 import re
+import time
 from pathlib import Path
 
 import pytest
 from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
 import primus_hydra
 from helpers.compose import CONF_DIR
@@ -44,6 +46,15 @@ def test_validation_sees_the_job_without_hydras_node_and_leaves_the_config_whole
     with pytest.raises(ConfigValidationError), hydra_node_set_aside(cfg):
         raise ConfigValidationError(["a rule failed"])
     assert list(cfg.keys()) == keys and cfg.hydra.job.name == "primus"
+    with open_dict(cfg):
+        cfg.stamp = "${now:%f %S}"
+    cached = copy.deepcopy(OmegaConf.get_cache(cfg))  # compose() resolved the run dir's ${now:...}
+    with hydra_node_set_aside(cfg) as job:  # what the block resolves is not cached in the config after it
+        OmegaConf.to_container(job, resolve=True)
+        stamped = job.stamp
+    assert OmegaConf.get_cache(cfg) == cached and ("%f %S",) not in cached.get("now", {})
+    time.sleep(0.002)
+    assert cfg.stamp != stamped
     with pytest.raises(ConfigValidationError) as raised:  # a failed rule, through compose(): the same lines
         primus_hydra.compose(["model=moe_tiny", "module.lr=-1"])
     assert any("module.lr" in line for line in raised.value.failures)

@@ -110,7 +110,7 @@ def test_a_tool_is_found_where_shutil_which_finds_it(tmp_path, monkeypatch):
     monkeypatch.chdir(runnable)  # an empty PATH entry is the working directory
     for search_path in (str(runnable), str(plain), str(folder), f"{plain}{os.pathsep}{runnable}", "",
                         f"{folder}{os.pathsep}", str(tmp_path / "missing"), None):
-        for command in ("tool", "no-such-tool"):
+        for command in ("tool", "no-such-tool", "./tool", str(runnable / "tool"), str(plain / "tool"), "folder/tool"):
             assert _on_path(command, search_path) == (shutil.which(command, path=search_path) is not None), \
                 (command, search_path)
 

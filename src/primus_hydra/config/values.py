@@ -52,16 +52,21 @@ def without_hydra_node(cfg: DictConfig) -> DictConfig:
 @contextmanager
 def hydra_node_set_aside(cfg: DictConfig) -> Iterator[DictConfig]:
     """`cfg` itself without Hydra's node while the block runs, for a reader that changes nothing (validation): what
-    without_hydra_node copies, without the copy (~2 ms). Every node is back in its place after, also on an error."""
+    without_hydra_node copies, without the copy (~2 ms). Every node is back in its place after, also on an error,
+    and so are the resolvers' cached results (what a block resolves, `${now:...}` say, is not kept: as on a copy)."""
     content = cfg.__dict__["_content"]
     if not isinstance(content, dict) or "hydra" not in content:
         yield cfg
         return
+    metadata = cfg.__dict__["_metadata"]
+    resolver_cache = metadata.resolver_cache
+    metadata.resolver_cache = copy.deepcopy(resolver_cache)
     cfg.__dict__["_content"] = {key: node for key, node in content.items() if key != "hydra"}
     try:
         yield cfg
     finally:
         cfg.__dict__["_content"] = content
+        metadata.resolver_cache = resolver_cache
 
 
 class PlainTree(dict):

@@ -91,17 +91,20 @@ def run_tool(command: list[str], environ: Mapping[str, str]) -> Optional[str]:
 
 
 def _on_path(command: str, search_path: Optional[str]) -> bool:
-    """Whether shutil.which finds `command` (a bare name) on `search_path` (None: this process's PATH). shutil itself
-    is not imported: with bz2 and lzma it is ~2 ms of every command that probes."""
+    """Whether shutil.which finds `command` on `search_path` (None: this process's PATH; a command with a folder
+    part is that file). shutil itself is not imported: with bz2 and lzma it is ~2 ms of every command that probes."""
+    if os.path.dirname(command):
+        return _runnable(command)
     if search_path is None:
         search_path = os.environ.get("PATH")
         if search_path is None:
             search_path = os.confstr("CS_PATH") if "CS_PATH" in os.confstr_names else os.defpath
-    for folder in search_path.split(os.pathsep) if search_path else ():
-        candidate = os.path.join(folder, command)
-        if os.path.exists(candidate) and os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
-            return True
-    return False
+    return any(_runnable(os.path.join(folder, command)) for folder in (search_path.split(os.pathsep) if search_path
+                                                                       else ()))
+
+
+def _runnable(path: str) -> bool:
+    return os.path.exists(path) and os.access(path, os.X_OK) and not os.path.isdir(path)
 
 
 def _float_or_none(text: str) -> Optional[float]:
