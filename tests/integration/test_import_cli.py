@@ -49,12 +49,17 @@ def test_a_file_that_is_no_experiment_is_one_line_and_exit_2(tree, tmp_path, mak
     assert not (tmp_path / "out" / "experiment").exists()
 
 
+# enough that the import is still running when Ctrl-C comes on a loaded machine (~16 ms an experiment, the first
+# written ~0.8 s after the start: 60 left a window of ~1 s, which a busy CI host's scheduling could miss)
+EXPERIMENTS_TO_INTERRUPT = 400
+
+
 @pytest.mark.parametrize("workers", ["task.workers=1", "task.workers=2"])
 def test_ctrl_c_is_one_line_saying_what_was_written(tree, tmp_path, workers):
     folder = tmp_path / "src"
     folder.mkdir()
-    for index in range(60):
-        (folder / f"exp{index:02d}.yaml").write_text(META + TRAINER)
+    for index in range(EXPERIMENTS_TO_INTERRUPT):
+        (folder / f"exp{index:03d}.yaml").write_text(META + TRAINER)
     out = tmp_path / "out"
     process = subprocess.Popen([sys.executable, "-m", "primus_hydra", "task=import", f"task.source={folder}",
                                 f"task.primus_root={tree}", f"task.out={out}", workers], cwd=tmp_path, env=clean_env(),
@@ -69,7 +74,7 @@ def test_ctrl_c_is_one_line_saying_what_was_written(tree, tmp_path, workers):
     _, stderr = process.communicate(timeout=60)
     written = len(list(out.glob("experiment/*.yaml")))
     assert process.returncode == 130, stderr
-    assert 0 < written < 60
+    assert 0 < written < EXPERIMENTS_TO_INTERRUPT
     assert stderr.strip().splitlines()[-1].startswith("error: interrupted after ")
     assert f": {written} experiment(s) written into {out}, each whole" in stderr
     assert "Traceback" not in stderr

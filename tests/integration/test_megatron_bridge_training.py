@@ -55,7 +55,10 @@ def test_bridge_follows_the_native_curve_from_the_same_seed(tmp_path, torch_curv
     run_dir = tmp_path / "run"
     curve = train(run_dir, "backend=megatron_bridge", "backend.dataset=native", *LAYOUTS[layout])
     assert len(curve) == 30
-    assert_same_curve(curve, torch_curve, rel=1e-4)
+    # tp2's two ranks each sum half of every matmul's products and add the halves: float32 rounds otherwise than
+    # one process's sum, and the gap grows over 30 steps with the CPU's kernels (up to 1.9e-4 on an AMD EPYC host
+    # without AVX-512, under 1e-4 on the host these tests were written on)
+    assert_same_curve(curve, torch_curve, rel=5e-4 if layout == "tp2" else 1e-4)
     assert curve[30] < curve[1] - 1.0  # it learned
     log = (run_dir / "logs" / "rank_0.log").read_text()
     assert "patch applied: megatron_bridge.cpu.torch_cuda [setup]" in log
