@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 from omegaconf.grammar_parser import parse as antlr_parse
 
 from helpers.compose import CONF_DIR
+from helpers.plain_data import leaves
 from primus_hydra.config import fast_omegaconf
 from primus_hydra.config.plain_interpolations import plain_parse_tree
 
@@ -94,20 +95,10 @@ def test_every_interpolation_of_conf_and_hydras_config_is_plain():
     texts = set()
     for folder in (Path(CONF_DIR), Path(hydra.__file__).parent / "conf"):
         for path in folder.rglob("*.yaml"):
-            texts.update(text for text in _strings(OmegaConf.to_container(OmegaConf.load(path))) if "${" in text)
+            texts.update(text for text in leaves(OmegaConf.to_container(OmegaConf.load(path)))
+                         if isinstance(text, str) and "${" in text)
     assert len(texts) > 10
     assert [text for text in sorted(texts) if plain_parse_tree(text) is None] == []
-
-
-def _strings(value):
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _strings(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _strings(item)
 
 
 def test_values_resolve_as_omegaconf_resolves_them(monkeypatch):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from helpers.plain_data import leaves
 from helpers.primus_random_trees import TreeMaker
 from helpers.primus_reference import primus_params
 from primus_hydra.migrate.emit import same_value
@@ -37,20 +38,9 @@ def test_every_generated_tree_reads_as_primus_reads_it(trees):
 def test_the_trees_reach_the_values_primus_types_its_own_way(trees):
     """Leaves that are the text `null` kept (not merged), text OmegaConf would type (`+5`, `1_000`, `nan`, `""`,
     `~`), and values from environment defaults inside longer text: the rules the differential test is about."""
-    leaves = [leaf for _, _, primus in trees[1] for leaf in _leaves(primus)]
-    assert {"null", "+5", "1_000", "nan", '""', "~"} <= {leaf for leaf in leaves if isinstance(leaf, str)}
-    assert {"p-abc-q", "p-7-q"} & set(leaves)
-
-
-def _leaves(tree):
-    if isinstance(tree, dict):
-        for value in tree.values():
-            yield from _leaves(value)
-    elif isinstance(tree, list):
-        for value in tree:
-            yield from _leaves(value)
-    else:
-        yield tree
+    found = [leaf for _, _, primus in trees[1] for leaf in leaves(primus)]
+    assert {"null", "+5", "1_000", "nan", '""', "~"} <= {leaf for leaf in found if isinstance(leaf, str)}
+    assert {"p-abc-q", "p-7-q"} & set(found)
 
 
 def test_a_tree_copy_is_a_deep_copy_whose_unchanging_leaves_are_shared():

@@ -53,23 +53,17 @@ def _walk_trees_without_imports() -> None:
     from omegaconf.dictconfig import DictConfig
     from omegaconf.listconfig import ListConfig
 
+    def children(node: Any) -> Any:  # a dict's or a list's nodes; none where its content is None, ??? or ${...}
+        content = node.__dict__["_content"]
+        return content.values() if isinstance(content, dict) else content if isinstance(content, list) else ()
+
     def _re_parent(self: Any) -> None:  # omegaconf.base.Box._re_parent, its imports done once
-        if isinstance(self, DictConfig):
-            content = self.__dict__["_content"]
-            if isinstance(content, dict):
-                for value in content.values():
-                    if value is not None:
-                        value._set_parent(self)
-                    if isinstance(value, Box):
-                        value._re_parent()
-        elif isinstance(self, ListConfig):
-            content = self.__dict__["_content"]
-            if isinstance(content, list):
-                for item in content:
-                    if item is not None:
-                        item._set_parent(self)
-                    if isinstance(item, Box):
-                        item._re_parent()
+        if isinstance(self, (DictConfig, ListConfig)):
+            for value in children(self):
+                if value is not None:
+                    value._set_parent(self)
+                if isinstance(value, Box):
+                    value._re_parent()
         elif isinstance(self, UnionNode):
             content = self.__dict__["_content"]
             if isinstance(content, Node):
@@ -80,16 +74,9 @@ def _walk_trees_without_imports() -> None:
     def _invalidate_flags_cache(self: Any) -> None:  # omegaconf.base.Container's, its imports done once
         if self.__dict__["_flags_cache"] is not None:
             self.__dict__["_flags_cache"] = None
-            if isinstance(self, DictConfig):
-                content = self.__dict__["_content"]
-                if isinstance(content, dict):
-                    for value in content.values():
-                        value._invalidate_flags_cache()
-            elif isinstance(self, ListConfig):
-                content = self.__dict__["_content"]
-                if isinstance(content, list):
-                    for item in content:
-                        item._invalidate_flags_cache()
+            if isinstance(self, (DictConfig, ListConfig)):
+                for value in children(self):
+                    value._invalidate_flags_cache()
 
     _re_parent.__wrapped__ = Box._re_parent
     _invalidate_flags_cache.__wrapped__ = Container._invalidate_flags_cache
