@@ -38,13 +38,14 @@ def test_gemm_tflops_agree_with_a_plain_matmul_loop():
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # two threads on two busy cores wait for each other: 100x swings, in both loops
-    try:
-        ours = max(measure(size, size, size, "fp32", device, warmup=3, iters=20, peak_tflops=None)["tflops"]
-                   for _ in range(3))
-        reference = max(plain() for _ in range(3))
+    ours, reference = [], []
+    try:  # the two loops take turns, so a busy spell of the shared machine slows both, not one of them
+        for _ in range(5):
+            ours.append(measure(size, size, size, "fp32", device, warmup=3, iters=20, peak_tflops=None)["tflops"])
+            reference.append(plain())
     finally:
         torch.set_num_threads(threads)
-    assert abs(ours / reference - 1) <= 0.30, (ours, reference)
+    assert abs(max(ours) / max(reference) - 1) <= 0.30, (ours, reference)
 
 
 def test_gemm_suite_writes_its_records_table_and_plot(tmp_path):
