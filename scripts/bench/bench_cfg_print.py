@@ -2,8 +2,9 @@
 `python -c "import hydra"` measured in the same run.
 
 Each command runs as a user meets it: a fresh process, the whole wall clock, in a scratch folder outside the
-checkout, through `python -m primus_hydra` and through the installed `primus-hydra` entry point. Commands and the
-baseline are interleaved round by round, so that the machine's noise hits them alike; the table shows medians.
+checkout, through `python -m primus_hydra` and through the installed `primus-hydra` entry point. Every run of a
+command has its own `import hydra` run right beside it (before it in one round, after it in the next), so that a busy
+spell of the shared machine hits both; a command's margin is the median over rounds of its run minus its neighbour's.
 Goals (issue 30): each within 0.10 s of `import hydra`, `--help` within 0.30 s; no command imports torch. A bare
 `@hydra.main` app with no config, printing its config and running a job that does nothing, is measured in the same
 rounds: the floor any Hydra application stands on here.
@@ -87,29 +88,34 @@ def main() -> None:
             env_cmds.append((f"primus-hydra {label}", [ENTRY_POINT, *extra], goal))
     for _, argv, _ in env_cmds:  # warm the page cache and .pyc files
         wall_and_cpu_time(argv, cwd)
-    walls: dict[str, list[float]] = {label: [] for label, _, _ in env_cmds}
-    cpus: dict[str, list[float]] = {label: [] for label, _, _ in env_cmds}
-    for _ in range(args.repeats):
-        for label, argv, _ in env_cmds:
-            wall, cpu = wall_and_cpu_time(argv, cwd)
-            walls[label].append(wall)
-            cpus[label].append(cpu)
-    base, base_cpu = statistics.median(walls[BASELINE[0]]), statistics.median(cpus[BASELINE[0]])
+    runs: dict[str, list[tuple[float, float]]] = {label: [] for label, _, _ in env_cmds}
+    margins: dict[str, list[tuple[float, float]]] = {label: [] for label, _, _ in env_cmds[1:]}
+    for round_index in range(args.repeats):
+        for label, argv, _ in env_cmds[1:]:
+            pair = [(BASELINE[0], BASELINE[1]), (label, argv)]
+            if round_index % 2:
+                pair.reverse()
+            measured = {name: wall_and_cpu_time(command, cwd) for name, command in pair}
+            runs[BASELINE[0]].append(measured[BASELINE[0]])
+            runs[label].append(measured[label])
+            margins[label].append(tuple(ours - base for ours, base in zip(measured[label], measured[BASELINE[0]])))
+    base_wall = statistics.median(wall for wall, _ in runs[BASELINE[0]])
+    base_cpu = statistics.median(cpu for _, cpu in runs[BASELINE[0]])
     rows = []
-    print(f"| command | median wall (s), {args.repeats} runs | over `import hydra` (s) | CPU s over `import hydra` "
-          f"| goal (wall) | torch imported |")
+    print(f"| command | median wall (s), {args.repeats} runs | over `import hydra` (s), median of pairs | CPU s over "
+          f"`import hydra` | goal (wall) | torch imported |")
     print("|---|---|---|---|---|---|")
-    for label, argv, goal in env_cmds:
-        median, cpu = statistics.median(walls[label]), statistics.median(cpus[label])
-        over, cpu_over = median - base, cpu - base_cpu
+    print(f"| `{BASELINE[0]}` | {base_wall:.3f} | - | {base_cpu:.3f} | - | - |")
+    for label, argv, goal in env_cmds[1:]:
+        median = statistics.median(wall for wall, _ in runs[label])
+        over = statistics.median(wall for wall, _ in margins[label])
+        cpu_over = statistics.median(cpu for _, cpu in margins[label])
         torch = "-" if goal is None else ("yes" if imports_torch(argv, cwd) else "no")
         verdict = "-" if goal is None else f"<= {goal:.2f}: {'met' if over <= goal else 'MISSED'}"
         rows.append({"command": label, "median_s": round(median, 3), "over_import_hydra_s": round(over, 3),
                      "cpu_over_import_hydra_s": round(cpu_over, 3), "goal_s": goal,
                      "met": goal is None or over <= goal, "torch": torch})
-        first = label == BASELINE[0]
-        print(f"| `{label}` | {median:.3f} | {'-' if first else f'{over:+.3f}'} | "
-              f"{f'{cpu:.3f}' if first else f'{cpu_over:+.3f}'} | {verdict} | {torch} |")
+        print(f"| `{label}` | {median:.3f} | {over:+.3f} | {cpu_over:+.3f} | {verdict} | {torch} |")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     shutil.rmtree(cwd, ignore_errors=True)
