@@ -5,10 +5,9 @@ test_kept_nodes.py holds the file to the sources), so a group added to conf/ add
 from __future__ import annotations
 
 import pytest
-from hydra._internal.core_plugins.file_config_source import FileConfigSource
+from hydra._internal.config_repository import ConfigRepository
 
 import primus_hydra
-from primus_hydra.config.package_config_source import FolderPackageConfigSource
 
 COMMAND_LINES = [
     [],
@@ -19,13 +18,17 @@ COMMAND_LINES = [
 
 
 def files_read(monkeypatch, overrides: list[str]) -> tuple[list[str], dict]:
+    """The files the composition loaded (whichever source reads them: a folder, a package, Hydra's own after its
+    plugin scan), and Hydra's record of the options chosen."""
     read: list[str] = []
-    for source in (FileConfigSource, FolderPackageConfigSource):
-        def recorded(self, config_path, _load=source.load_config):
-            read.append(self._normalize_file_name(config_path))
-            return _load(self, config_path)
 
-        monkeypatch.setattr(source, "load_config", recorded)
+    def recorded(self, config_path, _load=ConfigRepository.load_config):
+        result = _load(self, config_path)
+        if result is not None and not result.path.startswith("structured://"):
+            read.append(f"{config_path}.yaml")
+        return result
+
+    monkeypatch.setattr(ConfigRepository, "load_config", recorded)
     cfg = primus_hydra.compose(overrides)
     return read, dict(cfg.hydra.runtime.choices)
 
