@@ -1,8 +1,10 @@
 """Composing the real conf/ with Hydra's Compose API (no CLI, no run dir), and running a composed job in-process."""
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
+from typing import Iterator
 
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, ListConfig
@@ -24,6 +26,20 @@ def compose_primus(*overrides: str) -> DictConfig:
         return compose(config_name="config", overrides=list(overrides))
 
 
+@contextlib.contextmanager
+def hydras_own_composition() -> Iterator[None]:
+    """Hydra's loader composes a run's config its own way, Hydra's config included (config/fast_composition.py's item
+    10 off): the reference every faster path is held to."""
+    from primus_hydra.config import fast_composition
+
+    own = fast_composition._run_config_without_hydras_config
+    fast_composition._run_config_without_hydras_config = lambda *args: None
+    try:
+        yield
+    finally:
+        fast_composition._run_config_without_hydras_config = own
+
+
 def hydras_job_config(overrides: list[str], search_path_dir: str = str(CONF_DIR)) -> DictConfig:
     """The config Hydra's own loader composes for a run, its `hydra` node deleted (the job's config)."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
@@ -32,7 +48,8 @@ def hydras_job_config(overrides: list[str], search_path_dir: str = str(CONF_DIR)
     from omegaconf import flag_override
 
     loader = ConfigLoaderImpl(config_search_path=create_config_search_path(search_path_dir))
-    cfg = loader.load_configuration("config", overrides, RunMode.RUN)
+    with hydras_own_composition():
+        cfg = loader.load_configuration("config", overrides, RunMode.RUN)
     with flag_override(cfg, ["struct", "readonly"], False):
         del cfg["hydra"]
     return cfg

@@ -3,6 +3,7 @@ shipped file exactly as OmegaConf's own loader does, and a command line's run co
 would have composed twice."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 from pathlib import Path
@@ -16,6 +17,7 @@ from hydra._internal.utils import create_config_search_path
 from hydra.types import RunMode
 from omegaconf import OmegaConf, open_dict
 
+from helpers.compose import KEPT_NODES_REASON, hydras_own_composition, kept_nodes_fit_this_installation, nodes
 from primus_hydra.backends.schemas import register_schemas
 from primus_hydra.config import fast_composition, fast_omegaconf
 from primus_hydra.config.paths import find_conf_dir
@@ -78,14 +80,18 @@ def loader() -> ConfigLoaderImpl:
 
 
 @pytest.mark.parametrize("overrides", [[], ["task=plan"], ["backend=megatron", "model=moe_tiny", "module.lr=0.01"]])
-def test_a_run_composes_once_and_gets_the_config_it_would_have_composed_twice(monkeypatch, overrides):
-    fresh = loader().load_configuration("config", overrides + ["hydra.mode=RUN"], RunMode.RUN)
+@pytest.mark.parametrize("hydras_config", ["composed", "kept"])
+def test_a_run_composes_once_and_gets_the_config_it_would_have_composed_twice(monkeypatch, overrides, hydras_config):
+    with hydras_own_composition():
+        fresh = loader().load_configuration("config", overrides + ["hydra.mode=RUN"], RunMode.RUN)
     calls = composition_calls(monkeypatch)
+    made = run_compositions(monkeypatch)
     memo = loader()
-    mode = memo.load_configuration("config", list(overrides), RunMode.MULTIRUN, validate_sweep_overrides=False)
-    assert mode.hydra.mode is None  # what Hydra.get_mode reads
-    kept = memo.load_configuration("config", overrides + ["hydra.mode=RUN"], RunMode.RUN)
-    assert calls == [RunMode.RUN]
+    with hydras_own_composition() if hydras_config == "composed" else contextlib.nullcontext():
+        mode = memo.load_configuration("config", list(overrides), RunMode.MULTIRUN, validate_sweep_overrides=False)
+        assert mode.hydra.mode is None  # what Hydra.get_mode reads
+        kept = memo.load_configuration("config", overrides + ["hydra.mode=RUN"], RunMode.RUN)
+    assert (calls, made) == (([RunMode.RUN], []) if hydras_config == "composed" else ([], [None]))
     assert OmegaConf.to_yaml(kept) == OmegaConf.to_yaml(fresh)
 
 
@@ -94,6 +100,47 @@ def test_a_sweep_override_composes_as_hydra_does(monkeypatch):
     memo = loader()
     memo.load_configuration("config", ["module.lr=0.1,0.2"], RunMode.MULTIRUN, validate_sweep_overrides=False)
     assert calls == [RunMode.RUN, RunMode.MULTIRUN]  # the run's composition stops at its first check
+
+
+def run_compositions(monkeypatch) -> list:
+    """Item 10's compositions: None each time it composed (a config came back)."""
+    made = []
+    real = fast_composition._run_config_without_hydras_config
+
+    def counted(*args):
+        cfg = real(*args)
+        made.append(None if cfg is not None else "Hydra's")
+        return cfg
+
+    monkeypatch.setattr(fast_composition, "_run_config_without_hydras_config", counted)
+    return made
+
+
+@pytest.mark.skipif(not kept_nodes_fit_this_installation(), reason=KEPT_NODES_REASON)
+@pytest.mark.parametrize("overrides", [[], ["backend=megatron", "model=llama3_8b", "hydra.job.chdir=true"],
+                                       ["platform=slurm", "task=plan"]])
+def test_hydras_loader_gets_the_run_config_it_composes_without_composing_hydras_config(monkeypatch, overrides):
+    from hydra.core.utils import JobRuntime
+
+    monkeypatch.setattr(JobRuntime.instance(), "conf", OmegaConf.create({"name": "primus"}))
+    with hydras_own_composition():
+        hydras = loader().load_configuration("config", overrides, RunMode.RUN)
+    calls = composition_calls(monkeypatch)
+    made = run_compositions(monkeypatch)
+    cfg = loader().load_configuration("config", overrides, RunMode.RUN)
+    assert (calls, made) == ([], [None])
+    assert OmegaConf.to_yaml(cfg) == OmegaConf.to_yaml(hydras) and nodes(cfg) == nodes(hydras)
+
+
+def test_hydras_loader_composes_its_own_way_where_it_searches_more_than_this_projects_configs(monkeypatch, tmp_path):
+    from hydra.core.config_search_path import SearchPathQuery
+
+    search_path = create_config_search_path(find_conf_dir())
+    search_path.prepend("command-line", f"file://{tmp_path}", anchor=SearchPathQuery(provider="schema"))  # as -cd
+    calls = composition_calls(monkeypatch)
+    made = run_compositions(monkeypatch)
+    ConfigLoaderImpl(config_search_path=search_path).load_configuration("config", [], RunMode.RUN)
+    assert (calls, made) == ([RunMode.RUN], ["Hydra's"])
 
 
 def test_a_stored_node_loads_as_hydra_would_have_stored_it():

@@ -13,12 +13,17 @@ from hydra.core.utils import JobRuntime
 from hydra.version import VersionBase
 from omegaconf import OmegaConf
 
-from helpers.compose import GROUP_OPTIONS, KEPT_NODES_REASON, kept_nodes_fit_this_installation, nodes
+from helpers.compose import (
+    GROUP_OPTIONS,
+    KEPT_NODES_REASON,
+    hydras_own_composition,
+    kept_nodes_fit_this_installation,
+    nodes,
+)
 from primus_hydra.backends.schemas import register_schemas
 from primus_hydra.config import fast_composition
-from primus_hydra.config.fast_composition import RUN_MODE_OVERRIDE
 from primus_hydra.config.paths import find_conf_dir
-from primus_hydra.config.run_composition import compose_run_config
+from primus_hydra.config.run_composition import RUN_MODE_OVERRIDE, compose_run_config
 
 fast_composition.install()
 register_schemas()
@@ -44,7 +49,8 @@ def hydras_config(overrides: list[str], search_path_dir: str = CONF):
     from hydra.types import RunMode
 
     loader = ConfigLoaderImpl(config_search_path=create_config_search_path(search_path_dir))
-    return loader.load_configuration("config", overrides, RunMode.RUN)
+    with hydras_own_composition():
+        return loader.load_configuration("config", overrides, RunMode.RUN)
 
 
 def assert_same_as_hydras(overrides: list[str], search_path_dir: str = CONF) -> None:

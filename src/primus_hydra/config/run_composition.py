@@ -18,12 +18,12 @@ from typing import Any, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from primus_hydra.config.fast_composition import RUN_MODE_OVERRIDE
 from primus_hydra.config.job_composition import JobComposition, compose_job
 from primus_hydra.config.kept_nodes import kept_hydra_node, key_of
 from primus_hydra.config.paths import find_conf_dir
 
 OWN_CONF_MODULE = "pkg://primus_hydra.conf"
+RUN_MODE_OVERRIDE = "hydra.mode=RUN"  # what Hydra's _run_app adds for a run when the config sets no mode
 
 
 def compose_run_config(search_path_dir: str, config_name: str, overrides: Sequence[str], *, job_name: str,
