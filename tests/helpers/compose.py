@@ -40,16 +40,22 @@ def hydras_own_composition() -> Iterator[None]:
         fast_composition._run_config_without_hydras_config = own
 
 
-def hydras_job_config(overrides: list[str], search_path_dir: str = str(CONF_DIR)) -> DictConfig:
-    """The config Hydra's own loader composes for a run, its `hydra` node deleted (the job's config)."""
+def hydras_run_config(overrides: list[str], search_path_dir: str = str(CONF_DIR)) -> DictConfig:
+    """The config Hydra's own loader composes for a run, its `hydra` node included."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra._internal.utils import create_config_search_path
     from hydra.types import RunMode
-    from omegaconf import flag_override
 
     loader = ConfigLoaderImpl(config_search_path=create_config_search_path(search_path_dir))
     with hydras_own_composition():
-        cfg = loader.load_configuration("config", overrides, RunMode.RUN)
+        return loader.load_configuration("config", overrides, RunMode.RUN)
+
+
+def hydras_job_config(overrides: list[str], search_path_dir: str = str(CONF_DIR)) -> DictConfig:
+    """The config Hydra's own loader composes for a run, its `hydra` node deleted (the job's config)."""
+    from omegaconf import flag_override
+
+    cfg = hydras_run_config(overrides, search_path_dir)
     with flag_override(cfg, ["struct", "readonly"], False):
         del cfg["hydra"]
     return cfg

@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from helpers.compose import (
     GROUP_OPTIONS,
     KEPT_NODES_REASON,
-    hydras_own_composition,
+    hydras_run_config,
     kept_nodes_fit_this_installation,
     nodes,
 )
@@ -43,20 +43,10 @@ def as_the_command_line_sets_hydra(monkeypatch):
     JobRuntime.instance().set("name", JOB_NAME)
 
 
-def hydras_config(overrides: list[str], search_path_dir: str = CONF):
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-    from hydra._internal.utils import create_config_search_path
-    from hydra.types import RunMode
-
-    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(search_path_dir))
-    with hydras_own_composition():
-        return loader.load_configuration("config", overrides, RunMode.RUN)
-
-
 def assert_same_as_hydras(overrides: list[str], search_path_dir: str = CONF) -> None:
     cfg = compose_run_config(search_path_dir, "config", overrides, job_name=JOB_NAME)
     assert cfg is not None, f"{overrides}: composed by Hydra (no kept `hydra` node? run scripts/make_kept_nodes.py)"
-    hydras = hydras_config(overrides, search_path_dir)
+    hydras = hydras_run_config(overrides, search_path_dir)
     assert OmegaConf.to_yaml(cfg) == OmegaConf.to_yaml(hydras)
     assert nodes(cfg) == nodes(hydras)
 
@@ -95,7 +85,7 @@ def test_overrides_of_each_kind_are_hydras(overrides):
 
 def test_the_command_lines_run_mode_is_added_as_hydras_command_line_adds_it():
     cfg = compose_run_config(CONF, "config", ["model=llama3_8b"], job_name=JOB_NAME, add_run_mode=True)
-    hydras = hydras_config(["model=llama3_8b", RUN_MODE_OVERRIDE])
+    hydras = hydras_run_config(["model=llama3_8b", RUN_MODE_OVERRIDE])
     assert nodes(cfg) == nodes(hydras) and str(cfg.hydra.mode) == "RunMode.RUN"
 
 
