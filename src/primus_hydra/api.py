@@ -23,7 +23,7 @@ from omegaconf import DictConfig, open_dict, read_write
 
 from primus_hydra.config.error_format import format_compose_error, is_compose_error
 from primus_hydra.config.fast_composition import install as install_fast_composition
-from primus_hydra.config.paths import hydra_job_dir
+from primus_hydra.config.paths import hydra_job_dir, hydra_node_read_from
 from primus_hydra.config.secrets import warn_about_literal_secrets
 from primus_hydra.config.validate import validate_config
 from primus_hydra.config.values import hydra_node_set_aside
@@ -103,20 +103,13 @@ def _run_dir_as_a_value(cfg: DictConfig) -> None:
     """hydra.run.dir as the folder run() will use. A `${hydra:...}` in it (the default's model name) reads the config
     of a running job, which a composed config is not yet: it is resolved now against this config, the time of
     `${now:...}` included (run() runs there; compose again for a new folder)."""
-    from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
     typed = OmegaConf.to_container(cfg.hydra.run, resolve=False).get("dir")
     if "${hydra:" not in str(typed):
         return
-    hydra_config = HydraConfig.instance()
-    previous, read_only = hydra_config.cfg, cfg.hydra._get_node_flag("readonly")
-    hydra_config.set_config(cfg)  # which makes cfg.hydra read-only
-    try:
+    with hydra_node_read_from(cfg):
         run_dir = str(cfg.hydra.run.dir)
-    finally:
-        hydra_config.cfg = previous
-        OmegaConf.set_readonly(cfg.hydra, read_only)
     with read_write(cfg.hydra):
         cfg.hydra.run.dir = run_dir
 

@@ -286,3 +286,19 @@ def test_the_composed_config_stays_changeable():
     cfg.hydra.job.chdir = True
 
     assert without_hydra_node(cfg).module.lr == 0.003 and cfg.hydra.job.chdir is True
+
+
+def test_resolving_a_run_dir_that_reads_hydras_config_leaves_hydras_state_and_the_node_as_they_were():
+    from hydra.core.hydra_config import HydraConfig
+
+    from primus_hydra.config.paths import hydra_job_dir
+
+    cfg = primus_hydra.compose(["hydra.run.dir=out/${hydra:runtime.choices.model}"])
+    assert cfg.hydra.run.dir == "out/llama_tiny" and not HydraConfig.initialized()
+    cfg.hydra.run.dir = "again/${hydra:runtime.choices.model}"  # the node stays writable, as composed
+    assert hydra_job_dir(cfg, sweep=False).parts[-2:] == ("again", "llama_tiny") and not HydraConfig.initialized()
+
+    cfg.hydra.run.dir = "${hydra:job.override_dirname}"  # no task override: empty, refused; HydraConfig let go
+    with pytest.raises(PrimusError, match="hydra.run.dir is empty"):
+        hydra_job_dir(cfg, sweep=False)
+    assert not HydraConfig.initialized()

@@ -4,11 +4,12 @@ relative paths made absolute for a job that runs in its run dir (hydra.job.chdir
 every backend reads (module.checkpoint.dir, resolved when the job is prepared)."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 from primus_hydra.errors import PrimusError
 
@@ -50,21 +51,31 @@ def hydra_job_dir(config, *, sweep: bool) -> Path:
     """The directory Hydra's run_job will give this job (hydra.run.dir, or hydra.sweep.dir/subdir), absolute,
     resolved before Hydra makes it. A `${hydra:...}` interpolation in them reads HydraConfig: set for the moment
     (copying the hydra node, so only when one is there)."""
-    from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
     section = OmegaConf.to_container(config.hydra.sweep if sweep else config.hydra.run, resolve=False)
-    hydra_config = HydraConfig.instance()
-    previous = hydra_config.cfg
-    if any("${hydra:" in str(value) for value in section.values()):
-        hydra_config.set_config(config)
-    key = "hydra.sweep.dir" if sweep else "hydra.run.dir"
-    if not str(OmegaConf.select(config, key) or "").strip():  # Hydra would run in the current folder
-        raise PrimusError(f"{key} is empty; give a folder (or unset it for the default)")
-    try:
+    reads_hydra = any("${hydra:" in str(value) for value in section.values())
+    with hydra_node_read_from(config) if reads_hydra else contextlib.nullcontext():
+        key = "hydra.sweep.dir" if sweep else "hydra.run.dir"
+        if not str(OmegaConf.select(config, key) or "").strip():  # Hydra would run in the current folder
+            raise PrimusError(f"{key} is empty; give a folder (or unset it for the default)")
         if sweep:
             return Path(os.path.abspath(os.path.join(str(config.hydra.sweep.dir), str(config.hydra.sweep.subdir))))
         return Path(os.path.abspath(str(config.hydra.run.dir)))  # what Hydra records as hydra.runtime.output_dir
+
+
+@contextlib.contextmanager
+def hydra_node_read_from(config) -> Iterator[None]:
+    """`${hydra:...}` reads `config`'s own hydra node in the block (HydraConfig.get() is config.hydra), and what was
+    set before it afterwards. HydraConfig.set_config would copy the node (~2 ms) and make it read-only: resolving
+    needs neither."""
+    from hydra.core.hydra_config import HydraConfig
+
+    hydra_config = HydraConfig.instance()
+    previous = hydra_config.cfg
+    hydra_config.cfg = config
+    try:
+        yield
     finally:
         hydra_config.cfg = previous
 
