@@ -19,7 +19,10 @@ CheckoutConfFinder.install()  # `primus_hydra.conf` from a source checkout, too
 
 def __getattr__(name: str):
     if name in ("compose", "run"):
-        from primus_hydra import api
+        from primus_hydra.config.hydra_import import fast_hydra_import
+
+        with fast_hydra_import():  # the API imports Hydra
+            from primus_hydra import api
 
         globals()[name] = getattr(api, name)
         return globals()[name]

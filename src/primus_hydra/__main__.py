@@ -15,7 +15,10 @@ def console_script() -> None:
 
     if not {"-m", "--multirun"}.intersection(sys.argv[1:]):
         gc.disable()
-    from primus_hydra.cli import main
+    from primus_hydra.config.hydra_import import fast_hydra_import
+
+    with fast_hydra_import():  # the CLI imports Hydra
+        from primus_hydra.cli import main
 
     main()
 

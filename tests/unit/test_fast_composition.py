@@ -497,62 +497,6 @@ def test_a_defaults_list_gets_its_interpolation_map_only_when_an_entry_is_interp
     assert fast == [composed(*case) for case in cases]  # Hydra's own, with every map made
 
 
-PLUGIN_CLASSES_SCRIPT = """
-import dataclasses, importlib.util, json, sys
-from primus_hydra.config import fast_composition
-fast_composition.install()
-from hydra.core.plugins import Plugins
-from omegaconf import OmegaConf
-Plugins.instance()
-assert dataclasses.dataclass is fast_composition.STANDARD_DATACLASS  # given back after the scan
-report = {}
-for name, module in sorted(sys.modules.items()):
-    if not name.startswith("hydra_plugins.") or not getattr(module, "__file__", None):
-        continue
-    spec = importlib.util.spec_from_file_location(name, module.__file__)
-    standard = importlib.util.module_from_spec(spec)  # the same source, made with the standard decorator
-    spec.loader.exec_module(standard)
-    for attribute, made in vars(module).items():
-        if not (isinstance(made, type) and dataclasses.is_dataclass(made) and made.__module__ == name):
-            continue
-        reference = getattr(standard, attribute)
-        def described(cls):
-            fields = [(f.name, str(f.type), repr(f.default), repr(f.default_factory()) if callable(f.default_factory)
-                       else None, f.init, f.repr, f.compare) for f in dataclasses.fields(cls)]
-            required = {f.name: f"<{f.name}>" for f in dataclasses.fields(cls) if f.init and f.default is
-                        dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
-            instance = cls(**required)
-            return [fields, OmegaConf.to_yaml(OmegaConf.structured(cls)), repr(instance).replace(
-                type(instance).__qualname__, ""), instance == cls(**required), cls.__hash__ is None, sorted(required)]
-        report[f"{name}.{attribute}"] = [hasattr(made, "__record__"), described(made) == described(reference)]
-print(json.dumps(report))
-"""
-
-
-def test_the_plugin_scan_makes_each_plugin_dataclass_as_the_standard_decorator_does():
-    import json
-    import subprocess
-    import sys
-
-    done = subprocess.run([sys.executable, "-c", PLUGIN_CLASSES_SCRIPT], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    report = json.loads(done.stdout)
-    assert len(report) >= 14 and "hydra_plugins.hydra_optuna_sweeper.config.TPESamplerConfig" in report
-    assert report == {name: [True, True] for name in report}  # each a record, each as the standard one
-
-
-@pytest.mark.parametrize("declared", ["x: dataclasses.InitVar[int] = 0", "_: dataclasses.KW_ONLY\n    x: int = 0",
-                                      "x: int = dataclasses.field(default=0, kw_only=True)"])
-def test_a_plugin_class_asking_for_more_than_a_record_gets_the_standard_decorator(declared):
-    namespace = {"dataclasses": dataclasses, "__name__": "hydra_plugins.example"}
-    source = f"class Settings:\n    {declared}\nclass Plain:\n    x: int = 0\nclass Ordered:\n    x: int = 0\n"
-    exec(compile(source, "<plugin>", "exec", dont_inherit=True), namespace)  # annotations evaluated, as a plugin's
-    made = fast_composition.plugin_dataclass(namespace["Settings"])
-    assert not hasattr(made, "__record__") and dataclasses.is_dataclass(made)
-    assert hasattr(fast_composition.plugin_dataclass(namespace["Plain"]), "__record__")
-    assert not hasattr(fast_composition.plugin_dataclass(order=True)(namespace["Ordered"]), "__record__")
-
-
 MERGES_OVER_INTERPOLATIONS = [
     ({"b": {"y": 2}, "a": "${b}"}, {"a": {"x": 1}}),  # one ${...} pointing at a dict: merged into
     ({"b": [1, 2], "a": "${b}"}, {"a": [3]}),

@@ -108,3 +108,31 @@ def test_omegaconf_reads_and_makes_a_schema():
     with pytest.raises(Exception, match="rate"):
         cfg.rate = "fast"
     assert ModelConfig.__doc__ and Outer.__doc__ == "test_omegaconf_reads_and_makes_a_schema.<locals>.Outer(name, rate, inner)"
+
+
+@pytest.mark.parametrize("decorate", [record, dataclasses.dataclass], ids=["record", "dataclass"])
+def test_init_assigns_through_the_class_as_the_dataclass_does(decorate):
+    assigned = []
+
+    @decorate
+    class Logged:
+        a: int = 0
+        b: str = "x"
+
+        def __setattr__(self, name, value):  # a class's own __setattr__ sees each field's assignment
+            assigned.append(name)
+            object.__setattr__(self, name, value)
+
+    class Typed(Logged):  # a subclass's property for a field (Hydra's ConfigNode under fast_composition)
+        @property
+        def b(self):
+            return self.__dict__["_b"].upper()
+
+        @b.setter
+        def b(self, value):
+            self.__dict__["_b"] = value
+
+    assert vars(Logged(1)) == {"a": 1, "b": "x"} and assigned == ["a", "b"]
+    made = Typed(2, "y")
+    assert made.b == "Y" and vars(made) == {"a": 2, "_b": "y"} and assigned[2:] == ["a", "b"]
+    assert made == Typed(2, "y") and repr(made).endswith("(a=2, b='Y')")

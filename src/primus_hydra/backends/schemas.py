@@ -11,12 +11,12 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from primus_hydra.config.fast_composition import stored_when_loaded
 from primus_hydra.config.schema import PrimusConfig
 from primus_hydra.config.schema_hardware import HardwareConfig
 from primus_hydra.config.schema_logger import LoggerConfig
 from primus_hydra.config.schema_run import BackendConfig
 from primus_hydra.config.schema_task import TASK_SCHEMAS
+from primus_hydra.config.stored_nodes import stored_when_loaded
 
 
 class BackendSchemas(Mapping):

@@ -15,7 +15,7 @@
 3. ConfigStore.store converts each node to OmegaConf when it is stored: every structured config every installed
    plugin registers at Hydra's plugin scan (Optuna's sweeper and samplers, submitit's and joblib's launchers) and
    this project's schemas (~25-35 ms a process), most of which no command loads. A node stored after install() is
-   converted when it is first loaded, once; what a load returns is the same.
+   converted when it is first loaded, once; what a load returns is the same (config/stored_nodes.py).
 
 4. `--help` lists every config group twice (Hydra's and the application's), asking for each group's options with
    a new config repository each time (~120 repositories, ~0.15 s for this project's tree). While the help text is
@@ -31,9 +31,8 @@
 
 7. Hydra's plugin scan imports every hydra_plugins module, whose config dataclasses (Optuna's sweeper and samplers,
    submitit's and joblib's launchers, this project's: ~16) the dataclass decorator compiles, ~0.5 ms each, before any
-   command that scans (a run, a dry run, compose(), --help) answers. While the scan runs, a plain `@dataclass` of a
-   hydra_plugins module is util/records.py's `@record` (the same dataclass, made without compiling); a class that
-   asks for more (options, InitVar, keyword-only fields) gets the standard decorator.
+   command that scans (a run, a dry run, compose(), --help) answers. The scan runs with Hydra's dataclasses made
+   without compiling (config/hydra_import.py).
 
 8. Hydra parses each command-line override with its ANTLR grammar, whose first parse in a process builds the
    lexer's and parser's decision tables (~3.5 ms a command). An override of the plain form `key=value`, `+key=value`,
@@ -58,15 +57,14 @@ command line, `--cfg job`, the Python API and each sweep point Hydra composes se
 """
 from __future__ import annotations
 
-import dataclasses
 import re
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from primus_hydra.config import fast_omegaconf
-from primus_hydra.util.records import record
+from primus_hydra.config.hydra_import import hydra_dataclasses_made_without_compiling
+from primus_hydra.config.stored_nodes import convert_stored_nodes_when_loaded
 
 _INSTALLED = False
-STANDARD_DATACLASS = dataclasses.dataclass
 
 
 def install() -> None:
@@ -75,7 +73,7 @@ def install() -> None:
         return
     _INSTALLED = True
     fast_omegaconf.install()
-    _convert_stored_nodes_when_loaded()
+    convert_stored_nodes_when_loaded()
     _keep_files_loaded_twice()
     _list_config_groups_once_per_help()
     _install_model_from_hf()  # first: the composition kept for the run below has it applied already
@@ -102,71 +100,6 @@ def _share_the_config_store() -> None:
     ConfigStore.__deepcopy__ = lambda self, memo: self
 
 
-ConfigNodeConvertedWhenLoaded: Optional[type] = None  # set once ConfigStore.store converts when a node is loaded
-
-
-class _Deferred:
-    """A node made when it is loaded (stored_when_loaded)."""
-    __slots__ = ("make",)
-
-    def __init__(self, make: Callable[[], Any]) -> None:
-        self.make = make
-
-
-def stored_when_loaded(make: Callable[[], Any]) -> Any:
-    """For ConfigStore.store: a node (a dataclass, say, whose module is costly to import) made by `make()` when
-    composition first loads it; made now where install() has not run (Hydra's own store converts at once)."""
-    return _Deferred(make) if ConfigNodeConvertedWhenLoaded is not None else make()
-
-
-class _Conversion:
-    """A stored node and, once asked for, its OmegaConf form; shared by the copies ConfigStore.load makes."""
-    __slots__ = ("stored", "converted")
-
-    def __init__(self, stored: Any) -> None:
-        self.stored, self.converted = stored, None
-
-    def config(self) -> Any:
-        if self.converted is None:
-            from omegaconf import OmegaConf
-
-            stored = self.stored.make() if isinstance(self.stored, _Deferred) else self.stored
-            self.converted, self.stored = OmegaConf.structured(stored), None
-        return self.converted
-
-    def __deepcopy__(self, memo: dict) -> "_Conversion":
-        return self
-
-
-def _convert_stored_nodes_when_loaded() -> None:
-    from hydra.core.config_store import ConfigNode, ConfigStore
-
-    class ConvertedWhenLoaded(ConfigNode):  # ConfigNode's fields and constructor; `node` made when first read
-        @property
-        def node(self) -> Any:
-            own = self.__dict__.get("_own_node")
-            return own if own is not None else self.__dict__["_conversion"].config()
-
-        @node.setter
-        def node(self, value: Any) -> None:  # ConfigNode's constructor gives the conversion, load() a copy
-            if isinstance(value, _Conversion):
-                self.__dict__["_conversion"], self.__dict__["_own_node"] = value, None
-            else:
-                self.__dict__["_own_node"] = value
-
-    def store(self: ConfigStore, name: str, node: Any, group: Optional[str] = None, package: Optional[str] = None,
-              provider: Optional[str] = None) -> None:
-        folder = self.repo
-        for part in group.split("/") if group is not None else ():
-            folder = folder.setdefault(part, {})
-        name = name if name.endswith(".yaml") else f"{name}.yaml"
-        folder[name] = ConvertedWhenLoaded(name=name, node=_Conversion(node), group=group, package=package,
-                                           provider=provider)
-
-    global ConfigNodeConvertedWhenLoaded
-    ConfigStore.store, ConfigNodeConvertedWhenLoaded = store, ConvertedWhenLoaded
-
-
 def _interpolation_map_only_for_interpolated_defaults() -> None:
     from hydra._internal import defaults_list
 
@@ -188,37 +121,11 @@ def _plugin_dataclasses_made_without_compiling() -> None:
     scan = Plugins._scan_all_plugins
 
     def scan_all_plugins(modules: list) -> Any:
-        dataclasses.dataclass = plugin_dataclass
-        try:
+        with hydra_dataclasses_made_without_compiling():
             return scan(modules)
-        finally:
-            dataclasses.dataclass = STANDARD_DATACLASS
 
     scan_all_plugins.__wrapped__ = scan
     Plugins._scan_all_plugins = staticmethod(scan_all_plugins)
-
-
-def plugin_dataclass(cls: Optional[type] = None, /, **options: Any) -> Any:
-    """`@dataclass` while Hydra scans its plugins: a record for a plain dataclass of a hydra_plugins module."""
-    if cls is None:
-        return lambda cls: plugin_dataclass(cls, **options)
-    if options or not cls.__module__.startswith("hydra_plugins.") or _needs_the_standard_decorator(cls):
-        return STANDARD_DATACLASS(cls, **options)
-    return record(cls)
-
-
-def _needs_the_standard_decorator(cls: type) -> bool:
-    """Whether a class declares what util/records.py leaves to the standard decorator: InitVar and keyword-only
-    fields."""
-    own = vars(cls)
-    for name, annotation in own.get("__annotations__", {}).items():
-        text = annotation if isinstance(annotation, str) else repr(annotation)
-        if "InitVar" in text or "KW_ONLY" in text:  # KW_ONLY's repr names it too
-            return True
-        declared = own.get(name)
-        if isinstance(declared, dataclasses.Field) and declared.kw_only is True:
-            return True
-    return False
 
 
 FILES_KEPT = 1024

@@ -50,6 +50,7 @@ def _make(cls: type, frozen: bool) -> type:
     if not documented:  # what the dataclass decorator would write, less the annotations
         made.__doc__ = f"{cls.__qualname__}({', '.join(spec.name for spec in specs if spec.init)})"
     made.__record__ = _Table(
+        assign=object.__setattr__ if frozen else setattr,
         init=tuple((spec.name, spec.default, spec.default_factory) for spec in specs if spec.init),
         after_init=tuple((spec.name, spec.default, spec.default_factory) for spec in specs if not spec.init),
         shown=tuple(spec.name for spec in specs if spec.repr),
@@ -60,10 +61,12 @@ def _make(cls: type, frozen: bool) -> type:
 
 
 class _Table:
-    """What the shared methods read of a record's fields: (name, default, default_factory) of each __init__ argument
-    in order and of each field with init=False, the names shown, compared and hashed, and whether __post_init__ runs."""
+    """What the shared methods read of a record's fields: how __init__ assigns a field (as the dataclass's: through
+    the class's __setattr__ and a subclass's property, object.__setattr__ when frozen), (name, default,
+    default_factory) of each __init__ argument in order and of each field with init=False, the names shown, compared
+    and hashed, and whether __post_init__ runs."""
 
-    __slots__ = ("init", "after_init", "shown", "compared", "hashed", "post_init")
+    __slots__ = ("assign", "init", "after_init", "shown", "compared", "hashed", "post_init")
 
     def __init__(self, **parts: Any) -> None:
         for name, value in parts.items():
@@ -75,14 +78,14 @@ def _init(self: Any, *args: Any, **kwargs: Any) -> None:
     if len(args) > len(table.init):
         raise TypeError(f"{type(self).__qualname__}.__init__() takes {len(table.init) + 1} positional arguments but "
                         f"{len(args) + 1} were given")
-    values = self.__dict__
+    assign = table.assign
     for (name, _, _), value in zip(table.init, args):
-        values[name] = value
+        assign(self, name, value)
     for name, default, factory in table.init[len(args):]:
         value = kwargs.pop(name) if name in kwargs else _default(default, factory)
         if value is MISSING:
             raise TypeError(f"{type(self).__qualname__}.__init__() missing 1 required argument: {name!r}")
-        values[name] = value
+        assign(self, name, value)
     if kwargs:
         name = next(iter(kwargs))
         given = any(name == spec[0] for spec in table.init)
@@ -91,7 +94,7 @@ def _init(self: Any, *args: Any, **kwargs: Any) -> None:
     for name, default, factory in table.after_init:
         value = _default(default, factory)
         if value is not MISSING:
-            values[name] = value
+            assign(self, name, value)
     if table.post_init:
         self.__post_init__()
 
