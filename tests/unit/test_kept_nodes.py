@@ -137,3 +137,51 @@ def test_every_schema_class_a_shipped_option_builds_is_kept(monkeypatch):
         for path in sorted((conf / group).glob("*.yaml")):
             compose_job_config(CONF, "config", [f"{group}={path.stem}"])
     assert asked and [key for key, found in asked if not found] == []
+
+
+def test_every_conf_file_loads_as_omegaconfs_own_load_makes_it(monkeypatch):
+    from omegaconf import OmegaConf
+
+    section = kept_nodes._kept_file()["files"]
+    fresh_or_skip(section, {})
+    own_load = OmegaConf.load.__wrapped__  # fast_omegaconf's item 14 stands in front of it
+    counted = _counting(kept_nodes._loads)
+    monkeypatch.setattr(kept_nodes, "_loads", counted)
+    files = sorted(Path(CONF).rglob("*.yaml"))
+    for path in files:
+        with open(path, encoding="utf-8") as stream:
+            stream.read(100)  # Hydra's sources read the header first, then seek back
+            stream.seek(0)
+            kept = OmegaConf.load(stream)
+        with open(path, encoding="utf-8") as stream:
+            assert nodes(kept) == nodes(own_load(stream)), path
+    assert counted.calls == len(files) >= 70  # each one kept
+
+
+def test_a_text_not_kept_and_a_stream_that_cannot_seek_are_read_as_before(tmp_path):
+    import io
+
+    from omegaconf import OmegaConf
+
+    text = (Path(CONF) / "config.yaml").read_text() + "\nextra_key: 1\n"  # a user's edit
+    assert kept_nodes.kept_loaded_file(text) is None
+    (tmp_path / "edited.yaml").write_text(text)
+    with open(tmp_path / "edited.yaml", encoding="utf-8") as stream:
+        assert OmegaConf.load(stream).extra_key == 1
+    with pytest.raises(Exception, match="found duplicate key extra_key"):  # an error is OmegaConf's own
+        OmegaConf.load(io.StringIO(text + "extra_key: 2\n"))
+
+    class Unseekable(io.StringIO):
+        def tell(self):
+            raise io.UnsupportedOperation("not seekable")
+
+    assert OmegaConf.load(Unseekable("a: 1\n")).a == 1
+
+
+def _counting(function):
+    def counted(*args, **kwargs):
+        counted.calls += 1
+        return function(*args, **kwargs)
+
+    counted.calls = 0
+    return counted

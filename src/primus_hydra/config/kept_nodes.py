@@ -10,6 +10,9 @@
 2. The nodes OmegaConf builds from this project's schema dataclasses (`get_structured_config_data`: PrimusConfig,
    ModelConfig, ModuleConfig, LoggerConfig, each backend's and task's), ~30 % of every composition (~15 ms),
    which depend only on the classes (config/fast_omegaconf.py's item 4 hands them out).
+3. The node `OmegaConf.load` makes of each file of this project's conf/, keyed by the file's text: building the
+   nodes of a composition's ~8 files is ~10 ms on a host where `import hydra` takes 0.4 s, unpickling them ~1.5
+   (config/fast_omegaconf.py's item 14 hands them out; a file whose text is not kept is read as before).
 
 src/primus_hydra/config/kept_nodes.pickle holds both, made by scripts/make_kept_nodes.py with Hydra's and
 OmegaConf's own code (each `hydra` node checked against Hydra's whole composition, node for node). A section is used
@@ -76,6 +79,28 @@ def kept_schema_data(cls: type, allow_objects: Optional[bool]) -> Optional[dict]
     section = _current_section("schemas", None)
     data = section["classes"].get(schema_key(cls, allow_objects)) if section is not None else None
     return _loads(data) if data is not None else None
+
+
+def kept_loaded_file(text: str) -> Optional[Any]:
+    """What OmegaConf.load makes of a file of this project's conf/ with this text (a new object), or None."""
+    section = _current_section("files", None)
+    data = section["nodes"].get(text_key(text)) if section is not None else None
+    return _loads(data) if data is not None else None
+
+
+def text_key(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def loaded_files(conf_dir: Path, load: Callable[[Any], Any]) -> dict[str, bytes]:
+    """`load` (OmegaConf's own) of every file of a conf/, pickled, by its text's key."""
+    kept = {}
+    for path in sorted(conf_dir.rglob("*.yaml")):
+        with open(path, encoding="utf-8") as stream:
+            text = stream.read()
+            stream.seek(0)
+            kept[text_key(text)] = dumped(load(stream))
+    return kept
 
 
 def schema_key(cls: type, allow_objects: Optional[bool]) -> str:
@@ -283,8 +308,10 @@ def group_options(conf_dir: Path) -> list[str]:
 
 
 def write_kept_file(hydra_nodes: dict[str, dict], hydra_source: tuple, schema_classes: dict[str, bytes],
-                    conf_dir: Path, path: Path = KEPT_NODES_FILE) -> None:
-    """The file of kept nodes, each section with the fingerprint of what it was made from."""
+                    conf_dir: Path, file_nodes: dict[str, bytes], file_modules: list[str],
+                    path: Path = KEPT_NODES_FILE) -> None:
+    """The file of kept nodes, each section with the fingerprint of what it was made from (the loaded files': the
+    modules that read YAML, `file_modules`)."""
     dictionary = next(iter(hydra_nodes.values()))["node"] if hydra_nodes else b""
     packed = {}
     for key, entry in hydra_nodes.items():
@@ -300,5 +327,6 @@ def write_kept_file(hydra_nodes: dict[str, dict], hydra_source: tuple, schema_cl
                   "dictionary": zlib.compress(dictionary, 9), "nodes": packed},
         "schemas": {"fingerprint": fingerprint(schema_modules, {}), "source_modules": schema_modules,
                     "classes": schema_classes},
+        "files": {"fingerprint": fingerprint(file_modules, {}), "source_modules": file_modules, "nodes": file_nodes},
     }, protocol=5))
     _loaded.clear()
