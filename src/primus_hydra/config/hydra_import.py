@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib.abc
 import importlib.util
 import sys
 from types import ModuleType
@@ -57,8 +56,10 @@ def _stores_converting_when_loaded(config_store: ModuleType) -> None:
     convert_stored_nodes_when_loaded()
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Module `name`, found and made as the other finders would, then `then(module)` once its code has run."""
+class _AfterImport:
+    """Module `name`, found and made as the other finders would, then `then(module)` once its code has run. (A
+    finder and a loader are protocols: importlib.abc's bases would import importlib.resources, tempfile, shutil, bz2
+    and lzma, ~60 modules' worth of objects every later collection and the interpreter's teardown pass over.)"""
 
     def __init__(self, name: str, then: Callable[[ModuleType], None]) -> None:
         self.name, self.then = name, then
@@ -73,7 +74,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-class _ThenLoader(importlib.abc.Loader):
+class _ThenLoader:
     """A module's own loader, and `then(module)` after its code runs; anything else asked of it is the loader's."""
 
     def __init__(self, loader: Any, then: Callable[[ModuleType], None]) -> None:
