@@ -25,6 +25,7 @@ from primus_hydra.backends.schemas import register_schemas
 from primus_hydra.config import fast_composition, fast_omegaconf, kept_nodes
 from primus_hydra.config.paths import find_conf_dir
 from primus_hydra.config.run_composition import compose_run_config
+from primus_hydra.config.stored_nodes import stored_classes
 from primus_hydra.util import yaml_tags
 
 SCHEMA_BUILDERS = (omegaconf._utils, omegaconf.basecontainer, omegaconf.dictconfig)
@@ -63,12 +64,14 @@ def main() -> None:
             hydra_nodes[key], made_from[key] = entry, overrides
     file_nodes = kept_nodes.loaded_files(conf_dir, omegaconf.OmegaConf.load.__wrapped__)  # OmegaConf's own load
     yaml_reading = [fast_omegaconf.__name__, yaml_tags.__name__]  # what a loaded node depends on besides its text
-    kept_nodes.write_kept_file(hydra_nodes, hydra_source, schema_classes, conf_dir, file_nodes, yaml_reading)
+    stored = stored_classes("primus_hydra")  # every schema this project stores in Hydra's ConfigStore
+    kept_nodes.write_kept_file(hydra_nodes, hydra_source, schema_classes, stored, conf_dir, file_nodes, yaml_reading)
     for key, overrides in made_from.items():  # each is used for the command line it was made for
         if compose_run_config(str(conf_dir), "config", overrides, job_name="check") is None:
             sys.exit(f"the kept `hydra` node of {overrides} is not used: see config/run_composition.py")
         print(f"kept hydra node {key[:12]}: {' '.join(overrides) or '(defaults)'}")
-    print(f"{len(hydra_nodes)} hydra nodes, {len(schema_classes)} schema classes, {len(file_nodes)} conf files, "
+    print(f"{len(hydra_nodes)} hydra nodes, {len(schema_classes)} schema classes ({len(stored)} stored), "
+          f"{len(file_nodes)} conf files, "
           f"{kept_nodes.KEPT_NODES_FILE.stat().st_size} bytes: {kept_nodes.KEPT_NODES_FILE}")
 
 

@@ -71,6 +71,27 @@ def test_the_kept_schema_nodes_are_what_omegaconf_builds_now(monkeypatch):
             assert nodes(built[name]) == nodes(kept[name]), (key, name)
 
 
+def test_the_kept_stored_schemas_are_what_omegaconf_makes_now_and_every_stored_class_has_one(monkeypatch):
+    """Each class this project stores in Hydra's ConfigStore is converted, when first loaded, to the node kept for it:
+    OmegaConf.structured's own, node for node, flags and types included."""
+    from omegaconf import OmegaConf
+
+    from primus_hydra.config.stored_nodes import stored_classes
+
+    section = kept_nodes._kept_file()["schemas"]
+    fresh_or_skip(section, {})
+    classes = stored_classes("primus_hydra")
+    assert sorted(section["stored"]) == sorted(kept_nodes.schema_key(cls, None) for cls in classes)
+    monkeypatch.setitem(kept_nodes._loaded, ("schemas", "None"), None)  # built by OmegaConf, not read
+    for cls in classes:
+        kept = kept_nodes._loads(section["stored"][kept_nodes.schema_key(cls, None)])
+        built = OmegaConf.structured(cls)
+        assert nodes(built) == nodes(kept), cls
+        assert (built._metadata.flags, built._metadata.object_type, built._metadata.ref_type) == \
+            (kept._metadata.flags, kept._metadata.object_type, kept._metadata.ref_type), cls
+        assert OmegaConf.to_yaml(built) == OmegaConf.to_yaml(kept), cls
+
+
 @pytest.mark.skipif(not kept_nodes_fit_this_installation(), reason=KEPT_NODES_REASON)
 def test_a_section_made_from_other_sources_is_not_used(monkeypatch):
     assert kept_nodes.kept_schema_data(PrimusConfig, None) is not None

@@ -9,7 +9,9 @@
    platform's launcher, each task's logging), keyed by those sections and entries (key_of).
 2. The nodes OmegaConf builds from this project's schema dataclasses (`get_structured_config_data`: PrimusConfig,
    ModelConfig, ModuleConfig, LoggerConfig, each backend's and task's), ~30 % of every composition (~15 ms),
-   which depend only on the classes (config/fast_omegaconf.py's item 4 hands them out).
+   which depend only on the classes (config/fast_omegaconf.py's item 4 hands them out); and the node
+   `OmegaConf.structured` makes of each class this project stores in Hydra's ConfigStore (config/stored_nodes.py
+   converts a stored class to it when composition first loads it: ~1-2.5 ms a class, five a composition).
 3. The node `OmegaConf.load` makes of each file of this project's conf/, keyed by the file's text: building the
    nodes of a composition's ~8 files is ~10 ms on a host where `import hydra` takes 0.4 s, unpickling them ~1.5
    (config/fast_omegaconf.py's item 14 hands them out; a file whose text is not kept is read as before).
@@ -78,6 +80,13 @@ def kept_schema_data(cls: type, allow_objects: Optional[bool]) -> Optional[dict]
     """OmegaConf's get_structured_config_data(cls, allow_objects) as kept (new objects each call), or None."""
     section = _current_section("schemas", None)
     data = section["classes"].get(schema_key(cls, allow_objects)) if section is not None else None
+    return _loads(data) if data is not None else None
+
+
+def kept_structured_node(cls: type) -> Optional[Any]:
+    """OmegaConf.structured(cls) as kept (a new object), or None."""
+    section = _current_section("schemas", None)
+    data = section["stored"].get(schema_key(cls, None)) if section is not None else None
     return _loads(data) if data is not None else None
 
 
@@ -308,25 +317,28 @@ def group_options(conf_dir: Path) -> list[str]:
 
 
 def write_kept_file(hydra_nodes: dict[str, dict], hydra_source: tuple, schema_classes: dict[str, bytes],
-                    conf_dir: Path, file_nodes: dict[str, bytes], file_modules: list[str],
+                    stored_classes: list[type], conf_dir: Path, file_nodes: dict[str, bytes], file_modules: list[str],
                     path: Path = KEPT_NODES_FILE) -> None:
     """The file of kept nodes, each section with the fingerprint of what it was made from (the loaded files': the
-    modules that read YAML, `file_modules`)."""
+    modules that read YAML, `file_modules`); `stored_classes`' nodes made by OmegaConf.structured."""
+    from omegaconf import OmegaConf
+
     dictionary = next(iter(hydra_nodes.values()))["node"] if hydra_nodes else b""
     packed = {}
     for key, entry in hydra_nodes.items():
         packer = zlib.compressobj(9, zdict=dictionary)
         packed[key] = {**entry, "node": packer.compress(entry["node"]) + packer.flush()}
     hydra_modules = source_modules_of([_NodeUnpickler.loads(entry["node"]) for entry in hydra_nodes.values()])
-    schema_modules = source_modules_of([_loads(data) for data in schema_classes.values()],
-                                       {key.partition(":")[0] for key in schema_classes})
+    stored = {schema_key(cls, None): dumped(OmegaConf.structured(cls)) for cls in stored_classes}
+    schema_modules = source_modules_of([_loads(data) for data in [*schema_classes.values(), *stored.values()]],
+                                       {key.partition(":")[0] for key in [*schema_classes, *stored]})
     path.write_bytes(pickle.dumps({
         "format": FORMAT,
         "hydra": {"fingerprint": fingerprint(hydra_modules, conf_hydra_files(conf_dir)),
                   "source_modules": hydra_modules, "hydra_source": list(hydra_source),
                   "dictionary": zlib.compress(dictionary, 9), "nodes": packed},
         "schemas": {"fingerprint": fingerprint(schema_modules, {}), "source_modules": schema_modules,
-                    "classes": schema_classes},
+                    "classes": schema_classes, "stored": stored},
         "files": {"fingerprint": fingerprint(file_modules, {}), "source_modules": file_modules, "nodes": file_nodes},
     }, protocol=5))
     _loaded.clear()
