@@ -11,11 +11,12 @@ import sys
 
 import pytest
 
-from primus_hydra.config import hydra_import
+from primus_hydra.config import hydra_dataclasses
 
 CLASSES_SCRIPT = """
 import dataclasses, importlib.util, json, sys
-from primus_hydra.config.hydra_import import STANDARD_DATACLASS, fast_hydra_import
+from primus_hydra.config.hydra_dataclasses import STANDARD_DATACLASS
+from primus_hydra.config.hydra_import import fast_hydra_import
 with fast_hydra_import():
     import hydra
     from primus_hydra.config import fast_composition
@@ -39,8 +40,9 @@ def described(cls):
                 dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
     def made():
         instance = cls(**required)
+        first = dataclasses.fields(cls)[0].name if dataclasses.fields(cls) else "x"
         return [repr(instance).replace(type(instance).__qualname__, ""), instance == cls(**required),
-                outcome(lambda: hash(instance))]
+                outcome(lambda: hash(instance)), outcome(lambda: setattr(instance, first, None))]  # frozen refuses
     return [fields, outcome(lambda: OmegaConf.to_yaml(OmegaConf.structured(cls))), outcome(made),
             cls.__hash__ is None, sorted(required), cls.__match_args__]
 
@@ -71,8 +73,8 @@ def test_hydras_and_its_plugins_dataclasses_are_made_as_the_standard_decorator_m
     assert {"hydra.conf.HydraConf", "hydra.conf.JobConf", "hydra.core.override_parser.types.Override",
             "hydra.core.default_element.InputDefault", "hydra.core.config_store.ConfigNode",
             "hydra_plugins.hydra_optuna_sweeper.config.TPESamplerConfig"} <= records
-    assert len(records) >= 45 and not {"hydra.core.override_parser.types.QuotedString",  # frozen=True
-                                       "hydra.core.default_element.ConfigDefault"} & records  # repr=False
+    assert len(records) >= 48 and {"hydra.core.override_parser.types.QuotedString",  # frozen=True
+                                   "hydra.core.default_element.ConfigDefault"} <= records  # repr=False
 
 
 @pytest.mark.parametrize("declared", ["x: dataclasses.InitVar[int] = 0", "_: dataclasses.KW_ONLY\n    x: int = 0",
@@ -81,12 +83,16 @@ def test_a_hydra_class_asking_for_more_than_a_record_gets_the_standard_decorator
     namespace = {"dataclasses": dataclasses, "__name__": "hydra_plugins.example"}
     source = f"class Settings:\n    {declared}\nclass Plain:\n    x: int = 0\nclass Ordered:\n    x: int = 0\n"
     exec(compile(source, "<plugin>", "exec", dont_inherit=True), namespace)  # annotations evaluated, as a plugin's
-    made = hydra_import.hydra_dataclass(namespace["Settings"])
+    made = hydra_dataclasses.hydra_dataclass(namespace["Settings"])
     assert not hasattr(made, "__record__") and dataclasses.is_dataclass(made)
-    assert hasattr(hydra_import.hydra_dataclass(namespace["Plain"]), "__record__")
-    assert not hasattr(hydra_import.hydra_dataclass(order=True)(namespace["Ordered"]), "__record__")
+    assert hasattr(hydra_dataclasses.hydra_dataclass(namespace["Plain"]), "__record__")
+    assert not hasattr(hydra_dataclasses.hydra_dataclass(order=True)(namespace["Ordered"]), "__record__")
+    for options in ({"frozen": True}, {"repr": False}, {"frozen": True, "repr": False}):  # util/records.py's options
+        assert hasattr(hydra_dataclasses.hydra_dataclass(**options)(type("Optioned", (namespace["Plain"],), {
+            "__annotations__": {"y": int}, "y": 1, "__module__": "hydra_plugins.example"})), "__record__"), options
+    assert not hasattr(hydra_dataclasses.hydra_dataclass(frozen=1)(namespace["Settings"]), "__record__")
     other = type("Elsewhere", (), {"__annotations__": {"x": int}, "x": 0, "__module__": "mypackage.hydra"})
-    assert not hasattr(hydra_import.hydra_dataclass(other), "__record__")  # another package's class: standard
+    assert not hasattr(hydra_dataclasses.hydra_dataclass(other), "__record__")  # another package's class: standard
 
 
 HYDRAS_CONFIG_SCRIPT = """

@@ -136,3 +136,17 @@ def test_init_assigns_through_the_class_as_the_dataclass_does(decorate):
     made = Typed(2, "y")
     assert made.b == "Y" and vars(made) == {"a": 2, "_b": "y"} and assigned[2:] == ["a", "b"]
     assert made == Typed(2, "y") and repr(made).endswith("(a=2, b='Y')")
+
+
+def test_repr_false_keeps_the_repr_the_class_defines_or_inherits_as_the_standard_decorator_does():
+    class Base:
+        x: int = 0
+
+        def __repr__(self):
+            return f"<{type(self).__name__} x={self.x}>"
+
+    for decorate in (record, dataclasses.dataclass):
+        base = decorate(Base if decorate is record else type("Base", (), dict(vars(Base))))
+        child = decorate(repr=False)(type("Child", (base,), {"__annotations__": {"y": int}, "y": 1}))
+        assert repr(child(2, 3)) == "<Child x=2>" and child(2, 3) == child(2, 3)
+        assert repr(decorate(type("Shown", (base,), {"__annotations__": {"y": int}, "y": 1}))(2, 3)) == "Shown(x=2, y=3)"

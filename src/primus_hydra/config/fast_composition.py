@@ -32,7 +32,7 @@
 7. Hydra's plugin scan imports every hydra_plugins module, whose config dataclasses (Optuna's sweeper and samplers,
    submitit's and joblib's launchers, this project's: ~16) the dataclass decorator compiles, ~0.5 ms each, before any
    command that scans (a run, a dry run, compose(), --help) answers. The scan runs with Hydra's dataclasses made
-   without compiling (config/hydra_import.py).
+   without compiling (config/hydra_dataclasses.py).
 
 8. Hydra parses each command-line override with its ANTLR grammar, whose first parse in a process builds the
    lexer's and parser's decision tables (~3.5 ms a command). An override of the plain form `key=value`, `+key=value`,
@@ -61,7 +61,7 @@ import re
 from typing import Any, Optional
 
 from primus_hydra.config import fast_omegaconf
-from primus_hydra.config.hydra_import import hydra_dataclasses_made_without_compiling
+from primus_hydra.config.hydra_dataclasses import hydra_dataclasses_made_without_compiling
 from primus_hydra.config.stored_nodes import convert_stored_nodes_when_loaded
 
 _INSTALLED = False

@@ -8,30 +8,20 @@ The command line and the Python API import Hydra inside `fast_hydra_import()`:
    first, and the ConfigStore converts a node when it is first loaded (config/stored_nodes.py) from the
    moment its module is made, before hydra.conf stores anything.
 
-2. `import hydra` defines ~40 dataclasses (hydra.conf's HydraConf and its parts, the defaults list's elements, the
-   override parser's types, ...) and Hydra's plugin scan ~16 more (the launchers', sweepers' and samplers' configs).
-   The dataclass decorator writes each class's methods as source text and compiles them: ~1 ms a class on that host,
-   ~30 ms of the import. In the block, and while Hydra scans its plugins (config/fast_composition.py), a plain
-   `@dataclass` of a `hydra` or `hydra_plugins` module is util/records.py's `@record`: the same dataclass (fields,
-   defaults, `__init__` assigning through the class, `repr`, `==`, hashing, `__post_init__`, `dataclasses.fields`,
-   OmegaConf's reading of it), made without compiling. A class that asks for more (any option, InitVar,
-   keyword-only fields) and every class of another package get the standard decorator.
+2. `import hydra` defines ~40 dataclasses, which are made without compiling in the block
+   (config/hydra_dataclasses.py).
 
 Where Hydra was imported before (a notebook, the tests' own process), nothing changes.
 """
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import importlib.util
 import sys
 from types import ModuleType
 from typing import Any, Callable, Iterator, Optional
 
-from primus_hydra.util.records import record
-
-STANDARD_DATACLASS = dataclasses.dataclass
-HYDRAS_PACKAGES = ("hydra.", "hydra_plugins.")
+from primus_hydra.config.hydra_dataclasses import hydra_dataclasses_made_without_compiling
 
 
 @contextlib.contextmanager
@@ -89,41 +79,3 @@ class _ThenLoader:
 
     def __getattr__(self, name: str) -> Any:  # get_source, get_filename, is_package, ...
         return getattr(self.loader, name)
-
-
-@contextlib.contextmanager
-def hydra_dataclasses_made_without_compiling() -> Iterator[None]:
-    """`dataclasses.dataclass` is hydra_dataclass in the block, the standard decorator again after it (a module
-    that imported the name in the block keeps hydra_dataclass, which gives any other package's class the standard
-    decorator)."""
-    if dataclasses.dataclass is hydra_dataclass:  # an enclosing block has it
-        yield
-        return
-    dataclasses.dataclass = hydra_dataclass
-    try:
-        yield
-    finally:
-        dataclasses.dataclass = STANDARD_DATACLASS
-
-
-def hydra_dataclass(cls: Optional[type] = None, /, **options: Any) -> Any:
-    """`@dataclass`, a record for a plain dataclass of a Hydra module or plugin."""
-    if cls is None:
-        return lambda cls: hydra_dataclass(cls, **options)
-    if options or not cls.__module__.startswith(HYDRAS_PACKAGES) or _needs_the_standard_decorator(cls):
-        return STANDARD_DATACLASS(cls, **options)
-    return record(cls)
-
-
-def _needs_the_standard_decorator(cls: type) -> bool:
-    """Whether a class declares what util/records.py leaves to the standard decorator: InitVar and keyword-only
-    fields."""
-    own = vars(cls)
-    for name, annotation in own.get("__annotations__", {}).items():
-        text = annotation if isinstance(annotation, str) else repr(annotation)
-        if "InitVar" in text or "KW_ONLY" in text:  # KW_ONLY's repr names it too
-            return True
-        declared = own.get(name)
-        if isinstance(declared, dataclasses.Field) and declared.kw_only is True:
-            return True
-    return False

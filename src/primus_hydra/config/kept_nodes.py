@@ -29,6 +29,7 @@ schemas (and the plain types they hold): it names no function to call, so a chan
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -39,6 +40,8 @@ import typing
 import zlib
 from pathlib import Path
 from typing import Any, Callable, Optional
+
+from primus_hydra.config.hydra_dataclasses import HYDRAS_PACKAGES, hydra_dataclasses_made_without_compiling
 
 KEPT_NODES_FILE = Path(__file__).with_name("kept_nodes.pickle")
 FORMAT = 1
@@ -187,7 +190,9 @@ class _NodeUnpickler(pickle.Unpickler):
         if module == "typing" and name in ALLOWED_ANNOTATIONS:
             return super().find_class(module, name)
         if module in ALLOWED_MODULES or module.startswith(ALLOWED_MODULE_PREFIXES):
-            found = super().find_class(module, name)
+            imported_here = module not in sys.modules and module.startswith(HYDRAS_PACKAGES)  # a launcher's config
+            with hydra_dataclasses_made_without_compiling() if imported_here else contextlib.nullcontext():
+                found = super().find_class(module, name)
             if isinstance(found, type):
                 return found
         raise pickle.UnpicklingError(f"a kept node names {module}.{name}, which is not a class it may hold")

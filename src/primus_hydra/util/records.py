@@ -1,5 +1,5 @@
-"""`@record` and `@record(frozen=True)`: the dataclass `@dataclass` and `@dataclass(frozen=True)` make, made without
-compiling anything.
+"""`@record`, `@record(frozen=True)` and `@record(repr=False)`: the dataclass `@dataclass` makes with those options,
+made without compiling anything.
 
 The dataclass decorator writes each class's __init__, __repr__, __eq__ (and, frozen, __setattr__, __delattr__,
 __hash__) as source text and compiles it: ~0.5-1 ms a class on this machine, paid by every command for every class
@@ -25,21 +25,22 @@ def record(cls: RecordType, /) -> RecordType: ...
 
 
 @overload
-def record(*, frozen: bool = False) -> Callable[[RecordType], RecordType]: ...
+def record(*, frozen: bool = False, repr: bool = True) -> Callable[[RecordType], RecordType]: ...
 
 
-def record(cls: Optional[type] = None, /, *, frozen: bool = False) -> Any:
+def record(cls: Optional[type] = None, /, *, frozen: bool = False, repr: bool = True) -> Any:
+    """repr=False: the class keeps the __repr__ it defines or inherits, as the dataclass's option does."""
     if cls is None:
-        return lambda cls: _make(cls, frozen)
-    return _make(cls, frozen)
+        return lambda cls: _make(cls, frozen, repr)
+    return _make(cls, frozen, repr)
 
 
-def _make(cls: type, frozen: bool) -> type:
+def _make(cls: type, frozen: bool, shown: bool = True) -> type:
     documented = cls.__dict__.get("__doc__") is not None
     if not documented:  # or the decorator would build one from inspect.signature
         cls.__doc__ = cls.__qualname__
-    for name, shared in (("__init__", _init), ("__repr__", _repr), ("__eq__", _eq)):
-        if name not in cls.__dict__:
+    for name, shared in (("__init__", _init), ("__repr__", _repr if shown else None), ("__eq__", _eq)):
+        if shared is not None and name not in cls.__dict__:
             setattr(cls, name, shared)
     if frozen:
         cls.__setattr__, cls.__delattr__ = _refuse_assignment, _refuse_deletion
