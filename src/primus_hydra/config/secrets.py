@@ -15,6 +15,7 @@ A config written to a file keeps a value read from the environment as the interp
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import sys
@@ -40,6 +41,7 @@ _NODE_REFERENCE = re.compile(r"\$\{\s*(\.*[\w\-]+(?:\.[\w\-]+|\[\d+\])*)\s*\}")
 LeafPath = tuple  # a leaf's keys from the root, as strings
 
 
+@functools.lru_cache(maxsize=4096)  # a config's ~1,000 leaves share ~200 key names; asked per leaf, per path key
 def is_secret_name(name: Any) -> bool:
     normalized = _TRAILING.sub("", str(name)).upper()
     return normalized.endswith(SECRET_ENDINGS) and normalized not in NOT_SECRET_NAMES
