@@ -25,7 +25,7 @@ from hydra.core.plugins import Plugins
 from omegaconf import OmegaConf
 Plugins.instance()  # the plugin scan: hydra_plugins' classes
 assert dataclasses.dataclass is STANDARD_DATACLASS  # given back after each
-assert not any(type(finder).__name__ == "_AfterImport" for finder in sys.meta_path)
+assert not any(type(finder).__name__ == "_ImportHook" for finder in sys.meta_path)
 
 def outcome(make):
     try:
@@ -108,8 +108,30 @@ cfg = primus_hydra.compose(["model=moe_tiny"])
 after_compose = stored.__dict__["_conversion"].converted is None
 loaded = ConfigStore.instance().load("hydra/config.yaml").node
 unneeded = sorted({"importlib.resources", "tempfile", "shutil"} & set(sys.modules))  # importlib.abc's imports
-print(json.dumps([unneeded, before, after_compose, OmegaConf.to_yaml(loaded) == OmegaConf.to_yaml(OmegaConf.structured(HydraConf())),
+import re, yaml
+lazy = yaml.reader.Reader.NON_PRINTABLE
+compiled_when_used = [type(lazy).__name__, lazy._compiled is None]
+def read_by_python(text):
+    try:
+        return yaml.load(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as error:
+        return str(error)
+read = [read_by_python(text) for text in ("a: 1", "a: \\x01", "a: \\ufffe")]
+compiled_when_used += [lazy._compiled is not None, lazy.pattern, read,
+                       (re.compile.__module__, re.compile.__qualname__) == ("re", "compile")]  # given back
+print(json.dumps([unneeded, compiled_when_used, before, after_compose, OmegaConf.to_yaml(loaded) == OmegaConf.to_yaml(OmegaConf.structured(HydraConf())),
                   hasattr(HydraConf, "__record__"), type(sys.modules["hydra.core.config_store"].__loader__).__name__]))
+"""
+
+
+STANDARD_YAML_READING = """
+import json, yaml
+def read_by_python(text):
+    try:
+        return yaml.load(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as error:
+        return str(error)
+print(json.dumps([yaml.reader.Reader.NON_PRINTABLE.pattern, [read_by_python(text) for text in ("a: 1", "a: \\x01", "a: \\ufffe")]]))
 """
 
 
@@ -118,7 +140,14 @@ def test_hydras_own_config_is_converted_when_first_loaded_and_a_composition_need
     collection and the interpreter's teardown pass over)."""
     done = subprocess.run([sys.executable, "-c", HYDRAS_CONFIG_SCRIPT], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout) == [[], True, True, True, True, "_ThenLoader"]
+    unneeded, compiled_when_used, *converted = json.loads(done.stdout)
+    assert unneeded == [] and converted == [True, True, True, True, "_HookedLoader"]
+    standard = subprocess.run([sys.executable, "-c", STANDARD_YAML_READING], capture_output=True, text=True, timeout=60)
+    assert standard.returncode == 0, standard.stderr[-2000:]
+    assert compiled_when_used[:3] == ["PatternCompiledWhenUsed", True, True] and compiled_when_used[5] is True
+    assert compiled_when_used[3:5] == json.loads(standard.stdout)  # the same pattern, the same reading and errors
+    read = compiled_when_used[4]
+    assert all("special characters are not allowed" in error for error in read[1:]), read
 
 
 def _printed(args: list[str], hydra_first: bool) -> str:
