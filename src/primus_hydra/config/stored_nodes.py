@@ -43,17 +43,19 @@ class _Conversion:
 
             from primus_hydra.config.kept_nodes import kept_structured_node
 
-            stored = self.stored.make() if isinstance(self.stored, _Deferred) else self.stored
-            kept = kept_structured_node(stored) if isinstance(stored, type) else None
+            stored = self._made()
+            own = isinstance(stored, type) and stored.__module__.startswith("primus_hydra.")  # the kept ones
+            kept = kept_structured_node(stored) if own else None
             self.converted, self.stored = kept if kept is not None else OmegaConf.structured(stored), None
         return self.converted
 
     def stored_class(self) -> Optional[type]:
         """The class stored (made, where it was stored to be made when loaded), or None for an instance."""
-        stored = self.stored.make() if isinstance(self.stored, _Deferred) else self.stored
-        if self.converted is not None:
-            stored = self.converted._metadata.object_type
+        stored = self.converted._metadata.object_type if self.converted is not None else self._made()
         return stored if isinstance(stored, type) else None
+
+    def _made(self) -> Any:
+        return self.stored.make() if isinstance(self.stored, _Deferred) else self.stored
 
     def __deepcopy__(self, memo: dict) -> "_Conversion":
         return self
